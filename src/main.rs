@@ -1,1 +1,28 @@
-fn main() {}
+//! `stagewise`: the command line. The only place that wires a concrete environment (simulator or robot) into
+//! the runtime; every subcommand lives in its own module under `cmd/`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "stagewise", version, about = "Real-time stage-aware progress rewards for robot RL")]
+struct Cli {
+    /// Log filter (tracing env-filter syntax), e.g. `info`, `stagewise_model=debug`.
+    #[arg(long, global = true, default_value = "info", env = "STAGEWISE_LOG")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {}
+}
