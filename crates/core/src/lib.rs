@@ -5,9 +5,20 @@
 //! to test and easy to reason about. No IO, no async.
 
 pub mod env;
+pub mod hop;
+pub mod metrics;
 pub mod progress;
+pub mod rabc;
+pub mod reward_modes;
+pub mod shaping;
 pub mod types;
 
 pub use env::{BoxSpec, Env, EnvError, EnvSpec, StepInfo, StepResult, ViewSpec};
+pub use hop::{HopConfig, HopError, HopEstimate, HopFusion};
+pub use metrics::MetricsError;
 pub use progress::{ProgressError, StageProportions};
+pub use rabc::{RabcConfig, RabcError, RabcPrecision, RabcSummary, RabcWeights};
+pub use shaping::{
+    RewardMode, ShapedStep, ShapingConfig, ShapingError, SuccessDetection, VecShaper,
+};
 pub use types::{Frame, Observation, Progress, Transition, View};

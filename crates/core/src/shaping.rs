@@ -1,0 +1,538 @@
+//! Potential-based reward shaping (Ng, Harada & Russell 1999) with the terminal rule, per-episode potential
+//! caching, success detection, and the non-invariant alternatives as explicit modes.
+//!
+//! `r = r_task + c * (gamma * Phi(s') - Phi(s))`, `Phi = phi`:
+//!
+//! - `gamma` must equal the learner's discount (Devlin & Kudenko 2012); it travels with every step.
+//! - **terminated**: `Phi(s') := 0` (Grzes 2017: otherwise the last `gamma^N Phi(s_N)` depends on the actions).
+//! - **truncated** (a time limit for training only): `Phi(s')` is kept; the learner bootstraps from `s'`.
+//! - Each potential is cached at the step it was computed: a reward model swapped mid-episode never rewrites
+//!   the past (the shaper never asks for an old state's potential again).
+//! - Success detection (optional): `phi >= 1 - delta` for `n` consecutive steps terminates the episode with
+//!   `r_task = 1`.
+//!
+//! `tests/invariance.rs` shows by value iteration that the optimal policy does not change, and that the naive
+//! delta and a kept terminal potential each can change it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::reward_modes::{naive_delta_reward, windowed_rank_reward};
+use crate::types::Transition;
+
+/// What was wrong with a shaping configuration or a step.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ShapingError {
+    #[error("gamma is {0}: the discount must be in (0, 1] and equal to the learner's")]
+    BadGamma(f64),
+    #[error("shaping scale c is {0}: it must be finite")]
+    BadScale(f64),
+    #[error("success delta is {0}: it must be finite and in [0, 1]")]
+    BadSuccessDelta(f64),
+    #[error("success detection needs at least 1 consecutive step, got 0")]
+    BadSuccessSteps,
+    #[error("rank window is {0}: it must be at least 2")]
+    BadWindow(usize),
+    #[error("a vectorised shaper needs at least one env")]
+    NoEnvs,
+    #[error("env {env} is out of range: the shaper has {n_envs} envs")]
+    EnvOutOfRange { env: usize, n_envs: usize },
+    #[error("env {env}: {what} is {value}: it must be finite")]
+    NotFinite {
+        env: usize,
+        what: &'static str,
+        value: f64,
+    },
+    #[error("{what}[{index}] is {value}: it must be finite")]
+    NotFiniteAt {
+        what: &'static str,
+        index: usize,
+        value: f64,
+    },
+    #[error("env {env}: step before the first reset")]
+    NotReset { env: usize },
+    #[error(
+        "env {env}: episode {episode} already ended (terminated or truncated); reset it first"
+    )]
+    EpisodeOver { env: usize, episode: u64 },
+    #[error("{what} has {got} values, expected {expected}")]
+    Length {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    #[error("{0} is empty")]
+    Empty(&'static str),
+}
+
+/// Success detection: progress at or above `1 - delta` for `consecutive` steps in a row ends the episode as a
+/// success with `r_task = 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SuccessDetection {
+    pub delta: f64,
+    pub consecutive: usize,
+}
+
+impl Default for SuccessDetection {
+    /// delta = 0.05, n = 1 (Robo-Dopamine).
+    fn default() -> Self {
+        Self {
+            delta: 0.05,
+            consecutive: 1,
+        }
+    }
+}
+
+/// How the per-step reward is made from progress. Only `Potential` keeps the optimal policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RewardMode {
+    /// `r_task + c * (gamma * Phi(s') - Phi(s))` with the terminal rule. Policy-invariant.
+    #[default]
+    Potential,
+    /// `r_task + c * (phi' - phi)`, terminal potential kept. NOT policy-invariant: rewards stalling.
+    NaiveDelta,
+    /// `r_task + c * spearman(last W phi, their time indices)` (Rank-Then-Act). NOT policy-invariant.
+    WindowedRank { window: usize },
+}
+
+/// Shaping configuration. `gamma` and `scale` (`c`) are copied into every [`ShapedStep`] / [`Transition`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ShapingConfig {
+    pub gamma: f64,
+    pub scale: f64,
+    #[serde(default)]
+    pub mode: RewardMode,
+    #[serde(default)]
+    pub success: Option<SuccessDetection>,
+}
+
+impl Default for ShapingConfig {
+    /// gamma = 0.99, c = 1, potential-based, no success detection.
+    fn default() -> Self {
+        Self {
+            gamma: 0.99,
+            scale: 1.0,
+            mode: RewardMode::Potential,
+            success: None,
+        }
+    }
+}
+
+impl ShapingConfig {
+    /// Potential-based shaping with discount `gamma` (must be the learner's) and scale `c`; checked.
+    pub fn new(gamma: f64, scale: f64) -> Result<Self, ShapingError> {
+        let c = Self {
+            gamma,
+            scale,
+            ..Self::default()
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn with_mode(mut self, mode: RewardMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    pub fn with_success(mut self, success: SuccessDetection) -> Self {
+        self.success = Some(success);
+        self
+    }
+
+    /// Checks every field: gamma in (0, 1], finite scale, success delta in [0, 1] with n >= 1, window >= 2.
+    pub fn validate(&self) -> Result<(), ShapingError> {
+        if !(self.gamma.is_finite() && self.gamma > 0.0 && self.gamma <= 1.0) {
+            return Err(ShapingError::BadGamma(self.gamma));
+        }
+        if !self.scale.is_finite() {
+            return Err(ShapingError::BadScale(self.scale));
+        }
+        if let Some(s) = self.success {
+            if !(s.delta.is_finite() && (0.0..=1.0).contains(&s.delta)) {
+                return Err(ShapingError::BadSuccessDelta(s.delta));
+            }
+            if s.consecutive == 0 {
+                return Err(ShapingError::BadSuccessSteps);
+            }
+        }
+        if let RewardMode::WindowedRank { window } = self.mode {
+            if window < 2 {
+                return Err(ShapingError::BadWindow(window));
+            }
+        }
+        Ok(())
+    }
+
+    /// The potential-based reward for one transition: `r_task + c * (gamma * Phi(s') - Phi(s))` with
+    /// `Phi(s') = 0` when `terminated`. Checks the configuration and that every input is finite.
+    pub fn potential_reward(
+        &self,
+        phi: f64,
+        phi_next: f64,
+        task_reward: f64,
+        terminated: bool,
+    ) -> Result<f64, ShapingError> {
+        self.validate()?;
+        for (index, (what, value)) in [
+            ("phi", phi),
+            ("phi_next", phi_next),
+            ("task_reward", task_reward),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if !value.is_finite() {
+                return Err(ShapingError::NotFiniteAt { what, index, value });
+            }
+        }
+        Ok(potential_unchecked(
+            self.gamma,
+            self.scale,
+            phi,
+            phi_next,
+            task_reward,
+            terminated,
+        ))
+    }
+}
+
+fn potential_unchecked(
+    gamma: f64,
+    scale: f64,
+    phi: f64,
+    phi_next: f64,
+    task_reward: f64,
+    terminated: bool,
+) -> f64 {
+    let next = if terminated { 0.0 } else { phi_next };
+    task_reward + scale * (gamma * next - phi)
+}
+
+/// One shaped step of one env, ready to become a [`Transition`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShapedStep {
+    pub env: usize,
+    pub episode: u64,
+    /// Index of the step within the episode (0 for the first action after reset).
+    pub step: u64,
+    /// The reward to learn from (the configured mode).
+    pub reward: f64,
+    /// Task reward as used: the environment's, or 1 when success detection ended the episode.
+    pub task_reward: f64,
+    /// Cached potential of the state the action was taken in.
+    pub phi: f64,
+    /// Potential of the next state as used in the reward: 0 when terminated in `Potential` mode.
+    pub phi_next: f64,
+    /// The model's progress for the next state, as observed (cached for the next step).
+    pub phi_next_observed: f64,
+    pub gamma: f64,
+    pub shaping_scale: f64,
+    /// The environment's termination, or success detection's.
+    pub terminated: bool,
+    pub truncated: bool,
+    /// Success detection fired on this step.
+    pub success: bool,
+}
+
+impl ShapedStep {
+    /// The learner-facing transition. `stage` is the reward model's stage for the next state, if it has stages.
+    pub fn to_transition(&self, action: Vec<f32>, stage: Option<u32>) -> Transition {
+        Transition {
+            env: u32::try_from(self.env).unwrap_or(u32::MAX),
+            episode: self.episode,
+            step: self.step,
+            action,
+            reward: self.reward,
+            task_reward: self.task_reward,
+            phi: self.phi,
+            phi_next: self.phi_next,
+            gamma: self.gamma,
+            shaping_scale: self.shaping_scale,
+            terminated: self.terminated,
+            truncated: self.truncated,
+            success: self.success,
+            stage,
+        }
+    }
+
+    /// The episode ended on this step (either way).
+    pub fn done(&self) -> bool {
+        self.terminated || self.truncated
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct EnvSlot {
+    /// `None` until the first reset.
+    episode: Option<u64>,
+    done: bool,
+    /// Potentials of `s_0 ..= s_t` as computed when each state was visited.
+    potentials: Vec<f64>,
+    success_run: usize,
+}
+
+/// Shapes rewards for `N` environments, each with its own episode. Use it once per control step:
+///
+/// ```
+/// use stagewise_core::shaping::{ShapingConfig, VecShaper};
+/// let mut shaper = VecShaper::new(2, ShapingConfig::new(0.99, 1.0)?)?;
+/// shaper.reset(0, 0.0)?;                                  // phi of the reset observation
+/// let s = shaper.step(0, 0.1, 0.0, false, false)?;        // phi of the next observation, env's reward, flags
+/// assert!((s.reward - (0.99 * 0.1 - 0.0)).abs() < 1e-12);
+/// # Ok::<(), stagewise_core::shaping::ShapingError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct VecShaper {
+    config: ShapingConfig,
+    slots: Vec<EnvSlot>,
+}
+
+impl VecShaper {
+    pub fn new(n_envs: usize, config: ShapingConfig) -> Result<Self, ShapingError> {
+        config.validate()?;
+        if n_envs == 0 {
+            return Err(ShapingError::NoEnvs);
+        }
+        Ok(Self {
+            config,
+            slots: vec![EnvSlot::default(); n_envs],
+        })
+    }
+
+    pub fn config(&self) -> &ShapingConfig {
+        &self.config
+    }
+
+    pub fn n_envs(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn slot(&self, env: usize) -> Result<&EnvSlot, ShapingError> {
+        self.slots.get(env).ok_or(ShapingError::EnvOutOfRange {
+            env,
+            n_envs: self.slots.len(),
+        })
+    }
+
+    /// Starts a new episode in `env` with the potential of its first observation. Allowed at any time (an
+    /// unfinished episode is abandoned). Returns the new episode's number (0 for the first).
+    pub fn reset(&mut self, env: usize, phi0: f64) -> Result<u64, ShapingError> {
+        self.slot(env)?;
+        if !phi0.is_finite() {
+            return Err(ShapingError::NotFinite {
+                env,
+                what: "phi at reset",
+                value: phi0,
+            });
+        }
+        let slot = &mut self.slots[env];
+        let episode = slot.episode.map_or(0, |e| e + 1);
+        slot.episode = Some(episode);
+        slot.done = false;
+        slot.potentials.clear();
+        slot.potentials.push(phi0);
+        slot.success_run = 0;
+        Ok(episode)
+    }
+
+    /// Checks a step without changing anything.
+    fn check_step(&self, env: usize, phi_next: f64, task_reward: f64) -> Result<(), ShapingError> {
+        let slot = self.slot(env)?;
+        let episode = slot.episode.ok_or(ShapingError::NotReset { env })?;
+        if slot.done {
+            return Err(ShapingError::EpisodeOver { env, episode });
+        }
+        if !phi_next.is_finite() {
+            return Err(ShapingError::NotFinite {
+                env,
+                what: "phi_next",
+                value: phi_next,
+            });
+        }
+        if !task_reward.is_finite() {
+            return Err(ShapingError::NotFinite {
+                env,
+                what: "task_reward",
+                value: task_reward,
+            });
+        }
+        Ok(())
+    }
+
+    /// One step of `env`: `phi_next` is the model's progress for the observation the action led to,
+    /// `task_reward`, `terminated` and `truncated` are the environment's. Nothing changes on error.
+    pub fn step(
+        &mut self,
+        env: usize,
+        phi_next: f64,
+        task_reward: f64,
+        terminated: bool,
+        truncated: bool,
+    ) -> Result<ShapedStep, ShapingError> {
+        self.check_step(env, phi_next, task_reward)?;
+        let config = self.config;
+        let slot = &mut self.slots[env];
+        let episode = slot.episode.unwrap_or(0);
+        let step = (slot.potentials.len() - 1) as u64;
+        let phi = slot.potentials[slot.potentials.len() - 1];
+
+        let mut terminated = terminated;
+        let mut task_reward = task_reward;
+        let mut success = false;
+        if let Some(detect) = config.success {
+            if phi_next >= 1.0 - detect.delta {
+                slot.success_run += 1;
+            } else {
+                slot.success_run = 0;
+            }
+            if slot.success_run >= detect.consecutive {
+                success = true;
+                terminated = true;
+                task_reward = 1.0;
+            }
+        }
+        slot.potentials.push(phi_next);
+
+        let (reward, phi_next_used) = match config.mode {
+            RewardMode::Potential => {
+                let used = if terminated { 0.0 } else { phi_next };
+                (
+                    potential_unchecked(
+                        config.gamma,
+                        config.scale,
+                        phi,
+                        phi_next,
+                        task_reward,
+                        terminated,
+                    ),
+                    used,
+                )
+            }
+            RewardMode::NaiveDelta => (
+                naive_delta_reward(config.scale, phi, phi_next, task_reward),
+                phi_next,
+            ),
+            RewardMode::WindowedRank { window } => {
+                // window >= 2 was validated and every cached value is finite, so this cannot fail.
+                let rho = windowed_rank_reward(&slot.potentials, window).unwrap_or(0.0);
+                (task_reward + config.scale * rho, phi_next)
+            }
+        };
+        slot.done = terminated || truncated;
+        Ok(ShapedStep {
+            env,
+            episode,
+            step,
+            reward,
+            task_reward,
+            phi,
+            phi_next: phi_next_used,
+            phi_next_observed: phi_next,
+            gamma: config.gamma,
+            shaping_scale: config.scale,
+            terminated,
+            truncated,
+            success,
+        })
+    }
+
+    /// One step of every env at once (all must be mid-episode). All slices have one entry per env. Every input
+    /// is checked before any env changes, so an error leaves the shaper as it was.
+    pub fn step_all(
+        &mut self,
+        phi_next: &[f64],
+        task_reward: &[f64],
+        terminated: &[bool],
+        truncated: &[bool],
+    ) -> Result<Vec<ShapedStep>, ShapingError> {
+        let n = self.slots.len();
+        for (what, got) in [
+            ("phi_next", phi_next.len()),
+            ("task_reward", task_reward.len()),
+            ("terminated", terminated.len()),
+            ("truncated", truncated.len()),
+        ] {
+            if got != n {
+                return Err(ShapingError::Length {
+                    what,
+                    expected: n,
+                    got,
+                });
+            }
+        }
+        for env in 0..n {
+            self.check_step(env, phi_next[env], task_reward[env])?;
+        }
+        (0..n)
+            .map(|env| {
+                self.step(
+                    env,
+                    phi_next[env],
+                    task_reward[env],
+                    terminated[env],
+                    truncated[env],
+                )
+            })
+            .collect()
+    }
+
+    /// The potentials cached for `env`'s current episode, `phi(s_0) ..= phi(s_t)`, as computed when visited.
+    pub fn potentials(&self, env: usize) -> Result<&[f64], ShapingError> {
+        Ok(&self.slot(env)?.potentials)
+    }
+
+    /// The current episode number of `env` (`None` before its first reset).
+    pub fn episode(&self, env: usize) -> Result<Option<u64>, ShapingError> {
+        Ok(self.slot(env)?.episode)
+    }
+
+    /// Whether `env`'s episode has ended and it waits for a reset.
+    pub fn is_done(&self, env: usize) -> Result<bool, ShapingError> {
+        Ok(self.slot(env)?.done)
+    }
+}
+
+/// Shapes a recorded episode offline: `phis` holds `phi(s_0) ..= phi(s_T)` (one more than `task_rewards`), and
+/// the last step ends the episode as terminated (`terminated = true`) or truncated. With success detection the
+/// episode may end earlier; the steps up to there are returned.
+pub fn shape_episode(
+    config: ShapingConfig,
+    phis: &[f64],
+    task_rewards: &[f64],
+    terminated: bool,
+) -> Result<Vec<ShapedStep>, ShapingError> {
+    if task_rewards.is_empty() {
+        return Err(ShapingError::Empty("episode (task rewards)"));
+    }
+    if phis.len() != task_rewards.len() + 1 {
+        return Err(ShapingError::Length {
+            what: "episode potentials (one per state, T + 1)",
+            expected: task_rewards.len() + 1,
+            got: phis.len(),
+        });
+    }
+    for (what, values) in [("phis", phis), ("task_rewards", task_rewards)] {
+        if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+            return Err(ShapingError::NotFiniteAt {
+                what,
+                index,
+                value: values[index],
+            });
+        }
+    }
+    let mut shaper = VecShaper::new(1, config)?;
+    shaper.reset(0, phis[0])?;
+    let last = task_rewards.len() - 1;
+    let mut out = Vec::with_capacity(task_rewards.len());
+    for (t, &r) in task_rewards.iter().enumerate() {
+        let end = t == last;
+        let s = shaper.step(0, phis[t + 1], r, end && terminated, end && !terminated)?;
+        let done = s.done();
+        out.push(s);
+        if done {
+            break;
+        }
+    }
+    Ok(out)
+}
