@@ -1,1 +1,18 @@
-//! placeholder
+//! stagewise-model: ONNX Runtime sessions for Stagewise reward models (and later policies): the model
+//! manifest and its check against the ONNX graph, library discovery and execution providers, frame
+//! preprocessing, per-view frame windows, and batched scoring into `Progress`.
+//!
+//! Depends on `stagewise-core` and `ort` only: never on the simulator, streaming or runtime crates.
+//! `Session::run` takes `&mut self`, so a [`RewardModel`] is owned by one worker thread; make one per thread.
+
+mod error;
+pub mod manifest;
+pub mod preprocess;
+pub mod reward;
+pub mod runtime;
+pub mod window;
+
+pub use error::ModelError;
+pub use manifest::{Manifest, ModelKind, ProgressMode};
+pub use reward::{RewardModel, StepTiming};
+pub use runtime::{OrtRuntime, Provider, SessionOptions};

@@ -1,0 +1,387 @@
+//! The model manifest: a TOML file beside each `.onnx` that says what the graph expects and returns.
+//!
+//! ```toml
+//! kind = "stage_progress"          # stage_progress | hop | policy
+//! onnx = "tiny3v.onnx"              # relative to the manifest
+//! sha256 = "9f2c..."                # of the .onnx file
+//! views = ["front", "side", "wrist"]  # camera views, in the order of the images tensor
+//! frames = 4                        # frames per window
+//! stride = 2                        # control steps between frames of a window
+//! state_size = 8                    # 0 = no state input
+//!
+//! [image]                           # each frame: resize to width x height, x/255, then (x - mean) / std
+//! width = 96
+//! height = 96
+//! mean = [0.485, 0.456, 0.406]
+//! std = [0.229, 0.224, 0.225]
+//!
+//! [inputs]
+//! images = "images"                 # f32 [N, views, frames, 3, height, width]
+//! state = "state"                   # f32 [N, state_size]; required when state_size > 0
+//!
+//! [outputs]
+//! stage_logits = "stage_logits"     # f32 [N, K]
+//! tau = "tau"                       # f32 [N], [N, 1] or [N, K]
+//!
+//! [stages]
+//! names = ["reach", "grasp", "lift", "place"]
+//! proportions = [0.2, 0.2, 0.3, 0.3]  # normalised to sum 1
+//! progress = "hard"                 # hard | soft (DESIGN.md "Progress")
+//! ```
+
+use crate::ModelError;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use stagewise_core::StageProportions;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    StageProgress,
+    Hop,
+    Policy,
+}
+
+impl std::fmt::Display for ModelKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::StageProgress => "stage_progress",
+            Self::Hop => "hop",
+            Self::Policy => "policy",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgressMode {
+    #[default]
+    Hard,
+    Soft,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageSpec {
+    pub width: u32,
+    pub height: u32,
+    #[serde(default = "default_mean")]
+    pub mean: [f32; 3],
+    #[serde(default = "default_std")]
+    pub std: [f32; 3],
+}
+
+fn default_mean() -> [f32; 3] {
+    [0.0; 3]
+}
+fn default_std() -> [f32; 3] {
+    [1.0; 3]
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inputs {
+    pub images: Option<String>,
+    pub state: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Outputs {
+    pub stage_logits: Option<String>,
+    pub tau: Option<String>,
+    /// Hop models: `H(s_p, s_q)` in [-1, 1].
+    pub hop: Option<String>,
+    /// Policies: the action.
+    pub action: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stages {
+    pub names: Vec<String>,
+    pub proportions: Vec<f64>,
+    #[serde(default)]
+    pub progress: ProgressMode,
+}
+
+/// A parsed manifest, with `onnx` resolved against the manifest's directory.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub kind: ModelKind,
+    pub onnx: PathBuf,
+    pub sha256: String,
+    #[serde(default)]
+    pub views: Vec<String>,
+    #[serde(default = "one")]
+    pub frames: usize,
+    #[serde(default = "one")]
+    pub stride: usize,
+    #[serde(default)]
+    pub state_size: usize,
+    pub image: Option<ImageSpec>,
+    pub inputs: Inputs,
+    pub outputs: Outputs,
+    pub stages: Option<Stages>,
+    /// Free text: where the model came from, what it was trained on.
+    #[serde(default)]
+    pub description: String,
+    /// Where this manifest was read from (not a TOML field).
+    #[serde(skip)]
+    pub path: PathBuf,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl Manifest {
+    /// Reads and checks a manifest: syntax, field consistency, the .onnx file's existence and sha256.
+    pub fn load(path: &Path) -> Result<Self, ModelError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut m = Self::parse(&text, path)?;
+        let onnx = path.parent().unwrap_or(Path::new(".")).join(&m.onnx);
+        m.onnx = onnx;
+        m.verify_checksum()?;
+        Ok(m)
+    }
+
+    /// Parses and checks fields without touching the file system (`path` is only used in errors).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ModelError> {
+        let mut m: Manifest = toml::from_str(text).map_err(|e| ModelError::ManifestSyntax {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        m.path = path.to_path_buf();
+        m.check_fields()?;
+        Ok(m)
+    }
+
+    fn field_err(&self, field: &str, reason: impl Into<String>) -> ModelError {
+        ModelError::ManifestField {
+            path: self.path.clone(),
+            field: field.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    fn check_fields(&self) -> Result<(), ModelError> {
+        if self.sha256.len() != 64 || !self.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(self.field_err("sha256", "must be 64 hexadecimal digits"));
+        }
+        if self.frames == 0 {
+            return Err(self.field_err("frames", "must be >= 1"));
+        }
+        if self.stride == 0 {
+            return Err(self.field_err("stride", "must be >= 1"));
+        }
+        if self.state_size > 0 && self.inputs.state.is_none() {
+            return Err(self.field_err(
+                "inputs.state",
+                format!("missing, but state_size is {}", self.state_size),
+            ));
+        }
+        if self.state_size == 0 && self.inputs.state.is_some() {
+            return Err(self.field_err("state_size", "is 0, but inputs.state names a state tensor"));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for v in &self.views {
+            if v.is_empty() || !seen.insert(v) {
+                return Err(self.field_err(
+                    "views",
+                    format!("view names must be unique and non-empty ({v:?})"),
+                ));
+            }
+        }
+        if let Some(img) = &self.image {
+            if img.width == 0 || img.height == 0 {
+                return Err(self.field_err("image", "width and height must be >= 1"));
+            }
+            if img.std.iter().any(|s| !s.is_finite() || *s == 0.0)
+                || img.mean.iter().any(|m| !m.is_finite())
+            {
+                return Err(self.field_err(
+                    "image.std",
+                    "mean must be finite and std finite and non-zero",
+                ));
+            }
+        }
+        if let Some(st) = &self.stages {
+            if st.names.len() != st.proportions.len() {
+                return Err(self.field_err(
+                    "stages.proportions",
+                    format!(
+                        "{} proportions for {} stage names",
+                        st.proportions.len(),
+                        st.names.len()
+                    ),
+                ));
+            }
+            StageProportions::new(&st.proportions)
+                .map_err(|e| self.field_err("stages.proportions", e.to_string()))?;
+        }
+        match self.kind {
+            ModelKind::StageProgress => {
+                if self.views.is_empty() {
+                    return Err(
+                        self.field_err("views", "a stage_progress model needs at least one view")
+                    );
+                }
+                if self.image.is_none() {
+                    return Err(
+                        self.field_err("image", "missing (a stage_progress model takes images)")
+                    );
+                }
+                if self.inputs.images.is_none() {
+                    return Err(self.field_err("inputs.images", "missing"));
+                }
+                if self.outputs.stage_logits.is_none() {
+                    return Err(self.field_err("outputs.stage_logits", "missing"));
+                }
+                if self.outputs.tau.is_none() {
+                    return Err(self.field_err("outputs.tau", "missing"));
+                }
+                if self.stages.is_none() {
+                    return Err(self.field_err("stages", "missing (names and proportions)"));
+                }
+            }
+            ModelKind::Hop => {
+                if self.outputs.hop.is_none() {
+                    return Err(self.field_err("outputs.hop", "missing"));
+                }
+            }
+            ModelKind::Policy => {
+                if self.outputs.action.is_none() {
+                    return Err(self.field_err("outputs.action", "missing"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the .onnx file's sha256 against the manifest.
+    pub fn verify_checksum(&self) -> Result<(), ModelError> {
+        let actual = sha256_file(&self.onnx)?;
+        if !actual.eq_ignore_ascii_case(&self.sha256) {
+            return Err(ModelError::Checksum {
+                path: self.onnx.clone(),
+                manifest: self.path.clone(),
+                expected: self.sha256.clone(),
+                actual,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stage proportions (normalised), when the manifest has stages.
+    pub fn proportions(&self) -> Option<StageProportions> {
+        self.stages
+            .as_ref()
+            .and_then(|s| StageProportions::new(&s.proportions).ok())
+    }
+
+    /// Control steps of history a window spans: `(frames - 1) * stride + 1`.
+    pub fn history_len(&self) -> usize {
+        (self.frames - 1) * self.stride + 1
+    }
+}
+
+/// Lower-case hex sha256 of a file.
+pub fn sha256_file(path: &Path) -> Result<String, ModelError> {
+    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+kind = "stage_progress"
+onnx = "m.onnx"
+sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+views = ["front", "wrist"]
+frames = 4
+stride = 2
+state_size = 3
+[image]
+width = 32
+height = 24
+[inputs]
+images = "images"
+state = "state"
+[outputs]
+stage_logits = "stage_logits"
+tau = "tau"
+[stages]
+names = ["a", "b"]
+proportions = [1.0, 3.0]
+"#;
+
+    fn parse(text: &str) -> Result<Manifest, ModelError> {
+        Manifest::parse(text, Path::new("test.toml"))
+    }
+
+    fn field_of(e: ModelError) -> String {
+        match e {
+            ModelError::ManifestField { field, .. } => field,
+            ModelError::ManifestSyntax { reason, .. } => format!("syntax: {reason}"),
+            other => panic!("unexpected error {other}"),
+        }
+    }
+
+    #[test]
+    fn good_manifest_parses() {
+        let m = parse(GOOD).unwrap();
+        assert_eq!(m.kind, ModelKind::StageProgress);
+        assert_eq!(m.history_len(), 7);
+        assert_eq!(m.image.as_ref().unwrap().std, [1.0; 3]);
+        assert_eq!(m.proportions().unwrap().proportions(), &[0.25, 0.75]);
+        assert_eq!(m.stages.as_ref().unwrap().progress, ProgressMode::Hard);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (GOOD.replace("frames = 4", "frames = 0"), "frames"),
+            (GOOD.replace("stride = 2", "stride = 0"), "stride"),
+            (GOOD.replace("state = \"state\"", ""), "inputs.state"),
+            (
+                GOOD.replace("proportions = [1.0, 3.0]", "proportions = [1.0]"),
+                "stages.proportions",
+            ),
+            (
+                GOOD.replace("proportions = [1.0, 3.0]", "proportions = [1.0, -3.0]"),
+                "stages.proportions",
+            ),
+            (
+                GOOD.replace("[\"front\", \"wrist\"]", "[\"front\", \"front\"]"),
+                "views",
+            ),
+            (GOOD.replace("sha256 = \"0000", "sha256 = \"zz00"), "sha256"),
+            (GOOD.replace("tau = \"tau\"", ""), "outputs.tau"),
+            (GOOD.replace("width = 32", "width = 0"), "image"),
+        ];
+        for (text, field) in cases {
+            assert_eq!(field_of(parse(&text).unwrap_err()), field, "{text}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_and_unknown_fields_are_refused() {
+        let e = field_of(parse(&GOOD.replace("frames = 4", "frames = \"four\"")).unwrap_err());
+        assert!(e.contains("frames"), "{e}");
+        let e = field_of(parse(&GOOD.replace("stride = 2", "stride = 2\nstrid = 3")).unwrap_err());
+        assert!(e.contains("strid"), "{e}");
+        let e = field_of(parse(&GOOD.replace("stage_progress", "magic")).unwrap_err());
+        assert!(e.contains("magic"), "{e}");
+    }
+}

@@ -1,0 +1,183 @@
+//! Frames in, model tensors out: resize an RGB8 frame of any size to the manifest's size and normalise it into
+//! CHW f32 (`(x / 255 - mean) / std`).
+
+use crate::manifest::ImageSpec;
+use crate::ModelError;
+use image::imageops::FilterType;
+use stagewise_core::Frame;
+
+/// Per-channel affine map equivalent to `(x / 255 - mean) / std`, precomputed once per model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Normaliser {
+    pub width: u32,
+    pub height: u32,
+    scale: [f32; 3],
+    offset: [f32; 3],
+}
+
+impl Normaliser {
+    pub fn new(spec: &ImageSpec) -> Self {
+        let mut scale = [0.0; 3];
+        let mut offset = [0.0; 3];
+        for c in 0..3 {
+            scale[c] = 1.0 / (255.0 * spec.std[c]);
+            offset[c] = -spec.mean[c] / spec.std[c];
+        }
+        Self {
+            width: spec.width,
+            height: spec.height,
+            scale,
+            offset,
+        }
+    }
+
+    /// Values per preprocessed frame: `3 * height * width`.
+    pub fn frame_len(&self) -> usize {
+        3 * self.width as usize * self.height as usize
+    }
+
+    /// Writes `frame` into `out` (length [`Self::frame_len`]) as normalised CHW f32, resizing (triangle filter)
+    /// when the frame is not already the model's size.
+    pub fn write_chw(&self, frame: &Frame, out: &mut [f32]) -> Result<(), String> {
+        if frame.width() == 0 || frame.height() == 0 {
+            return Err(format!(
+                "frame is {}x{}: it must not be empty",
+                frame.width(),
+                frame.height()
+            ));
+        }
+        if out.len() != self.frame_len() {
+            return Err(format!(
+                "output buffer has {} values, expected {}",
+                out.len(),
+                self.frame_len()
+            ));
+        }
+        let resized;
+        let src = if frame.width() == self.width && frame.height() == self.height {
+            frame
+        } else {
+            resized = image::imageops::resize(frame, self.width, self.height, FilterType::Triangle);
+            &resized
+        };
+        let plane = self.width as usize * self.height as usize;
+        let (r, rest) = out.split_at_mut(plane);
+        let (g, b) = rest.split_at_mut(plane);
+        for (i, px) in src.as_raw().chunks_exact(3).enumerate() {
+            r[i] = px[0] as f32 * self.scale[0] + self.offset[0];
+            g[i] = px[1] as f32 * self.scale[1] + self.offset[1];
+            b[i] = px[2] as f32 * self.scale[2] + self.offset[2];
+        }
+        Ok(())
+    }
+}
+
+/// Builds an RGB8 frame from raw interleaved bytes, refusing anything that is not 3-channel 8-bit or whose size
+/// disagrees with its bytes.
+pub fn frame_from_bytes(
+    width: u32,
+    height: u32,
+    channels: u32,
+    bytes: Vec<u8>,
+) -> Result<Frame, ModelError> {
+    let bad = |reason: String| ModelError::BadInput {
+        tensor: "frame".into(),
+        reason,
+    };
+    if width == 0 || height == 0 {
+        return Err(bad(format!(
+            "frame is {width}x{height}: it must not be empty"
+        )));
+    }
+    if channels != 3 {
+        return Err(bad(format!(
+            "frame has {channels} channels: expected RGB (3 channels, 8 bit)"
+        )));
+    }
+    let expected = width as usize * height as usize * 3;
+    if bytes.len() != expected {
+        return Err(bad(format!(
+            "{width}x{height} RGB8 frame needs {expected} bytes, got {}",
+            bytes.len()
+        )));
+    }
+    Frame::from_raw(width, height, bytes)
+        .ok_or_else(|| bad("frame bytes do not fit its size".into()))
+}
+
+/// Decodes an image file into an RGB8 frame. Images that are not 8-bit RGB (grey, RGBA, 16-bit) are refused
+/// rather than silently converted: a reward model trained on RGB must see RGB.
+pub fn load_frame(path: &std::path::Path) -> Result<Frame, ModelError> {
+    let img = image::open(path).map_err(|e| ModelError::BadInput {
+        tensor: path.display().to_string(),
+        reason: format!("cannot decode image: {e}"),
+    })?;
+    match img {
+        image::DynamicImage::ImageRgb8(f) if f.width() > 0 && f.height() > 0 => Ok(f),
+        image::DynamicImage::ImageRgb8(f) => Err(ModelError::BadInput {
+            tensor: path.display().to_string(),
+            reason: format!(
+                "image is {}x{}: it must not be empty",
+                f.width(),
+                f.height()
+            ),
+        }),
+        other => Err(ModelError::BadInput {
+            tensor: path.display().to_string(),
+            reason: format!("image is {:?}: expected 8-bit RGB", other.color()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(w: u32, h: u32) -> ImageSpec {
+        ImageSpec {
+            width: w,
+            height: h,
+            mean: [0.5, 0.25, 0.0],
+            std: [0.5, 0.25, 1.0],
+        }
+    }
+
+    #[test]
+    fn normalises_into_chw() {
+        let n = Normaliser::new(&spec(2, 1));
+        let frame = Frame::from_raw(2, 1, vec![255, 0, 51, 0, 255, 102]).unwrap();
+        let mut out = vec![0.0; n.frame_len()];
+        n.write_chw(&frame, &mut out).unwrap();
+        let expect = [
+            (1.0 - 0.5) / 0.5,
+            (0.0 - 0.5) / 0.5, // R plane
+            (0.0 - 0.25) / 0.25,
+            (1.0 - 0.25) / 0.25, // G plane
+            0.2,
+            0.4, // B plane
+        ];
+        for (a, b) in out.iter().zip(expect) {
+            assert!((a - b).abs() < 1e-6, "{out:?}");
+        }
+    }
+
+    #[test]
+    fn resizes_any_size() {
+        let n = Normaliser::new(&spec(8, 8));
+        let frame = Frame::from_pixel(31, 17, image::Rgb([255, 255, 255]));
+        let mut out = vec![0.0; n.frame_len()];
+        n.write_chw(&frame, &mut out).unwrap();
+        assert!(out[..64].iter().all(|v| (v - 1.0).abs() < 1e-5));
+    }
+
+    #[test]
+    fn refuses_empty_and_non_rgb() {
+        let n = Normaliser::new(&spec(4, 4));
+        let mut out = vec![0.0; n.frame_len()];
+        assert!(n.write_chw(&Frame::new(0, 4), &mut out).is_err());
+        assert!(frame_from_bytes(2, 2, 4, vec![0; 16]).is_err());
+        assert!(frame_from_bytes(2, 2, 3, vec![0; 11]).is_err());
+        assert!(frame_from_bytes(0, 2, 3, vec![]).is_err());
+        assert!(frame_from_bytes(2, 2, 3, vec![0; 12]).is_ok());
+    }
+}

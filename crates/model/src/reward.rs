@@ -1,0 +1,620 @@
+//! Batched scoring of stage-aware progress models: observations of N environments in, one ONNX Runtime run,
+//! `Progress` per environment out.
+
+use crate::manifest::{Manifest, ModelKind, ProgressMode};
+use crate::preprocess::Normaliser;
+use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::window::FrameWindow;
+use crate::ModelError;
+use ort::session::Session;
+use ort::value::{TensorElementType, TensorRef, ValueType};
+use stagewise_core::progress::{argmax, softmax};
+use stagewise_core::{Observation, Progress, StageProportions};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Where the time of the last [`RewardModel::score`] went.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepTiming {
+    /// Checking observations, resizing/normalising frames, updating windows, gathering the batch.
+    pub prepare: Duration,
+    /// `Session::run` alone.
+    pub run: Duration,
+    /// Softmax, progress math, output checks.
+    pub finish: Duration,
+}
+
+/// A stage-aware progress model with per-environment frame windows. Owned by one thread (ONNX Runtime's
+/// `Session::run` needs `&mut`); make one per worker thread.
+pub struct RewardModel {
+    manifest: Manifest,
+    session: Session,
+    provider: Provider,
+    proportions: StageProportions,
+    normaliser: Normaliser,
+    stages: usize,
+    fixed_batch: Option<usize>,
+    windows: Vec<Option<FrameWindow>>,
+    images: Vec<f32>,
+    state: Vec<f32>,
+    timing: StepTiming,
+}
+
+impl RewardModel {
+    /// Loads a model from its manifest, checks the manifest against the ONNX graph, and builds a session.
+    pub fn load(
+        manifest_path: &Path,
+        runtime: &OrtRuntime,
+        opts: &SessionOptions,
+    ) -> Result<Self, ModelError> {
+        let manifest = Manifest::load(manifest_path)?;
+        if manifest.kind != ModelKind::StageProgress {
+            return Err(ModelError::WrongKind {
+                kind: manifest.kind.to_string(),
+                wanted: "a stage-progress reward model",
+            });
+        }
+        let (session, provider) = runtime.session(&manifest.onnx, opts)?;
+        Self::from_session(manifest, session, provider)
+    }
+
+    fn from_session(
+        manifest: Manifest,
+        session: Session,
+        provider: Provider,
+    ) -> Result<Self, ModelError> {
+        let check = GraphCheck {
+            manifest: &manifest,
+            session: &session,
+        };
+        let (image_spec, stages_spec) = match (&manifest.image, &manifest.stages) {
+            (Some(i), Some(s)) => (i, s),
+            _ => missing_image_or_stages(&manifest)?,
+        };
+        let k = stages_spec.names.len();
+        let images_name = manifest.inputs.images.as_deref().unwrap_or_default();
+        let fixed_batch = check.input(
+            "inputs.images",
+            images_name,
+            &[
+                None,
+                Some(manifest.views.len()),
+                Some(manifest.frames),
+                Some(3),
+                Some(image_spec.height as usize),
+                Some(image_spec.width as usize),
+            ],
+        )?;
+        if let Some(state) = &manifest.inputs.state {
+            check.input("inputs.state", state, &[None, Some(manifest.state_size)])?;
+        }
+        check.no_extra_inputs()?;
+        check.output(
+            "outputs.stage_logits",
+            manifest.outputs.stage_logits.as_deref().unwrap_or_default(),
+            &[&[None, Some(k)]],
+        )?;
+        check.output(
+            "outputs.tau",
+            manifest.outputs.tau.as_deref().unwrap_or_default(),
+            &[&[None], &[None, Some(1)], &[None, Some(k)]],
+        )?;
+        let proportions = StageProportions::new(&stages_spec.proportions).map_err(|e| {
+            ModelError::ManifestField {
+                path: manifest.path.clone(),
+                field: "stages.proportions".into(),
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Self {
+            normaliser: Normaliser::new(image_spec),
+            stages: k,
+            fixed_batch,
+            proportions,
+            session,
+            provider,
+            manifest,
+            windows: Vec::new(),
+            images: Vec::new(),
+            state: Vec::new(),
+            timing: StepTiming::default(),
+        })
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The execution provider the session got.
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Timing of the last `score` call.
+    pub fn last_timing(&self) -> StepTiming {
+        self.timing
+    }
+
+    /// Values of one environment's image window: `views * frames * 3 * height * width`.
+    pub fn window_len(&self) -> usize {
+        self.manifest.views.len() * self.manifest.frames * self.normaliser.frame_len()
+    }
+
+    /// Forgets env `env`'s window: its next observation starts a new episode (as does any observation with
+    /// `step == 0`).
+    pub fn reset_env(&mut self, env: usize) {
+        if let Some(w) = self.windows.get_mut(env) {
+            *w = None;
+        }
+    }
+
+    /// Scores one observation per environment (`obs[i]` is env `i`'s newest observation) in one batched run.
+    /// Each call advances every environment's window by one step. Bad observations are refused before any
+    /// window changes, so a failed call loses nothing.
+    pub fn score(&mut self, obs: &[&Observation]) -> Result<Vec<Progress>, ModelError> {
+        let t0 = Instant::now();
+        let n = obs.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        self.check_batch(n)?;
+        let order = obs
+            .iter()
+            .enumerate()
+            .map(|(env, o)| self.view_order(env, o))
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.windows.len() < n {
+            self.windows.resize(n, None);
+        }
+        let (views, frames, stride) = (
+            self.manifest.views.len(),
+            self.manifest.frames,
+            self.manifest.stride,
+        );
+        let frame_len = self.normaliser.frame_len();
+        let window_len = self.window_len();
+        self.images.resize(n * window_len, 0.0);
+        self.state.resize(n * self.manifest.state_size, 0.0);
+        for (env, (o, order)) in obs.iter().zip(&order).enumerate() {
+            let fresh = o.step == 0 || self.windows[env].is_none();
+            let window = self.windows[env]
+                .get_or_insert_with(|| FrameWindow::new(views, frame_len, frames, stride));
+            let slot = if fresh {
+                window.newest_mut()
+            } else {
+                window.advance()
+            };
+            for (v, &idx) in order.iter().enumerate() {
+                // Sizes were checked in view_order, so this cannot fail.
+                self.normaliser
+                    .write_chw(
+                        &o.views[idx].rgb,
+                        &mut slot[v * frame_len..(v + 1) * frame_len],
+                    )
+                    .map_err(|reason| ModelError::BadObservation { env, reason })?;
+            }
+            if fresh {
+                window.reset_to_newest();
+            }
+            window.gather(&mut self.images[env * window_len..(env + 1) * window_len]);
+            let s = self.manifest.state_size;
+            self.state[env * s..(env + 1) * s].copy_from_slice(&o.state);
+        }
+        let prepared = Instant::now();
+        let out = self.run_prepared(n);
+        let mut timing = self.timing;
+        timing.prepare = prepared - t0;
+        self.timing = timing;
+        out
+    }
+
+    /// Runs the model on already-built windows: `images` is `[n, views, frames, 3, H, W]` normalised f32 and
+    /// `state` is `[n, state_size]`. For labelling and benchmarks; bypasses the per-env windows.
+    pub fn score_windows(
+        &mut self,
+        images: &[f32],
+        state: &[f32],
+        n: usize,
+    ) -> Result<Vec<Progress>, ModelError> {
+        let t0 = Instant::now();
+        self.check_batch(n)?;
+        let want = n * self.window_len();
+        if images.len() != want {
+            return Err(self.bad_input(
+                "inputs.images",
+                format!("has {} values, expected {want} for batch {n}", images.len()),
+            ));
+        }
+        let want_s = n * self.manifest.state_size;
+        if state.len() != want_s {
+            return Err(self.bad_input(
+                "inputs.state",
+                format!(
+                    "has {} values, expected {want_s} for batch {n}",
+                    state.len()
+                ),
+            ));
+        }
+        self.images.clear();
+        self.images.extend_from_slice(images);
+        self.state.clear();
+        self.state.extend_from_slice(state);
+        let prepared = Instant::now();
+        let out = self.run_prepared(n);
+        self.timing.prepare = prepared - t0;
+        out
+    }
+
+    /// Times `Session::run` alone on the buffers of the last call (for benchmarks: the bare-ORT reference).
+    pub fn time_bare_run(&mut self, n: usize) -> Result<Duration, ModelError> {
+        let t0 = Instant::now();
+        self.run_raw(n)?;
+        Ok(t0.elapsed())
+    }
+
+    fn bad_input(&self, field: &str, reason: String) -> ModelError {
+        let tensor = match field {
+            "inputs.state" => self.manifest.inputs.state.clone(),
+            _ => self.manifest.inputs.images.clone(),
+        };
+        ModelError::BadInput {
+            tensor: tensor.unwrap_or_else(|| field.to_string()),
+            reason,
+        }
+    }
+
+    fn check_batch(&self, n: usize) -> Result<(), ModelError> {
+        match self.fixed_batch {
+            Some(b) if b != n => Err(self.bad_input(
+                "inputs.images",
+                format!("the graph has a fixed batch of {b}, got {n} environments"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// For each manifest view, the index of the observation's view with that name; refuses missing views, extra
+    /// views, empty frames and a wrong state size.
+    fn view_order(&self, env: usize, o: &Observation) -> Result<Vec<usize>, ModelError> {
+        let bad = |reason: String| ModelError::BadObservation { env, reason };
+        let expected = &self.manifest.views;
+        if o.views.len() != expected.len() {
+            let got: Vec<&str> = o.views.iter().map(|v| v.name.as_str()).collect();
+            return Err(bad(format!(
+                "has {} views {got:?}, the model takes {} {expected:?}",
+                got.len(),
+                expected.len()
+            )));
+        }
+        let mut order = Vec::with_capacity(expected.len());
+        for name in expected {
+            let idx = o
+                .views
+                .iter()
+                .position(|v| &v.name == name)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "has no view named {name:?} (the model takes {expected:?})"
+                    ))
+                })?;
+            let f = &o.views[idx].rgb;
+            if f.width() == 0 || f.height() == 0 {
+                return Err(bad(format!(
+                    "view {name:?} is {}x{}: frames must not be empty",
+                    f.width(),
+                    f.height()
+                )));
+            }
+            order.push(idx);
+        }
+        if o.state.len() != self.manifest.state_size {
+            return Err(bad(format!(
+                "state has {} values, the model takes {}",
+                o.state.len(),
+                self.manifest.state_size
+            )));
+        }
+        if let Some(i) = o.state.iter().position(|x| !x.is_finite()) {
+            return Err(bad(format!(
+                "state[{i}] is {}: state must be finite",
+                o.state[i]
+            )));
+        }
+        Ok(order)
+    }
+
+    fn run_raw(&mut self, n: usize) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
+        let m = &self.manifest;
+        let img = m
+            .image
+            .as_ref()
+            .map(|i| (i.height as usize, i.width as usize))
+            .unwrap_or_default();
+        let shape = [n, m.views.len(), m.frames, 3, img.0, img.1];
+        let run_err = |e: ort::Error| ModelError::Run {
+            path: m.onnx.clone(),
+            reason: e.to_string(),
+        };
+        let images = TensorRef::from_array_view((shape, &self.images[..])).map_err(run_err)?;
+        let images_name = m.inputs.images.clone().unwrap_or_default();
+        let logits_name = m.outputs.stage_logits.clone().unwrap_or_default();
+        let tau_name = m.outputs.tau.clone().unwrap_or_default();
+        let outputs = if let Some(state_name) = &m.inputs.state {
+            let state = TensorRef::from_array_view(([n, m.state_size], &self.state[..]))
+                .map_err(run_err)?;
+            self.session
+                .run(ort::inputs![images_name => images, state_name.clone() => state])
+        } else {
+            self.session.run(ort::inputs![images_name => images])
+        }
+        .map_err(|e| ModelError::Run {
+            path: self.manifest.onnx.clone(),
+            reason: e.to_string(),
+        })?;
+        let path = &self.manifest.onnx;
+        let extract = |name: &str| -> Result<Vec<f32>, ModelError> {
+            let v = outputs.get(name).ok_or_else(|| ModelError::BadOutput {
+                path: path.clone(),
+                tensor: name.to_string(),
+                reason: "missing from the run's outputs".into(),
+            })?;
+            let (_, data) = v
+                .try_extract_tensor::<f32>()
+                .map_err(|e| ModelError::BadOutput {
+                    path: path.clone(),
+                    tensor: name.to_string(),
+                    reason: e.to_string(),
+                })?;
+            Ok(data.to_vec())
+        };
+        Ok((extract(&logits_name)?, extract(&tau_name)?))
+    }
+
+    fn run_prepared(&mut self, n: usize) -> Result<Vec<Progress>, ModelError> {
+        let t0 = Instant::now();
+        let (logits, taus) = self.run_raw(n)?;
+        let t1 = Instant::now();
+        let k = self.stages;
+        // tau is one value per env ([N] or [N, 1]) or one per stage ([N, K]): the graph may leave the axis dynamic.
+        let tau_width = if taus.len() == n { 1 } else { k };
+        let logits_name = self
+            .manifest
+            .outputs
+            .stage_logits
+            .clone()
+            .unwrap_or_default();
+        let tau_name = self.manifest.outputs.tau.clone().unwrap_or_default();
+        let bad = |tensor: &str, reason: String| ModelError::BadOutput {
+            path: self.manifest.onnx.clone(),
+            tensor: tensor.into(),
+            reason,
+        };
+        if logits.len() != n * k {
+            return Err(bad(
+                &logits_name,
+                format!(
+                    "has {} values, expected {} ([{n}, {k}])",
+                    logits.len(),
+                    n * k
+                ),
+            ));
+        }
+        if taus.len() != n * tau_width {
+            return Err(bad(
+                &tau_name,
+                format!(
+                    "has {} values, expected {n} or {} ([{n}, {k}])",
+                    taus.len(),
+                    n * k
+                ),
+            ));
+        }
+        let mode = self
+            .manifest
+            .stages
+            .as_ref()
+            .map(|s| s.progress)
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(n);
+        for env in 0..n {
+            let l: Vec<f64> = logits[env * k..(env + 1) * k]
+                .iter()
+                .map(|&x| x as f64)
+                .collect();
+            let t: Vec<f64> = taus[env * tau_width..(env + 1) * tau_width]
+                .iter()
+                .map(|&x| x as f64)
+                .collect();
+            if let Some(x) = l.iter().find(|x| !x.is_finite()) {
+                return Err(bad(
+                    &logits_name,
+                    format!("env {env}: value {x} is not finite"),
+                ));
+            }
+            if let Some(x) = t.iter().find(|x| !x.is_finite()) {
+                return Err(bad(
+                    &tau_name,
+                    format!("env {env}: value {x} is not finite"),
+                ));
+            }
+            let probs = softmax(&l).map_err(|e| bad(&logits_name, e.to_string()))?;
+            let stage = argmax(&l).unwrap_or(0);
+            let tau = if tau_width == k { t[stage] } else { t[0] };
+            let phi = match mode {
+                ProgressMode::Hard => self.proportions.hard_phi(stage, tau),
+                ProgressMode::Soft => self.proportions.soft_phi(&l, &t),
+            }
+            .map_err(|e| bad(&tau_name, e.to_string()))?;
+            out.push(Progress {
+                stage,
+                stage_probs: probs.iter().map(|&p| p as f32).collect(),
+                tau: tau.clamp(0.0, 1.0) as f32,
+                phi: phi as f32,
+            });
+        }
+        self.timing.run = t1 - t0;
+        self.timing.finish = t1.elapsed();
+        Ok(out)
+    }
+}
+
+fn missing_image_or_stages<T>(m: &Manifest) -> Result<T, ModelError> {
+    Err(ModelError::ManifestField {
+        path: m.path.clone(),
+        field: "image".into(),
+        reason: "a stage_progress model needs [image] and [stages]".into(),
+    })
+}
+
+/// Checks the manifest's tensors against the ONNX graph: names, element type, ranks and fixed sizes.
+struct GraphCheck<'a> {
+    manifest: &'a Manifest,
+    session: &'a Session,
+}
+
+impl GraphCheck<'_> {
+    fn err(&self, field: &str, reason: String) -> ModelError {
+        ModelError::GraphMismatch {
+            path: self.manifest.onnx.clone(),
+            field: field.into(),
+            reason,
+        }
+    }
+
+    fn tensor_shape(
+        &self,
+        field: &str,
+        name: &str,
+        ty: &ValueType,
+    ) -> Result<Vec<i64>, ModelError> {
+        match ty {
+            ValueType::Tensor {
+                ty: TensorElementType::Float32,
+                shape,
+                ..
+            } => Ok(shape.to_vec()),
+            ValueType::Tensor { ty, .. } => Err(self.err(
+                field,
+                format!("tensor `{name}` is {ty:?}, expected float32"),
+            )),
+            other => Err(self.err(
+                field,
+                format!("`{name}` is {other:?}, expected a float32 tensor"),
+            )),
+        }
+    }
+
+    /// Checks one input's shape against `expected` (None = any size). Returns the fixed batch size, if any.
+    fn input(
+        &self,
+        field: &str,
+        name: &str,
+        expected: &[Option<usize>],
+    ) -> Result<Option<usize>, ModelError> {
+        let outlet = self
+            .session
+            .inputs()
+            .iter()
+            .find(|o| o.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.session.inputs().iter().map(|o| o.name()).collect();
+                self.err(
+                    field,
+                    format!("the graph has no input named `{name}` (its inputs: {names:?})"),
+                )
+            })?;
+        let shape = self.tensor_shape(field, name, outlet.dtype())?;
+        self.match_shape(field, name, &shape, expected)?;
+        Ok(shape.first().and_then(|&d| usize::try_from(d).ok()))
+    }
+
+    /// Checks one output against any of the allowed shapes.
+    fn output(
+        &self,
+        field: &str,
+        name: &str,
+        allowed: &[&[Option<usize>]],
+    ) -> Result<(), ModelError> {
+        let outlet = self
+            .session
+            .outputs()
+            .iter()
+            .find(|o| o.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.session.outputs().iter().map(|o| o.name()).collect();
+                self.err(
+                    field,
+                    format!("the graph has no output named `{name}` (its outputs: {names:?})"),
+                )
+            })?;
+        let shape = self.tensor_shape(field, name, outlet.dtype())?;
+        let mut first_err = None;
+        for expected in allowed {
+            match self.match_shape(field, name, &shape, expected) {
+                Ok(()) => return Ok(()),
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        Err(first_err.unwrap_or_else(|| self.err(field, "no allowed shape".into())))
+    }
+
+    fn match_shape(
+        &self,
+        field: &str,
+        name: &str,
+        shape: &[i64],
+        expected: &[Option<usize>],
+    ) -> Result<(), ModelError> {
+        let show = |e: &[Option<usize>]| {
+            e.iter()
+                .map(|d| d.map_or("N".to_string(), |d| d.to_string()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if shape.len() != expected.len() {
+            return Err(self.err(
+                field,
+                format!(
+                    "tensor `{name}` has rank {} {shape:?}, the manifest implies rank {} [{}]",
+                    shape.len(),
+                    expected.len(),
+                    show(expected)
+                ),
+            ));
+        }
+        for (axis, (&got, want)) in shape.iter().zip(expected).enumerate() {
+            if let Some(want) = want {
+                if got >= 0 && got as usize != *want {
+                    return Err(self.err(
+                        field,
+                        format!("tensor `{name}` axis {axis} is {got}, the manifest implies {want} (shape [{}])", show(expected)),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn no_extra_inputs(&self) -> Result<(), ModelError> {
+        let known = [
+            self.manifest.inputs.images.as_deref(),
+            self.manifest.inputs.state.as_deref(),
+        ];
+        for o in self.session.inputs() {
+            if !known.contains(&Some(o.name())) {
+                return Err(self.err(
+                    "inputs",
+                    format!(
+                        "the graph takes input `{}`, which the manifest does not name",
+                        o.name()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Builds small deterministic ONNX reward models for tests and benchmarks, with their manifests.
+
+Each is a real conv net with fixed seeded weights (no training): per frame a two-layer strided conv encoder with
+global average pooling, the embeddings of all views and window frames concatenated with the state, an MLP
+trunk, a stage-logits head and a tau head (sigmoid). The input layout is the one Stagewise feeds:
+images f32 [N, views, frames, 3, H, W] (normalised), state f32 [N, state_size].
+
+    .venv/bin/python models/make_test_models.py [--out models/test]
+
+Outputs are byte-for-byte reproducible (same numpy seed, same onnx version); the manifests carry the sha256.
+"""
+import argparse
+import hashlib
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+MODELS = {
+    # The benchmark shape of DESIGN.md / issue 2: one robot, 3 views at 96x96, window 4.
+    "tiny3v": dict(views=["front", "side", "wrist"], frames=4, stride=2, size=96, state=8,
+                   stages=["reach", "grasp", "lift", "place"], proportions=[0.2, 0.2, 0.25, 0.35],
+                   tau="single", progress="hard", seed=1),
+    # One view, one frame, no state, one tau per stage, soft progress.
+    "tiny1v": dict(views=["front"], frames=1, stride=1, size=32, state=0,
+                   stages=["approach", "push", "settle"], proportions=[1.0, 2.0, 1.0],
+                   tau="per_stage", progress="soft", seed=2),
+    # Broken on purpose: its tau is log(-1 - |x|) = NaN. Tests check the runtime refuses NaN outputs.
+    "nan1v": dict(views=["front"], frames=1, stride=1, size=16, state=0,
+                  stages=["only"], proportions=[1.0], tau="nan", progress="hard", seed=3),
+}
+
+
+def build(name, views, frames, stride, size, state, stages, proportions, tau, progress, seed):
+    rng = np.random.default_rng(seed)
+    v, f, k = len(views), frames, len(stages)
+    c1, c2, hidden = 8, 16, 32
+
+    def w(*shape, scale=None):
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        s = scale if scale is not None else np.sqrt(2.0 / fan_in)
+        return (rng.standard_normal(shape) * s).astype(np.float32)
+
+    inits = [
+        numpy_helper.from_array(np.array([-1, 3, size, size], dtype=np.int64), "frames_shape"),
+        numpy_helper.from_array(w(c1, 3, 3, 3), "conv1_w"),
+        numpy_helper.from_array(w(c1, scale=0.1), "conv1_b"),
+        numpy_helper.from_array(w(c2, c1, 3, 3), "conv2_w"),
+        numpy_helper.from_array(w(c2, scale=0.1), "conv2_b"),
+        numpy_helper.from_array(np.array([-1, v * f * c2], dtype=np.int64), "emb_shape"),
+    ]
+    feat = v * f * c2 + state
+    inits += [
+        numpy_helper.from_array(w(feat, hidden), "fc1_w"),
+        numpy_helper.from_array(w(hidden, scale=0.1), "fc1_b"),
+        numpy_helper.from_array(w(hidden, k), "stage_w"),
+        numpy_helper.from_array(w(k, scale=0.5), "stage_b"),
+    ]
+    tau_out = k if tau == "per_stage" else 1
+    inits += [
+        numpy_helper.from_array(w(hidden, tau_out), "tau_w"),
+        numpy_helper.from_array(w(tau_out, scale=0.1), "tau_b"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["images", "frames_shape"], ["frames"]),
+        helper.make_node("Conv", ["frames", "conv1_w", "conv1_b"], ["h1"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["h1"], ["a1"]),
+        helper.make_node("Conv", ["a1", "conv2_w", "conv2_b"], ["h2"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["h2"], ["a2"]),
+        helper.make_node("GlobalAveragePool", ["a2"], ["pooled"]),
+        helper.make_node("Reshape", ["pooled", "emb_shape"], ["emb"]),
+    ]
+    inputs = [helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", v, f, 3, size, size])]
+    if state:
+        inputs.append(helper.make_tensor_value_info("state", TensorProto.FLOAT, ["N", state]))
+        nodes.append(helper.make_node("Concat", ["emb", "state"], ["feat"], axis=1))
+    else:
+        nodes.append(helper.make_node("Identity", ["emb"], ["feat"]))
+    nodes += [
+        helper.make_node("Gemm", ["feat", "fc1_w", "fc1_b"], ["z1"]),
+        helper.make_node("Relu", ["z1"], ["trunk"]),
+        helper.make_node("Gemm", ["trunk", "stage_w", "stage_b"], ["stage_logits"]),
+        helper.make_node("Gemm", ["trunk", "tau_w", "tau_b"], ["tau_logit"]),
+    ]
+    if tau == "nan":
+        inits.append(numpy_helper.from_array(np.array([-1.0], dtype=np.float32), "minus_one"))
+        nodes += [
+            helper.make_node("Abs", ["tau_logit"], ["abs_tau"]),
+            helper.make_node("Sub", ["minus_one", "abs_tau"], ["negative"]),
+            helper.make_node("Log", ["negative"], ["tau"]),
+        ]
+    else:
+        nodes.append(helper.make_node("Sigmoid", ["tau_logit"], ["tau"]))
+    outputs = [
+        helper.make_tensor_value_info("stage_logits", TensorProto.FLOAT, ["N", k]),
+        helper.make_tensor_value_info("tau", TensorProto.FLOAT, ["N", tau_out]),
+    ]
+    graph = helper.make_graph(nodes, name, inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="stagewise-test-models")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def manifest(name, spec, sha):
+    lines = [
+        f'# Generated by models/make_test_models.py: a deterministic, untrained test model (seed {spec["seed"]}).',
+        'kind = "stage_progress"',
+        f'onnx = "{name}.onnx"',
+        f'sha256 = "{sha}"',
+        'description = "untrained conv net with fixed seeded weights, for tests and benchmarks only"',
+        "views = [" + ", ".join(f'"{x}"' for x in spec["views"]) + "]",
+        f'frames = {spec["frames"]}',
+        f'stride = {spec["stride"]}',
+        f'state_size = {spec["state"]}',
+        "",
+        "[image]",
+        f'width = {spec["size"]}',
+        f'height = {spec["size"]}',
+        "mean = [0.485, 0.456, 0.406]",
+        "std = [0.229, 0.224, 0.225]",
+        "",
+        "[inputs]",
+        'images = "images"',
+    ]
+    if spec["state"]:
+        lines.append('state = "state"')
+    lines += [
+        "",
+        "[outputs]",
+        'stage_logits = "stage_logits"',
+        'tau = "tau"',
+        "",
+        "[stages]",
+        "names = [" + ", ".join(f'"{x}"' for x in spec["stages"]) + "]",
+        "proportions = [" + ", ".join(repr(float(x)) for x in spec["proportions"]) + "]",
+        f'progress = "{spec["progress"]}"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "test"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for name, spec in MODELS.items():
+        data = build(name, **spec).SerializeToString()
+        path = os.path.join(args.out, f"{name}.onnx")
+        with open(path, "wb") as fh:
+            fh.write(data)
+        sha = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(args.out, f"{name}.toml"), "w") as fh:
+            fh.write(manifest(name, spec, sha))
+        print(f"{path}: {len(data)} bytes, sha256 {sha}")
+
+
+if __name__ == "__main__":
+    main()
