@@ -28,7 +28,15 @@ impl Mdp {
         self.terminal.len()
     }
 
-    fn q(&self, s: usize, t: usize, a: usize, gamma: f64, reward: &RewardFn, v_next: &[f64]) -> f64 {
+    fn q(
+        &self,
+        s: usize,
+        t: usize,
+        a: usize,
+        gamma: f64,
+        reward: &RewardFn,
+        v_next: &[f64],
+    ) -> f64 {
         self.p[s][a]
             .iter()
             .map(|&(s2, pr)| {
@@ -41,7 +49,13 @@ impl Mdp {
 
     /// Finite-horizon value iteration over time-indexed states. `v_limit` is the value at the time limit `h`
     /// (0 when the limit ends the task, the bootstrap value when it only truncates). Returns `q[t][s][a]`.
-    fn finite_horizon_q(&self, h: usize, gamma: f64, reward: &RewardFn, v_limit: &[f64]) -> Vec<Vec<Vec<f64>>> {
+    fn finite_horizon_q(
+        &self,
+        h: usize,
+        gamma: f64,
+        reward: &RewardFn,
+        v_limit: &[f64],
+    ) -> Vec<Vec<Vec<f64>>> {
         let mut v = v_limit.to_vec();
         let mut q = vec![vec![vec![0.0; self.n_actions]; self.n()]; h];
         for t in (0..h).rev() {
@@ -50,8 +64,8 @@ impl Mdp {
                 if self.terminal[s] {
                     continue;
                 }
-                for a in 0..self.n_actions {
-                    q[t][s][a] = self.q(s, t, a, gamma, reward, &v);
+                for (a, q_a) in q[t][s].iter_mut().enumerate() {
+                    *q_a = self.q(s, t, a, gamma, reward, &v);
                 }
                 v_t[s] = q[t][s].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             }
@@ -85,7 +99,11 @@ impl Mdp {
 
     fn greedy_infinite(&self, gamma: f64, reward: &RewardFn, s: usize) -> usize {
         let v = self.infinite_horizon_v(gamma, reward);
-        argmax(&(0..self.n_actions).map(|a| self.q(s, 0, a, gamma, reward, &v)).collect::<Vec<_>>())
+        argmax(
+            &(0..self.n_actions)
+                .map(|a| self.q(s, 0, a, gamma, reward, &v))
+                .collect::<Vec<_>>(),
+        )
     }
 }
 
@@ -131,21 +149,36 @@ fn random_mdp(seed: u64, n_live: usize, n_term: usize, n_actions: usize) -> Mdp 
             if rng.unit() < 0.3 {
                 p[s][a] = vec![(rng.below(n), 1.0)]; // deterministic
             } else {
-                let w: Vec<f64> = (0..n).map(|_| if rng.unit() < 0.3 { 0.0 } else { rng.unit() }).collect();
+                let w: Vec<f64> = (0..n)
+                    .map(|_| if rng.unit() < 0.3 { 0.0 } else { rng.unit() })
+                    .collect();
                 let sum: f64 = w.iter().sum();
                 p[s][a] = if sum > 0.0 {
-                    w.iter().enumerate().filter(|(_, x)| **x > 0.0).map(|(i, x)| (i, x / sum)).collect()
+                    w.iter()
+                        .enumerate()
+                        .filter(|(_, x)| **x > 0.0)
+                        .map(|(i, x)| (i, x / sum))
+                        .collect()
                 } else {
                     vec![(rng.below(n), 1.0)]
                 };
             }
             for s2 in 0..n {
                 // sparse-ish task reward: mostly 0, success-like rewards into terminals
-                r[s][a][s2] = if terminal[s2] || rng.unit() < 0.3 { rng.range(-1.0, 1.0) } else { 0.0 };
+                r[s][a][s2] = if terminal[s2] || rng.unit() < 0.3 {
+                    rng.range(-1.0, 1.0)
+                } else {
+                    0.0
+                };
             }
         }
     }
-    Mdp { n_actions, p, r, terminal }
+    Mdp {
+        n_actions,
+        p,
+        r,
+        terminal,
+    }
 }
 
 /// `a` and `b` rank the actions the same way: each one's greedy action is optimal for the other (up to float
@@ -154,8 +187,14 @@ fn assert_same_policy(q: &[f64], q_shaped: &[f64], what: &str) {
     let (a, b) = (argmax(q), argmax(q_shaped));
     let max_q = q[a];
     let max_qs = q_shaped[b];
-    assert!(q[b] >= max_q - 1e-9, "{what}: shaped greedy action {b} is not optimal for the task ({q:?} vs {q_shaped:?})");
-    assert!(q_shaped[a] >= max_qs - 1e-9, "{what}: task-optimal action {a} is not optimal when shaped");
+    assert!(
+        q[b] >= max_q - 1e-9,
+        "{what}: shaped greedy action {b} is not optimal for the task ({q:?} vs {q_shaped:?})"
+    );
+    assert!(
+        q_shaped[a] >= max_qs - 1e-9,
+        "{what}: task-optimal action {a} is not optimal when shaped"
+    );
     for i in 0..q.len() {
         for j in 0..q.len() {
             let d = (q[i] - q[j]) - (q_shaped[i] - q_shaped[j]);
@@ -276,7 +315,12 @@ fn deterministic(edges: &[Vec<(usize, f64)>], terminal: &[bool]) -> Mdp {
             r[s][a][s2] = rew;
         }
     }
-    Mdp { n_actions, p, r, terminal: terminal.to_vec() }
+    Mdp {
+        n_actions,
+        p,
+        r,
+        terminal: terminal.to_vec(),
+    }
 }
 
 /// Robo-Dopamine's "semantic trap": near the goal, finishing needs a dip in progress (e.g. letting go before
@@ -304,14 +348,20 @@ fn naive_delta_rewards_stalling_where_potential_shaping_does_not() {
     let config = ShapingConfig::new(gamma, scale).unwrap();
     let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
     let potential = |s: usize, _t: usize, a: usize, s2: usize, term: bool| {
-        config.potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term).unwrap()
+        config
+            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term)
+            .unwrap()
     };
     let naive = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| {
         naive_delta_reward(scale, phi[s], phi[s2], mdp.r[s][a][s2])
     };
     assert_eq!(mdp.greedy_infinite(gamma, &task, NEAR), GO);
     assert_eq!(mdp.greedy_infinite(gamma, &potential, NEAR), GO);
-    assert_eq!(mdp.greedy_infinite(gamma, &naive, NEAR), STALL, "the naive delta should prefer stalling here");
+    assert_eq!(
+        mdp.greedy_infinite(gamma, &naive, NEAR),
+        STALL,
+        "the naive delta should prefer stalling here"
+    );
 }
 
 /// Without the terminal rule (keeping `Phi(s_N)` when the episode terminates) the final `gamma * c * Phi(s_N)`
@@ -322,20 +372,31 @@ fn a_kept_terminal_potential_changes_the_policy() {
     const SUCCEED: usize = 0;
     const FAIL: usize = 1;
     // 0: start; 1: success (task reward 1), the model reads it as 0.2; 2: failure the model reads as 0.9
-    let mdp = deterministic(&[vec![(1, 1.0), (2, 0.0)], vec![(1, 0.0)], vec![(2, 0.0)]], &[false, true, true]);
+    let mdp = deterministic(
+        &[vec![(1, 1.0), (2, 0.0)], vec![(1, 0.0)], vec![(2, 0.0)]],
+        &[false, true, true],
+    );
     let phi = [0.1, 0.2, 0.9];
     let (gamma, scale) = (0.9, 2.0);
     let config = ShapingConfig::new(gamma, scale).unwrap();
     let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
     let rule = |s: usize, _t: usize, a: usize, s2: usize, term: bool| {
-        config.potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term).unwrap()
+        config
+            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term)
+            .unwrap()
     };
     let kept = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| {
-        config.potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], false).unwrap()
+        config
+            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], false)
+            .unwrap()
     };
     assert_eq!(mdp.greedy_infinite(gamma, &task, START), SUCCEED);
     assert_eq!(mdp.greedy_infinite(gamma, &rule, START), SUCCEED);
-    assert_eq!(mdp.greedy_infinite(gamma, &kept, START), FAIL, "a kept terminal potential should flip the choice");
+    assert_eq!(
+        mdp.greedy_infinite(gamma, &kept, START),
+        FAIL,
+        "a kept terminal potential should flip the choice"
+    );
 }
 
 /// The same failure through time: with a kept terminal potential, *when* the episode ends changes the final
@@ -348,7 +409,12 @@ fn a_kept_terminal_potential_changes_when_to_finish() {
     const SLOW: usize = 1;
     // 0: start: quick -> goal (3) now, or slow via 1, 2 -> goal. Goal is terminal with task reward 1.
     let mdp = deterministic(
-        &[vec![(3, 1.0), (1, 0.0)], vec![(2, 0.0)], vec![(3, 1.0)], vec![(3, 0.0)]],
+        &[
+            vec![(3, 1.0), (1, 0.0)],
+            vec![(2, 0.0)],
+            vec![(3, 1.0)],
+            vec![(3, 0.0)],
+        ],
         &[false, false, false, true],
     );
     // a potential that is negative at the goal (any real-valued potential is allowed)
@@ -357,10 +423,14 @@ fn a_kept_terminal_potential_changes_when_to_finish() {
     let config = ShapingConfig::new(gamma, scale).unwrap();
     let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
     let rule = |s: usize, _t: usize, a: usize, s2: usize, term: bool| {
-        config.potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term).unwrap()
+        config
+            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term)
+            .unwrap()
     };
     let kept = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| {
-        config.potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], false).unwrap()
+        config
+            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], false)
+            .unwrap()
     };
     assert_eq!(mdp.greedy_infinite(gamma, &task, START), QUICK);
     assert_eq!(mdp.greedy_infinite(gamma, &rule, START), QUICK);

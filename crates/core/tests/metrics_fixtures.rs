@@ -86,7 +86,11 @@ fn spearman_matches_scipy_including_ties_and_constants() {
     let f = fixture();
     assert!(f.spearman.len() >= 5);
     for (i, c) in f.spearman.iter().enumerate() {
-        close(&format!("spearman case {i}"), spearman(&c.x, &c.y).unwrap(), c.rho);
+        close(
+            &format!("spearman case {i}"),
+            spearman(&c.x, &c.y).unwrap(),
+            c.rho,
+        );
     }
 }
 
@@ -106,17 +110,29 @@ fn voc_vroc_f1_and_nr_match_the_reference() {
 fn stage_accuracy_and_mae_match_sklearn() {
     let f = fixture();
     for c in f.stage_accuracy {
-        close("stage accuracy", stage_accuracy(&c.predicted, &c.annotated).unwrap(), c.accuracy);
+        close(
+            "stage accuracy",
+            stage_accuracy(&c.predicted, &c.annotated).unwrap(),
+            c.accuracy,
+        );
     }
     for c in f.progress_mae {
-        close("progress mae", progress_mae(&c.predicted, &c.annotated).unwrap(), c.mae);
+        close(
+            "progress mae",
+            progress_mae(&c.predicted, &c.annotated).unwrap(),
+            c.mae,
+        );
     }
 }
 
 #[test]
 fn auroc_matches_sklearn_with_ties() {
     for (i, c) in fixture().auroc.iter().enumerate() {
-        close(&format!("auroc {i}"), auroc(&c.scores, &c.labels).unwrap(), c.auroc);
+        close(
+            &format!("auroc {i}"),
+            auroc(&c.scores, &c.labels).unwrap(),
+            c.auroc,
+        );
         // the same through final progress of one-frame "episodes"
         let episodes: Vec<Vec<f64>> = c.scores.iter().map(|s| vec![0.0, *s]).collect();
         close(

@@ -43,7 +43,10 @@ fn close_all(what: &str, got: &[Vec<f64>], want: &[Vec<f64>]) {
     for (e, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g.len(), w.len(), "{what}: episode {e} length");
         for (i, (a, b)) in g.iter().zip(w).enumerate() {
-            assert!((a - b).abs() <= TOL, "{what}: episode {e} frame {i}: got {a}, reference {b}");
+            assert!(
+                (a - b).abs() <= TOL,
+                "{what}: episode {e} frame {i}: got {a}, reference {b}"
+            );
         }
     }
 }
@@ -53,7 +56,10 @@ fn weights_and_summary_match_lerobot() {
     let f = fixture();
     assert!(f.cases.len() >= 20);
     for c in &f.cases {
-        let what = format!("{} chunk {} kappa {} {:?}", c.dataset, c.chunk_size, c.kappa, c.precision);
+        let what = format!(
+            "{} chunk {} kappa {} {:?}",
+            c.dataset, c.chunk_size, c.kappa, c.precision
+        );
         let episodes = &f.datasets[&c.dataset];
         let config = RabcConfig {
             chunk_size: c.chunk_size,
@@ -73,7 +79,10 @@ fn weights_and_summary_match_lerobot() {
             ("delta mean", s.delta_mean, r.delta_mean),
             ("delta std", s.delta_std, r.delta_std),
         ] {
-            assert!((a - b).abs() <= TOL, "{what}: {name}: got {a}, reference {b}");
+            assert!(
+                (a - b).abs() <= TOL,
+                "{what}: {name}: got {a}, reference {b}"
+            );
         }
     }
 }
@@ -82,7 +91,11 @@ fn weights_and_summary_match_lerobot() {
 fn f32_weights_are_bit_exact() {
     // LeRobot's arithmetic is float32 throughout the weighting: the result should be identical, not just close.
     let f = fixture();
-    for c in f.cases.iter().filter(|c| c.precision == RabcPrecision::LeRobotF32) {
+    for c in f
+        .cases
+        .iter()
+        .filter(|c| c.precision == RabcPrecision::LeRobotF32)
+    {
         let config = RabcConfig {
             chunk_size: c.chunk_size,
             kappa: c.kappa,
