@@ -10,7 +10,8 @@
 //!
 //! The fused progress is their mean. The optional consistency weight
 //! `w = exp(-alpha * (|phi_B - phi_F| / (mean(phi_F, phi_B) + eps))^2)` (alpha = 20) says how much the two
-//! anchored views agree; a caller may multiply the step's shaping term by it (see `docs/shaping.md`).
+//! anchored views agree. Folding it into the potential (`Phi = consistency * phi`, cached at the visit) keeps
+//! shaping policy-invariant; multiplying the shaping term by it does not (see `docs/shaping.md`).
 //!
 //! Caveat: the fused `phi` is a valid potential (any finite function of the visited state works), but the
 //! incremental estimate depends on the path, not only on the state, so "same state, same potential" holds only
