@@ -107,14 +107,9 @@ impl Mdp {
     }
 }
 
+/// Greedy action (first on ties), via the crate's own argmax.
 fn argmax(q: &[f64]) -> usize {
-    let mut best = 0;
-    for (i, &x) in q.iter().enumerate() {
-        if x > q[best] {
-            best = i;
-        }
-    }
-    best
+    stagewise_core::progress::argmax(q).unwrap_or(0)
 }
 
 /// Small deterministic generator for the MDP contents (proptest draws the seed and the shape).
