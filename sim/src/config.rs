@@ -1,0 +1,295 @@
+//! Configuration: task choice, timing, cameras and domain randomisation.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// The manipulation tasks the simulator offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Task {
+    /// Pick a block up and place it on a target patch.
+    PickPlace,
+    /// Push a block onto a target patch with the closed gripper.
+    PushTarget,
+    /// Pick the small block and stack it on the large one.
+    Stack,
+}
+
+impl Task {
+    pub const ALL: [Task; 3] = [Task::PickPlace, Task::PushTarget, Task::Stack];
+
+    /// Kebab-case name (`pick-place`, `push-target`, `stack`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::PickPlace => "pick-place",
+            Task::PushTarget => "push-target",
+            Task::Stack => "stack",
+        }
+    }
+
+    /// Stage names in order.
+    pub fn stage_names(self) -> &'static [&'static str] {
+        match self {
+            Task::PickPlace | Task::Stack => {
+                &["reach", "grasp", "lift", "carry", "place", "release"]
+            }
+            Task::PushTarget => &["reach", "descend", "push"],
+        }
+    }
+
+    /// Stage proportions `a_k` (sum 1) used by the progress oracle `phi = P_k + a_k * tau`. They are the mean
+    /// stage shares of the clean scripted expert (see README), so reward models trained on expert
+    /// annotations learn the same scale.
+    pub fn stage_proportions(self) -> &'static [f32] {
+        match self {
+            Task::PickPlace => &[0.22, 0.08, 0.10, 0.28, 0.14, 0.18],
+            Task::Stack => &[0.22, 0.08, 0.12, 0.26, 0.14, 0.18],
+            Task::PushTarget => &[0.30, 0.15, 0.55],
+        }
+    }
+
+    /// Number of movable blocks in the scene.
+    pub fn num_objects(self) -> usize {
+        match self {
+            Task::Stack => 2,
+            _ => 1,
+        }
+    }
+
+    /// Whether the task shows a target patch on the table.
+    pub fn has_target(self) -> bool {
+        !matches!(self, Task::Stack)
+    }
+}
+
+impl fmt::Display for Task {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown task name.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown task {0:?}: expected one of pick-place, push-target, stack")]
+pub struct UnknownTask(pub String);
+
+impl FromStr for Task {
+    type Err = UnknownTask;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pick-place" | "pick_place" | "pickplace" => Ok(Task::PickPlace),
+            "push-target" | "push" | "push_target" => Ok(Task::PushTarget),
+            "stack" => Ok(Task::Stack),
+            other => Err(UnknownTask(other.to_string())),
+        }
+    }
+}
+
+/// Where a camera sits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum CameraMount {
+    /// Fixed in the world: `eye` and `target` are world coordinates.
+    World,
+    /// Rides on the end effector: `eye` and `target` are offsets from the tool centre point (the gripper
+    /// does not rotate, so offsets are world-aligned).
+    Wrist,
+}
+
+/// A pinhole camera: pose from `eye`/`target`/`up`, intrinsics from the vertical field of view
+/// (`fy = fx = (height / 2) / tan(fov_y / 2)`, principal point at the image centre), any resolution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CameraConfig {
+    pub name: String,
+    pub mount: CameraMount,
+    pub eye: [f32; 3],
+    pub target: [f32; 3],
+    pub up: [f32; 3],
+    pub fov_y_deg: f32,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl CameraConfig {
+    pub fn fixed(name: &str, eye: [f32; 3], target: [f32; 3], width: u32, height: u32) -> Self {
+        Self {
+            name: name.to_string(),
+            mount: CameraMount::World,
+            eye,
+            target,
+            up: [0.0, 0.0, 1.0],
+            fov_y_deg: 50.0,
+            width,
+            height,
+        }
+    }
+
+    /// The default three views: `front`, `side` (fixed) and `wrist`.
+    pub fn default_views(width: u32, height: u32) -> Vec<Self> {
+        vec![
+            Self::fixed("front", [0.62, 0.0, 0.42], [0.0, 0.0, 0.03], width, height),
+            Self::fixed("side", [0.12, -0.62, 0.40], [0.0, 0.0, 0.03], width, height),
+            Self {
+                name: "wrist".to_string(),
+                mount: CameraMount::Wrist,
+                eye: [-0.07, 0.0, 0.11],
+                target: [0.03, 0.0, -0.06],
+                up: [0.0, 0.0, 1.0],
+                fov_y_deg: 70.0,
+                width,
+                height,
+            },
+        ]
+    }
+
+    /// Pinhole intrinsics `[fx, fy, cx, cy]` in pixels.
+    pub fn intrinsics(&self) -> [f32; 4] {
+        let f = (self.height as f32 * 0.5) / (self.fov_y_deg.to_radians() * 0.5).tan();
+        [f, f, self.width as f32 * 0.5, self.height as f32 * 0.5]
+    }
+}
+
+/// Domain randomisation options (all off by default except the task's own layout randomisation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Randomization {
+    /// Standard deviation (metres) of the per-episode jitter of fixed camera eyes and targets.
+    pub camera_jitter: f32,
+    /// Randomise table and object colours beyond the default palette.
+    pub colors: bool,
+}
+
+impl Default for Randomization {
+    fn default() -> Self {
+        Self {
+            camera_jitter: 0.0,
+            colors: false,
+        }
+    }
+}
+
+/// Everything a [`crate::SimEnv`] needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    pub task: Task,
+    /// Control rate (actions per second). Default 50 Hz.
+    pub control_hz: f64,
+    /// Physics substeps per control step. Default 10 (a 2 ms physics step at 50 Hz).
+    pub substeps: u32,
+    /// Steps after which an episode is truncated.
+    pub max_steps: u64,
+    /// Render camera views into observations.
+    pub render: bool,
+    /// Also return depth with each view.
+    pub depth: bool,
+    pub cameras: Vec<CameraConfig>,
+    /// Threads used to render one observation (interleaved rows); 1 = render on the calling thread.
+    pub render_threads: usize,
+    /// Let resting bodies sleep (legit: a sleeping body wakes when touched). Default on.
+    pub sleeping: bool,
+    /// Solver iterations per physics step (rapier default 4).
+    pub solver_iterations: usize,
+    pub randomization: Randomization,
+}
+
+impl SimConfig {
+    /// Defaults for a task: 50 Hz control, 10 substeps, 3 views at 96x96, rendering on.
+    pub fn new(task: Task) -> Self {
+        Self {
+            task,
+            control_hz: 50.0,
+            substeps: 10,
+            max_steps: match task {
+                Task::PushTarget => 300,
+                _ => 400,
+            },
+            render: true,
+            depth: true,
+            cameras: CameraConfig::default_views(96, 96),
+            render_threads: 1,
+            sleeping: true,
+            solver_iterations: 4,
+            randomization: Randomization::default(),
+        }
+    }
+
+    /// The same without rendering (fast: for expert statistics and physics-only training).
+    pub fn headless(task: Task) -> Self {
+        Self {
+            render: false,
+            ..Self::new(task)
+        }
+    }
+
+    /// Sets every camera's resolution.
+    pub fn with_resolution(mut self, width: u32, height: u32) -> Self {
+        for c in &mut self.cameras {
+            c.width = width;
+            c.height = height;
+        }
+        self
+    }
+
+    /// Physics step in seconds.
+    pub fn physics_dt(&self) -> f32 {
+        (1.0 / (self.control_hz * self.substeps.max(1) as f64)) as f32
+    }
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("control_hz must be finite and > 0, got {0}")]
+    ControlHz(f64),
+    #[error("substeps must be >= 1")]
+    Substeps,
+    #[error("camera {name:?}: {what}")]
+    Camera { name: String, what: String },
+    #[error("max_steps must be >= 1")]
+    MaxSteps,
+}
+
+impl SimConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.control_hz.is_finite() && self.control_hz > 0.0) {
+            return Err(ConfigError::ControlHz(self.control_hz));
+        }
+        if self.substeps == 0 {
+            return Err(ConfigError::Substeps);
+        }
+        if self.max_steps == 0 {
+            return Err(ConfigError::MaxSteps);
+        }
+        for c in &self.cameras {
+            let bad = |what: &str| ConfigError::Camera {
+                name: c.name.clone(),
+                what: what.to_string(),
+            };
+            if c.width == 0 || c.height == 0 {
+                return Err(bad("width and height must be >= 1"));
+            }
+            if !(c.fov_y_deg > 1.0 && c.fov_y_deg < 179.0) {
+                return Err(bad("fov_y_deg must be in (1, 179)"));
+            }
+            let d = [
+                c.target[0] - c.eye[0],
+                c.target[1] - c.eye[1],
+                c.target[2] - c.eye[2],
+            ];
+            if d.iter().all(|v| v.abs() < 1e-6)
+                || c.eye.iter().chain(&c.target).any(|v| !v.is_finite())
+            {
+                return Err(bad("eye and target must be finite and distinct"));
+            }
+        }
+        let mut names: Vec<&str> = self.cameras.iter().map(|c| c.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.len() != self.cameras.len() {
+            return Err(ConfigError::Camera {
+                name: String::new(),
+                what: "camera names must be unique".to_string(),
+            });
+        }
+        Ok(())
+    }
+}
