@@ -60,7 +60,7 @@ def build(name, views, frames, stride, size, state, stages, proportions, tau, pr
     ]
     tau_out = k if tau == "per_stage" else 1
     inits += [
-        numpy_helper.from_array(w(hidden, tau_out), "tau_w"),
+        numpy_helper.from_array(w(hidden, tau_out, scale=0.05), "tau_w"),
         numpy_helper.from_array(w(tau_out, scale=0.1), "tau_b"),
     ]
     nodes = [

@@ -6,7 +6,11 @@ mod cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "stagewise", version, about = "Real-time stage-aware progress rewards for robot RL")]
+#[command(
+    name = "stagewise",
+    version,
+    about = "Real-time stage-aware progress rewards for robot RL"
+)]
 struct Cli {
     /// Log filter (tracing env-filter syntax), e.g. `info`, `stagewise_model=debug`.
     #[arg(long, global = true, default_value = "info", env = "STAGEWISE_LOG")]
@@ -16,7 +20,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Score a frame sequence (recorded PNGs or generated) with a reward model and print its progress.
+    Score(cmd::score::ScoreArgs),
+    /// Reward-model tools: `models check <manifest>`.
+    Models(cmd::models::ModelsArgs),
+    /// Measure reward-model latency and batched throughput on synthetic frames.
+    Bench(cmd::bench::BenchArgs),
+}
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -24,5 +35,9 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)
         .init();
-    match cli.command {}
+    match cli.command {
+        Command::Score(a) => cmd::score::run(a),
+        Command::Models(a) => cmd::models::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+    }
 }

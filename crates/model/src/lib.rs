@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod preprocess;
 pub mod reward;
 pub mod runtime;
+pub mod synthetic;
 pub mod window;
 
 pub use error::ModelError;

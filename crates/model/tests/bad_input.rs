@@ -11,7 +11,11 @@ const VIEWS3: [&str; 3] = ["front", "side", "wrist"];
 fn edited(name: &str, edit: impl Fn(String) -> String) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let src = root().join("models/test");
-    std::fs::copy(src.join(format!("{name}.onnx")), dir.path().join(format!("{name}.onnx"))).unwrap();
+    std::fs::copy(
+        src.join(format!("{name}.onnx")),
+        dir.path().join(format!("{name}.onnx")),
+    )
+    .unwrap();
     let text = std::fs::read_to_string(src.join(format!("{name}.toml"))).unwrap();
     let path = dir.path().join(format!("{name}.toml"));
     std::fs::write(&path, edit(text)).unwrap();
@@ -27,9 +31,14 @@ fn load_err(path: &Path) -> ModelError {
 
 #[test]
 fn missing_onnx_file_names_the_file() {
-    let (_d, p) = edited("tiny3v", |t| t.replace("onnx = \"tiny3v.onnx\"", "onnx = \"gone.onnx\""));
+    let (_d, p) = edited("tiny3v", |t| {
+        t.replace("onnx = \"tiny3v.onnx\"", "onnx = \"gone.onnx\"")
+    });
     let e = load_err(&p);
-    assert!(matches!(e, ModelError::Io { ref path, .. } if path.ends_with("gone.onnx")), "{e}");
+    assert!(
+        matches!(e, ModelError::Io { ref path, .. } if path.ends_with("gone.onnx")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -40,23 +49,36 @@ fn missing_manifest_names_the_file() {
 
 #[test]
 fn corrupt_onnx_is_refused() {
-    let garbage: Vec<u8> = (0..4000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let garbage: Vec<u8> = (0..4000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     let (_d, p) = edited("tiny3v", |t| t);
     let onnx = p.with_file_name("tiny3v.onnx");
     std::fs::write(&onnx, &garbage).unwrap();
     // the manifest carries the garbage's own sha256, so the refusal comes from ONNX Runtime's parser
     let sha = stagewise_model::manifest::sha256_file(&onnx).unwrap();
     let text = std::fs::read_to_string(&p).unwrap();
-    let old = text.lines().find(|l| l.starts_with("sha256")).unwrap().to_string();
+    let old = text
+        .lines()
+        .find(|l| l.starts_with("sha256"))
+        .unwrap()
+        .to_string();
     std::fs::write(&p, text.replace(&old, &format!("sha256 = \"{sha}\""))).unwrap();
     let e = load_err(&p);
-    assert!(matches!(e, ModelError::InvalidOnnx { ref path, .. } if path.ends_with("tiny3v.onnx")), "{e}");
+    assert!(
+        matches!(e, ModelError::InvalidOnnx { ref path, .. } if path.ends_with("tiny3v.onnx")),
+        "{e}"
+    );
 }
 
 #[test]
 fn checksum_mismatch_is_refused() {
     let (_d, p) = edited("tiny3v", |t| {
-        let old = t.lines().find(|l| l.starts_with("sha256")).unwrap().to_string();
+        let old = t
+            .lines()
+            .find(|l| l.starts_with("sha256"))
+            .unwrap()
+            .to_string();
         t.replace(&old, &format!("sha256 = \"{}\"", "ab".repeat(32)))
     });
     let e = load_err(&p);
@@ -67,31 +89,73 @@ fn checksum_mismatch_is_refused() {
 #[test]
 fn manifest_that_disagrees_with_the_graph_names_the_field() {
     let cases: Vec<(&str, Box<dyn Fn(String) -> String>, &str)> = vec![
-        ("tiny3v", Box::new(|t: String| t.replace("views = [\"front\", \"side\", \"wrist\"]", "views = [\"front\", \"side\"]")), "inputs.images"),
-        ("tiny3v", Box::new(|t: String| t.replace("frames = 4", "frames = 3")), "inputs.images"),
-        ("tiny3v", Box::new(|t: String| t.replace("width = 96", "width = 64")), "inputs.images"),
-        ("tiny3v", Box::new(|t: String| t.replace("state_size = 8", "state_size = 5")), "inputs.state"),
-        ("tiny3v", Box::new(|t: String| t.replace("images = \"images\"", "images = \"pixels\"")), "inputs.images"),
-        ("tiny3v", Box::new(|t: String| t.replace("tau = \"tau\"", "tau = \"progress\"")), "outputs.tau"),
         (
             "tiny3v",
             Box::new(|t: String| {
-                t.replace("names = [\"reach\", \"grasp\", \"lift\", \"place\"]", "names = [\"reach\", \"grasp\", \"lift\"]")
-                    .replace("proportions = [0.2, 0.2, 0.25, 0.35]", "proportions = [0.2, 0.2, 0.6]")
+                t.replace(
+                    "views = [\"front\", \"side\", \"wrist\"]",
+                    "views = [\"front\", \"side\"]",
+                )
+            }),
+            "inputs.images",
+        ),
+        (
+            "tiny3v",
+            Box::new(|t: String| t.replace("frames = 4", "frames = 3")),
+            "inputs.images",
+        ),
+        (
+            "tiny3v",
+            Box::new(|t: String| t.replace("width = 96", "width = 64")),
+            "inputs.images",
+        ),
+        (
+            "tiny3v",
+            Box::new(|t: String| t.replace("state_size = 8", "state_size = 5")),
+            "inputs.state",
+        ),
+        (
+            "tiny3v",
+            Box::new(|t: String| t.replace("images = \"images\"", "images = \"pixels\"")),
+            "inputs.images",
+        ),
+        (
+            "tiny3v",
+            Box::new(|t: String| t.replace("tau = \"tau\"", "tau = \"progress\"")),
+            "outputs.tau",
+        ),
+        (
+            "tiny3v",
+            Box::new(|t: String| {
+                t.replace(
+                    "names = [\"reach\", \"grasp\", \"lift\", \"place\"]",
+                    "names = [\"reach\", \"grasp\", \"lift\"]",
+                )
+                .replace(
+                    "proportions = [0.2, 0.2, 0.25, 0.35]",
+                    "proportions = [0.2, 0.2, 0.6]",
+                )
             }),
             "outputs.stage_logits",
         ),
         // the graph takes a state input the manifest does not name
         (
             "tiny3v",
-            Box::new(|t: String| t.replace("state_size = 8", "state_size = 0").replace("state = \"state\"\n", "")),
+            Box::new(|t: String| {
+                t.replace("state_size = 8", "state_size = 0")
+                    .replace("state = \"state\"\n", "")
+            }),
             "inputs",
         ),
     ];
     for (model, edit, field) in cases {
         let (_d, p) = edited(model, edit);
         match load_err(&p) {
-            ModelError::GraphMismatch { field: f, ref reason, .. } => assert_eq!(f, field, "{reason}"),
+            ModelError::GraphMismatch {
+                field: f,
+                ref reason,
+                ..
+            } => assert_eq!(f, field, "{reason}"),
             other => panic!("expected GraphMismatch on {field}, got {other}"),
         }
     }
@@ -99,7 +163,10 @@ fn manifest_that_disagrees_with_the_graph_names_the_field() {
 
 #[test]
 fn wrong_model_kind_is_refused() {
-    let (_d, p) = edited("tiny3v", |t| t.replace("kind = \"stage_progress\"", "kind = \"hop\"").replace("tau = \"tau\"", "tau = \"tau\"\nhop = \"tau\""));
+    let (_d, p) = edited("tiny3v", |t| {
+        t.replace("kind = \"stage_progress\"", "kind = \"hop\"")
+            .replace("tau = \"tau\"", "tau = \"tau\"\nhop = \"tau\"")
+    });
     assert!(matches!(load_err(&p), ModelError::WrongKind { .. }));
 }
 
@@ -110,7 +177,10 @@ fn bad_observations_are_refused_and_lose_nothing() {
     let good = |step| observation(&VIEWS3, 2, step, 96, 96, 8);
     let check = |m: &mut RewardModel, o: &stagewise_core::Observation, want: &str| {
         let e = m.score(&[o]).unwrap_err();
-        assert!(matches!(e, ModelError::BadObservation { env: 0, .. }), "{e}");
+        assert!(
+            matches!(e, ModelError::BadObservation { env: 0, .. }),
+            "{e}"
+        );
         assert!(e.to_string().contains(want), "{e} should mention {want}");
     };
     for step in 0..4 {
@@ -130,7 +200,10 @@ fn bad_observations_are_refused_and_lose_nothing() {
         empty.views[2].rgb = Frame::new(0, 0);
         check(&mut m, &empty, "0x0");
         // after all that, the window is exactly where a model that never saw bad input is
-        assert_eq!(m.score(&[&good(step)]).unwrap(), reference.score(&[&good(step)]).unwrap());
+        assert_eq!(
+            m.score(&[&good(step)]).unwrap(),
+            reference.score(&[&good(step)]).unwrap()
+        );
     }
 }
 
@@ -141,15 +214,24 @@ fn a_bad_env_in_a_batch_names_its_index() {
     let mut b = observation(&VIEWS3, 2, 0, 96, 96, 8);
     b.state.clear();
     let e = m.score(&[&a, &b]).unwrap_err();
-    assert!(matches!(e, ModelError::BadObservation { env: 1, .. }), "{e}");
+    assert!(
+        matches!(e, ModelError::BadObservation { env: 1, .. }),
+        "{e}"
+    );
 }
 
 #[test]
 fn nan_outputs_are_refused() {
     let mut m = load("nan1v");
-    let e = m.score(&[&observation(&["front"], 1, 0, 16, 16, 0)]).unwrap_err();
+    let e = m
+        .score(&[&observation(&["front"], 1, 0, 16, 16, 0)])
+        .unwrap_err();
     match e {
-        ModelError::BadOutput { ref tensor, ref reason, .. } => {
+        ModelError::BadOutput {
+            ref tensor,
+            ref reason,
+            ..
+        } => {
             assert_eq!(tensor, "tau");
             assert!(reason.contains("NaN"), "{reason}");
         }
@@ -161,7 +243,10 @@ fn nan_outputs_are_refused() {
 fn wrong_window_buffer_sizes_are_refused() {
     let mut m = load("tiny1v");
     let e = m.score_windows(&[0.0; 10], &[], 1).unwrap_err();
-    assert!(matches!(e, ModelError::BadInput { ref tensor, .. } if tensor == "images"), "{e}");
+    assert!(
+        matches!(e, ModelError::BadInput { ref tensor, .. } if tensor == "images"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -170,24 +255,46 @@ fn missing_gpu_provider_named_explicitly_is_an_error() {
     for provider in [Provider::Cuda, Provider::TensorRt] {
         let opts = SessionOptions { provider, ..cpu() };
         let available = rt.available_providers();
-        let gpu = if provider == Provider::Cuda { "CUDAExecutionProvider" } else { "TensorrtExecutionProvider" };
+        let gpu = if provider == Provider::Cuda {
+            "CUDAExecutionProvider"
+        } else {
+            "TensorrtExecutionProvider"
+        };
         if available.contains(&gpu) {
             continue; // a GPU build: nothing to check here (the device check covers it)
         }
-        let e = RewardModel::load(&model_path("tiny1v"), rt, &opts).err().expect("explicit missing provider must fail");
+        let e = RewardModel::load(&model_path("tiny1v"), rt, &opts)
+            .err()
+            .expect("explicit missing provider must fail");
         assert!(matches!(e, ModelError::ProviderUnavailable { .. }), "{e}");
         assert!(e.to_string().contains("CPUExecutionProvider"), "{e}");
     }
     // auto falls back to CPU
-    let m = RewardModel::load(&model_path("tiny1v"), rt, &SessionOptions { provider: Provider::Auto, ..cpu() }).unwrap();
-    assert!(matches!(m.provider(), Provider::Cpu | Provider::Cuda | Provider::TensorRt));
+    let m = RewardModel::load(
+        &model_path("tiny1v"),
+        rt,
+        &SessionOptions {
+            provider: Provider::Auto,
+            ..cpu()
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        m.provider(),
+        Provider::Cpu | Provider::Cuda | Provider::TensorRt
+    ));
 }
 
 #[test]
 fn library_errors_name_all_three_places() {
-    let e = stagewise_model::runtime::find_library(Some(Path::new("/nonexistent/libonnxruntime.so"))).unwrap_err();
+    let e =
+        stagewise_model::runtime::find_library(Some(Path::new("/nonexistent/libonnxruntime.so")))
+            .unwrap_err();
     assert!(e.to_string().contains("--ort-lib"), "{e}");
-    let msg = ModelError::LibraryNotFound { searched: "x".into() }.to_string();
+    let msg = ModelError::LibraryNotFound {
+        searched: "x".into(),
+    }
+    .to_string();
     for needle in ["--ort-lib", "ORT_DYLIB_PATH", "scripts/setup.sh"] {
         assert!(msg.contains(needle), "{msg}");
     }

@@ -2,7 +2,7 @@
 //! the generated test models, and deterministic synthetic observations.
 #![allow(dead_code)]
 
-use stagewise_core::{Frame, Observation, View};
+use stagewise_core::Observation;
 use stagewise_model::{OrtRuntime, Provider, RewardModel, SessionOptions};
 use std::path::PathBuf;
 
@@ -30,27 +30,6 @@ pub fn load(name: &str) -> RewardModel {
     RewardModel::load(&model_path(name), runtime(), &cpu()).expect("load test model")
 }
 
-/// Deterministic xorshift noise with a moving bright square, so consecutive frames differ like a scene.
-pub fn frame(seed: u64, step: u64, w: u32, h: u32) -> Frame {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ step.wrapping_add(1);
-    let mut f = Frame::new(w, h);
-    let (cx, cy) = ((step * 3 + seed) % w as u64, (step * 2) % h as u64);
-    for (px, py, p) in f.enumerate_pixels_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let near =
-            (px as u64).abs_diff(cx) < w as u64 / 6 && (py as u64).abs_diff(cy) < h as u64 / 6;
-        let base = if near { 200 } else { 40 };
-        p.0 = [
-            base + (x & 31) as u8,
-            base + ((x >> 8) & 31) as u8,
-            base + ((x >> 16) & 31) as u8,
-        ];
-    }
-    f
-}
-
 pub fn observation(
     views: &[&str],
     seed: u64,
@@ -59,16 +38,6 @@ pub fn observation(
     h: u32,
     state_size: usize,
 ) -> Observation {
-    Observation {
-        step,
-        time: step as f64 * 0.02,
-        views: views
-            .iter()
-            .enumerate()
-            .map(|(i, name)| View::new(*name, frame(seed * 31 + i as u64, step, w, h)))
-            .collect(),
-        state: (0..state_size)
-            .map(|i| ((seed + step) as f32 * 0.1 + i as f32).sin())
-            .collect(),
-    }
+    let names: Vec<String> = views.iter().map(|v| v.to_string()).collect();
+    stagewise_model::synthetic::observation(&names, seed, step, w, h, state_size)
 }

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Side by side, in one run: Stagewise's reward-model step (Rust) against Python onnxruntime on the same model,
+the same input sizes and the same intra-op thread count.
+
+Measured:
+  * per-step latency, 1 env: the full Stagewise step (preprocess new frames + window + run + progress math) and the
+    bare Session::run inside the same process; the Python loop a user would write (numpy normalise + window +
+    InferenceSession.run), and Python's bare run;
+  * batched throughput (env-steps/s) for 1, 8 and 64 environments: Stagewise's full step against Python's bare run on
+    ready tensors (Python is given the easier job).
+  * achieved GFLOP/s (conv + gemm multiply-adds x2, counted from the graph) next to latency.
+
+    .venv/bin/python benches/model_vs_python.py [--model models/test/tiny3v.toml] [--threads 1] [--steps 200]
+
+Builds target/release/stagewise if needed. Report ratios, not absolute numbers: machines here are shared.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def model_flops(onnx_path, man):
+    """Multiply-adds x2 of Conv and Gemm nodes for one env (batch 1), from ONNX shape inference."""
+    model = onnx.load(onnx_path)
+    v, f = len(man["views"]), man["frames"]
+    h, w = man["image"]["height"], man["image"]["width"]
+    # fix the batch axis to 1 so every shape is known
+    for inp in model.graph.input:
+        inp.type.tensor_type.shape.dim[0].dim_value = 1
+    model = onnx.shape_inference.infer_shapes(model)
+    shapes = {}
+    for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output):
+        shapes[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    inits = {i.name: list(i.dims) for i in model.graph.initializer}
+    flops = 0
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            wshape = inits[node.input[1]]
+            out = shapes.get(node.output[0])
+            if out:
+                flops += 2 * int(np.prod(out)) * int(np.prod(wshape[1:]))
+        elif node.op_type == "Gemm":
+            wshape = inits[node.input[1]]
+            flops += 2 * wshape[0] * wshape[1]
+    return flops
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[int(round((len(xs) - 1) * q))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=os.path.join(ROOT, "models/test/tiny3v.toml"))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--envs", default="1,8,64")
+    args = ap.parse_args()
+    envs = [int(x) for x in args.envs.split(",")]
+
+    exe = os.path.join(ROOT, "target/release/stagewise")
+    subprocess.run(["cargo", "build", "--release", "--bin", "stagewise"], cwd=ROOT, check=True)
+    rust = json.loads(subprocess.run(
+        [exe, "--log", "warn", "bench", "--model", args.model, "--provider", "cpu", "--threads", str(args.threads),
+         "--steps", str(args.steps), "--warmup", str(args.warmup), "--envs", args.envs, "--json"],
+        cwd=ROOT, check=True, capture_output=True, text=True).stdout)
+
+    man = tomllib.load(open(args.model, "rb"))
+    onnx_path = os.path.join(os.path.dirname(args.model), man["onnx"])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    v, f, stride, s = len(man["views"]), man["frames"], man["stride"], man["state_size"]
+    h, w = man["image"]["height"], man["image"]["width"]
+    mean = np.array(man["image"]["mean"], dtype=np.float32).reshape(3, 1, 1)
+    std = np.array(man["image"]["std"], dtype=np.float32).reshape(3, 1, 1)
+    rng = np.random.default_rng(0)
+    names = [man["outputs"]["stage_logits"], man["outputs"]["tau"]]
+
+    def feeds(images, n):
+        d = {man["inputs"]["images"]: images}
+        if s:
+            d[man["inputs"]["state"]] = rng.standard_normal((n, s), dtype=np.float32)
+        return d
+
+    # The Python loop a user would write: normalise the new frames, slide the window, run.
+    raw = rng.integers(0, 256, size=(9, v, h, w, 3), dtype=np.uint8)
+    hist = [((raw[0].transpose(0, 3, 1, 2).astype(np.float32) / 255.0) - mean) / std] * ((f - 1) * stride + 1)
+    loop_ms, bare_ms = [], []
+    for t in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        cur = ((raw[t % 9].transpose(0, 3, 1, 2).astype(np.float32) / 255.0) - mean) / std
+        hist = hist[1:] + [cur]
+        win = np.stack([hist[len(hist) - 1 - (f - 1 - i) * stride] for i in range(f)], axis=1)[None]
+        fd = feeds(np.ascontiguousarray(win, dtype=np.float32), 1)
+        sess.run(names, fd)
+        t1 = time.perf_counter()
+        sess.run(names, fd)
+        t2 = time.perf_counter()
+        if t >= args.warmup:
+            loop_ms.append((t1 - t0) * 1e3)
+            bare_ms.append((t2 - t1) * 1e3)
+
+    py_tp = {}
+    for n in envs:
+        x = rng.standard_normal((n, v, f, 3, h, w), dtype=np.float32)
+        fd = feeds(x, n)
+        for _ in range(args.warmup):
+            sess.run(names, fd)
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            sess.run(names, fd)
+        py_tp[n] = n * args.steps / (time.perf_counter() - t0)
+
+    flops = model_flops(onnx_path, man)
+    r_step, r_bare = rust["step_ms"]["p50"], rust["bare_run_ms"]["p50"]
+    print(f"model {args.model}: {v} views x {f} frames at {w}x{h}, {flops / 1e6:.1f} MFLOP per env-step, "
+          f"{args.threads} intra-op thread(s), {args.steps} steps, provider {rust['provider']}")
+    print(f"{'':34}{'p50 ms':>10}{'p99 ms':>10}{'GFLOP/s':>10}")
+    rows = [
+        ("stagewise full step (Rust)", r_step, rust["step_ms"]["p99"]),
+        ("stagewise bare Session::run", r_bare, rust["bare_run_ms"]["p99"]),
+        ("python loop (numpy + ort)", pct(loop_ms, 0.5), pct(loop_ms, 0.99)),
+        ("python bare InferenceSession.run", pct(bare_ms, 0.5), pct(bare_ms, 0.99)),
+    ]
+    for name, p50, p99 in rows:
+        print(f"{name:34}{p50:>10.3f}{p99:>10.3f}{flops / (p50 * 1e-3) / 1e9:>10.2f}")
+    print(f"ratio full step / bare run (Rust, target <= 1.10): {r_step / r_bare:.3f}")
+    print(f"ratio python loop / stagewise step:               {pct(loop_ms, 0.5) / r_step:.2f}x")
+    print(f"{'throughput env-steps/s':34}{'stagewise':>12}{'python bare':>14}{'ratio':>8}")
+    for entry in rust["throughput"]:
+        n = entry["envs"]
+        print(f"{n:>3} envs{'':27}{entry['env_steps_per_s']:>12.1f}{py_tp[n]:>14.1f}{entry['env_steps_per_s'] / py_tp[n]:>8.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+//! `stagewise bench`: reward-model speed on synthetic frames: per-step latency against the bare
+//! `Session::run` time, and batched throughput. benches/model_vs_python.py runs it beside Python onnxruntime.
+
+use super::ort_args::OrtArgs;
+use stagewise_core::Observation;
+use stagewise_model::synthetic;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// The model's manifest.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Batch sizes (environments scored together) for the throughput runs.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+    pub envs: Vec<usize>,
+    /// Measured steps per run.
+    #[arg(long, default_value_t = 200)]
+    pub steps: usize,
+    /// Unmeasured steps before each run.
+    #[arg(long, default_value_t = 20)]
+    pub warmup: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub ort: OrtArgs,
+}
+
+/// Distinct synthetic steps per env; the benchmark cycles through them (generating frames is not measured).
+const POOL: u64 = 8;
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    let mut model = a.ort.load_reward_model(&a.model)?;
+    let m = model.manifest().clone();
+    let (w, h) = m
+        .image
+        .as_ref()
+        .map(|i| (i.width, i.height))
+        .unwrap_or((64, 64));
+    let pool = |envs: usize| -> Vec<Vec<Observation>> {
+        (0..envs as u64)
+            .map(|e| {
+                (0..=POOL)
+                    .map(|s| synthetic::observation(&m.views, e, s, w, h, m.state_size))
+                    .collect()
+            })
+            .collect()
+    };
+
+    // Per-step latency, one env: the full step (preprocess + window + run + progress math) and, right after
+    // it on the same buffers, a bare Session::run.
+    let obs = pool(1);
+    let mut step_ms = Vec::new();
+    let mut bare_ms = Vec::new();
+    for t in 0..a.warmup + a.steps {
+        let o = &obs[0][if t == 0 { 0 } else { 1 + (t as u64 - 1) % POOL } as usize];
+        let t0 = Instant::now();
+        model.score(&[o])?;
+        let step = t0.elapsed();
+        let bare = model.time_bare_run(1)?;
+        if t >= a.warmup {
+            step_ms.push(step.as_secs_f64() * 1e3);
+            bare_ms.push(bare.as_secs_f64() * 1e3);
+        }
+    }
+    step_ms.sort_by(f64::total_cmp);
+    bare_ms.sort_by(f64::total_cmp);
+
+    // Batched throughput.
+    let mut throughput = Vec::new();
+    for &n in &a.envs {
+        model.reset_env(0);
+        let obs = pool(n);
+        let mut measured = Duration::ZERO;
+        for t in 0..a.warmup + a.steps {
+            let idx = if t == 0 { 0 } else { 1 + (t as u64 - 1) % POOL } as usize;
+            let batch: Vec<&Observation> = obs.iter().map(|e| &e[idx]).collect();
+            let t0 = Instant::now();
+            model.score(&batch)?;
+            if t >= a.warmup {
+                measured += t0.elapsed();
+            }
+        }
+        throughput.push((n, (n * a.steps) as f64 / measured.as_secs_f64()));
+        for e in 0..n {
+            model.reset_env(e);
+        }
+    }
+
+    let (p50, p99) = (percentile(&step_ms, 0.5), percentile(&step_ms, 0.99));
+    let (b50, b99) = (percentile(&bare_ms, 0.5), percentile(&bare_ms, 0.99));
+    if a.json {
+        let tp: Vec<String> = throughput
+            .iter()
+            .map(|(n, r)| format!("{{\"envs\":{n},\"env_steps_per_s\":{r:.3}}}"))
+            .collect();
+        println!(
+            "{{\"model\":{:?},\"provider\":\"{}\",\"threads\":{},\"steps\":{},\"step_ms\":{{\"p50\":{p50:.4},\"p99\":{p99:.4}}},\"bare_run_ms\":{{\"p50\":{b50:.4},\"p99\":{b99:.4}}},\"throughput\":[{}]}}",
+            a.model.display().to_string(),
+            model.provider(),
+            a.ort.threads,
+            a.steps,
+            tp.join(",")
+        );
+    } else {
+        println!(
+            "model {}  provider {}  intra-op threads {}  {} steps",
+            a.model.display(),
+            model.provider(),
+            a.ort.threads,
+            a.steps
+        );
+        println!("per-step latency, 1 env:  p50 {p50:.3} ms  p99 {p99:.3} ms");
+        println!("bare Session::run:        p50 {b50:.3} ms  p99 {b99:.3} ms");
+        println!("step / bare (p50):        {:.3}x", p50 / b50);
+        for (n, r) in &throughput {
+            println!("throughput {n:>3} envs:      {r:>10.1} env-steps/s");
+        }
+    }
+    Ok(())
+}
