@@ -1,0 +1,1 @@
+//! Stagewise host bridge (work in progress).
