@@ -7,6 +7,7 @@
 
 mod error;
 pub mod manifest;
+pub mod policy;
 pub mod preprocess;
 pub mod reward;
 pub mod runtime;
@@ -15,5 +16,6 @@ pub mod window;
 
 pub use error::ModelError;
 pub use manifest::{Manifest, ModelKind, ProgressMode};
+pub use policy::PolicyModel;
 pub use reward::{RewardModel, StepTiming};
 pub use runtime::{OrtRuntime, Provider, SessionOptions};

@@ -156,19 +156,46 @@ impl RewardModel {
     /// Each call advances every environment's window by one step. Bad observations are refused before any
     /// window changes, so a failed call loses nothing.
     pub fn score(&mut self, obs: &[&Observation]) -> Result<Vec<Progress>, ModelError> {
+        let envs: Vec<usize> = (0..obs.len()).collect();
+        self.score_envs(&envs, obs)
+    }
+
+    /// Like [`Self::score`] for a subset of environments: `obs[i]` is the newest observation of env `envs[i]`;
+    /// only those windows advance. The runtime uses it to score a reset observation of the envs whose episode
+    /// just ended.
+    pub fn score_envs(
+        &mut self,
+        envs: &[usize],
+        obs: &[&Observation],
+    ) -> Result<Vec<Progress>, ModelError> {
         let t0 = Instant::now();
         let n = obs.len();
+        if envs.len() != n {
+            return Err(self.bad_input(
+                "inputs.images",
+                format!("{} env indices for {n} observations", envs.len()),
+            ));
+        }
         if n == 0 {
             return Ok(Vec::new());
         }
+        let mut seen = envs.to_vec();
+        seen.sort_unstable();
+        if seen.windows(2).any(|w| w[0] == w[1]) {
+            return Err(self.bad_input(
+                "inputs.images",
+                format!("env indices {envs:?} repeat: one observation per env"),
+            ));
+        }
         self.check_batch(n)?;
-        let order = obs
+        let order = envs
             .iter()
-            .enumerate()
-            .map(|(env, o)| self.view_order(env, o))
+            .zip(obs)
+            .map(|(&env, o)| self.view_order(env, o))
             .collect::<Result<Vec<_>, _>>()?;
-        if self.windows.len() < n {
-            self.windows.resize(n, None);
+        let max_env = seen[n - 1];
+        if self.windows.len() <= max_env {
+            self.windows.resize(max_env + 1, None);
         }
         let (views, frames, stride) = (
             self.manifest.views.len(),
@@ -177,9 +204,10 @@ impl RewardModel {
         );
         let frame_len = self.normaliser.frame_len();
         let window_len = self.window_len();
+        let s = self.manifest.state_size;
         self.images.resize(n * window_len, 0.0);
-        self.state.resize(n * self.manifest.state_size, 0.0);
-        for (env, (o, order)) in obs.iter().zip(&order).enumerate() {
+        self.state.resize(n * s, 0.0);
+        for (row, ((&env, o), order)) in envs.iter().zip(obs).zip(&order).enumerate() {
             let fresh = o.step == 0 || self.windows[env].is_none();
             let window = self.windows[env]
                 .get_or_insert_with(|| FrameWindow::new(views, frame_len, frames, stride));
@@ -200,15 +228,12 @@ impl RewardModel {
             if fresh {
                 window.reset_to_newest();
             }
-            window.gather(&mut self.images[env * window_len..(env + 1) * window_len]);
-            let s = self.manifest.state_size;
-            self.state[env * s..(env + 1) * s].copy_from_slice(&o.state);
+            window.gather(&mut self.images[row * window_len..(row + 1) * window_len]);
+            self.state[row * s..(row + 1) * s].copy_from_slice(&o.state);
         }
         let prepared = Instant::now();
         let out = self.run_prepared(n);
-        let mut timing = self.timing;
-        timing.prepare = prepared - t0;
-        self.timing = timing;
+        self.timing.prepare = prepared - t0;
         out
     }
 

@@ -140,12 +140,28 @@ impl OrtRuntime {
         out
     }
 
-    /// Builds a session for `model` with the requested provider. Returns the session and the provider it got.
+    /// Builds a session for the model file `model` with the requested provider. Returns the session and the
+    /// provider it got.
     pub fn session(
         &self,
         model: &Path,
         opts: &SessionOptions,
     ) -> Result<(Session, Provider), ModelError> {
+        let bytes = std::fs::read(model).map_err(|source| ModelError::Io {
+            path: model.to_path_buf(),
+            source,
+        })?;
+        self.session_from_bytes(&bytes, model, opts)
+    }
+
+    /// Builds a session from ONNX bytes; `label` names them in errors (a file, or a policy's key and version).
+    pub fn session_from_bytes(
+        &self,
+        bytes: &[u8],
+        label: &Path,
+        opts: &SessionOptions,
+    ) -> Result<(Session, Provider), ModelError> {
+        let model = label;
         let candidates: &[Provider] = match opts.provider {
             Provider::Auto => &[Provider::TensorRt, Provider::Cuda, Provider::Cpu],
             Provider::TensorRt => &[Provider::TensorRt],
@@ -170,7 +186,7 @@ impl OrtRuntime {
                 tracing::debug!(provider = %p, "execution provider not in this ONNX Runtime build, skipping");
                 continue;
             }
-            match self.try_session(model, p, opts) {
+            match self.try_session(bytes, model, p, opts) {
                 Ok(s) => {
                     if opts.provider == Provider::Auto {
                         tracing::info!(provider = %p, model = %model.display(), "execution provider selected");
@@ -193,14 +209,11 @@ impl OrtRuntime {
 
     fn try_session(
         &self,
+        bytes: &[u8],
         model: &Path,
         p: Provider,
         opts: &SessionOptions,
     ) -> Result<Session, ModelError> {
-        let bytes = std::fs::read(model).map_err(|source| ModelError::Io {
-            path: model.to_path_buf(),
-            source,
-        })?;
         let fail = |e: ort::Error| ModelError::ProviderFailed {
             provider: p.to_string(),
             path: model.to_path_buf(),
@@ -235,7 +248,7 @@ impl OrtRuntime {
                 .map_err(fail_b)?,
             Provider::Cpu | Provider::Auto => builder,
         };
-        builder.commit_from_memory(&bytes).map_err(|e| {
+        builder.commit_from_memory(bytes).map_err(|e| {
             let reason = e.to_string();
             // An unparsable or invalid graph is the model's fault whatever the provider; on the CPU provider any
             // failure to build the session is.
