@@ -88,7 +88,8 @@ fn checksum_mismatch_is_refused() {
 
 #[test]
 fn manifest_that_disagrees_with_the_graph_names_the_field() {
-    let cases: Vec<(&str, Box<dyn Fn(String) -> String>, &str)> = vec![
+    type Edit = Box<dyn Fn(String) -> String>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "tiny3v",
             Box::new(|t: String| {
