@@ -1,0 +1,379 @@
+//! Loopback throughput and latency: Stagewise messages next to plain zenoh put/subscribe of the same payload
+//! sizes, in one run. `cargo bench -p stagewise-stream --bench loopback` (release). Two zenoh peers in this
+//! process, connected over TCP on 127.0.0.1, multicast scouting off.
+//!
+//! - throughput: a burst of N messages; rate = delivered / (last arrival - first send).
+//! - latency: one message at a time (the next is sent when the previous arrived); one-way latency from the
+//!   send stamp (taken before encoding) to the end of decoding on the subscriber side; p50/p99.
+//!
+//! Stagewise progress goes through `RobotPublisher::publish_progress` (encode + put, `Drop`); transitions
+//! through `publish_transition` (bounded queue, publisher thread, encode + put, `Block`). Plain zenoh puts a
+//! pre-sized byte buffer with the same congestion control and only reads an 8-byte stamp on arrival.
+
+use stagewise_core::{Frame, Observation, Progress, Transition, View};
+use stagewise_stream::{
+    decode, encode, now_ns, Keys, Node, ObservationMsg, ProgressMsg, PublisherOptions,
+    StreamConfig, TransitionMsg,
+};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use zenoh::qos::CongestionControl;
+use zenoh::Wait;
+
+#[derive(Default)]
+struct Rx {
+    count: u64,
+    last_ns: u64,
+    lat_ns: Vec<u64>,
+}
+
+type Shared = Arc<Mutex<Rx>>;
+
+fn record(rx: &Shared, stamp: u64) {
+    let now = now_ns();
+    if let Ok(mut r) = rx.lock() {
+        r.count += 1;
+        r.last_ns = now;
+        r.lat_ns.push(now.saturating_sub(stamp));
+    }
+}
+
+fn reset(rx: &Shared) {
+    if let Ok(mut r) = rx.lock() {
+        *r = Rx::default();
+    }
+}
+
+fn count(rx: &Shared) -> u64 {
+    rx.lock().map(|r| r.count).unwrap_or(0)
+}
+
+/// Waits until `want` arrived or nothing arrived for `idle`.
+fn wait_for(rx: &Shared, want: u64, idle: Duration) {
+    let mut last = count(rx);
+    let mut since = Instant::now();
+    loop {
+        let c = count(rx);
+        if c >= want {
+            return;
+        }
+        if c != last {
+            last = c;
+            since = Instant::now();
+        } else if since.elapsed() > idle {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+struct Result {
+    sent: u64,
+    delivered: u64,
+    rate: f64,
+}
+
+fn summarize(rx: &Shared, sent: u64, t0_ns: u64) -> Result {
+    let r = rx.lock().expect("stats lock");
+    let secs = (r.last_ns.saturating_sub(t0_ns)) as f64 * 1e-9;
+    Result {
+        sent,
+        delivered: r.count,
+        rate: if secs > 0.0 {
+            r.count as f64 / secs
+        } else {
+            0.0
+        },
+    }
+}
+
+fn percentiles(rx: &Shared) -> (f64, f64) {
+    let mut v = rx.lock().expect("stats lock").lat_ns.clone();
+    v.sort_unstable();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize] as f64 * 1e-3;
+    (p(0.5), p(0.99))
+}
+
+fn observation(step: u64) -> Observation {
+    Observation {
+        step,
+        time: 0.0,
+        views: ["front", "wrist", "top"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                View::new(
+                    *n,
+                    Frame::from_fn(96, 96, |x, y| {
+                        image::Rgb([(x + i as u32) as u8, y as u8, (x ^ y) as u8])
+                    }),
+                )
+            })
+            .collect(),
+        state: vec![0.1; 7],
+    }
+}
+
+fn transition_msg() -> TransitionMsg {
+    let t = Transition {
+        env: 0,
+        episode: 1,
+        step: 2,
+        action: vec![0.1; 7],
+        reward: 0.5,
+        task_reward: 0.0,
+        phi: 0.4,
+        phi_next: 0.41,
+        gamma: 0.99,
+        shaping_scale: 1.0,
+        terminated: false,
+        truncated: false,
+        success: false,
+        stage: Some(1),
+    };
+    TransitionMsg::from_transition("bench", &t)
+        .with_next_obs(ObservationMsg::from_observation_owned(observation(3)))
+}
+
+fn progress_msg() -> ProgressMsg {
+    let p = Progress {
+        stage: 1,
+        stage_probs: vec![0.2, 0.5, 0.3],
+        tau: 0.5,
+        phi: 0.45,
+    };
+    ProgressMsg::new("bench", 0, 1, 2, &p)
+}
+
+fn raw_payload(len: usize) -> Vec<u8> {
+    let mut v = vec![7u8; len.max(8)];
+    v[..8].copy_from_slice(&now_ns().to_le_bytes());
+    v
+}
+
+fn stamp_of(bytes: &[u8]) -> u64 {
+    bytes
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Progress,
+    Transition,
+}
+
+fn main() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let a = Node::open(&StreamConfig::loopback(port)).expect("publisher node");
+    let b = Node::open(&StreamConfig::loopback_connect(&[format!(
+        "tcp/127.0.0.1:{port}"
+    )]))
+    .expect("subscriber node");
+    let keys = Keys::new("bench").expect("keys");
+    let publisher = a
+        .publisher(
+            &keys,
+            PublisherOptions {
+                queue_capacity: 1 << 16,
+                liveliness: false,
+            },
+        )
+        .expect("publisher");
+
+    // Subscribers: Stagewise ones decode fully; raw ones read the stamp.
+    let sw_prog: Shared = Default::default();
+    let sw_tr: Shared = Default::default();
+    let raw_prog: Shared = Default::default();
+    let raw_tr: Shared = Default::default();
+    let _s1 = {
+        let rx = sw_prog.clone();
+        b.subscribe::<ProgressMsg, _>(&keys.progress(), move |r| {
+            if let Ok(m) = r.msg {
+                record(&rx, m.stamp_ns)
+            }
+        })
+        .expect("sub")
+    };
+    let _s2 = {
+        let rx = sw_tr.clone();
+        b.subscribe::<TransitionMsg, _>(&keys.transition(), move |r| {
+            if let Ok(m) = r.msg {
+                record(&rx, m.stamp_ns)
+            }
+        })
+        .expect("sub")
+    };
+    let raw_sub = |key: &'static str, rx: Shared| {
+        b.session()
+            .declare_subscriber(key)
+            .callback(move |s| record(&rx, stamp_of(&s.payload().to_bytes())))
+            .wait()
+            .expect("raw sub")
+    };
+    let _s3 = raw_sub("bench/raw/progress", raw_prog.clone());
+    let _s4 = raw_sub("bench/raw/transition", raw_tr.clone());
+    let raw_pub = |key: &'static str, cc| {
+        a.session()
+            .declare_publisher(key)
+            .congestion_control(cc)
+            .wait()
+            .expect("raw pub")
+    };
+    let rp_prog = raw_pub("bench/raw/progress", CongestionControl::Drop);
+    let rp_tr = raw_pub("bench/raw/transition", CongestionControl::Block);
+    for (what, ok) in [
+        (
+            "progress",
+            publisher.wait_for_subscribers(Duration::from_secs(30)),
+        ),
+        (
+            "raw",
+            a.wait_for_subscribers("bench/raw/transition", Duration::from_secs(30))
+                .unwrap_or(false),
+        ),
+        (
+            "raw",
+            a.wait_for_subscribers("bench/raw/progress", Duration::from_secs(30))
+                .unwrap_or(false),
+        ),
+        (
+            "progress",
+            a.wait_for_subscribers(&keys.progress(), Duration::from_secs(30))
+                .unwrap_or(false),
+        ),
+    ] {
+        assert!(ok, "{what} subscriber did not match");
+    }
+
+    let tmsg = transition_msg();
+    let pmsg = progress_msg();
+    let t_len = encode(&tmsg).expect("encode").len();
+    let p_len = encode(&pmsg).expect("encode").len();
+    assert!(decode::<TransitionMsg>(&encode(&tmsg).expect("encode")).is_ok());
+    let n_for = |k: Kind| {
+        if k == Kind::Progress {
+            100_000u64
+        } else {
+            3_000
+        }
+    };
+    let lat_n = |k: Kind| if k == Kind::Progress { 2_000u64 } else { 1_000 };
+
+    let sw_send = |k: Kind| match k {
+        Kind::Progress => {
+            let mut m = pmsg.clone();
+            m.stamp_ns = now_ns();
+            let _ = publisher.publish_progress(&m);
+        }
+        Kind::Transition => {
+            let mut m = tmsg.clone();
+            m.stamp_ns = now_ns();
+            let _ = publisher.publish_transition(m);
+        }
+    };
+    let raw_send = |k: Kind| match k {
+        Kind::Progress => {
+            let _ = rp_prog.put(raw_payload(p_len)).wait();
+        }
+        Kind::Transition => {
+            let _ = rp_tr.put(raw_payload(t_len)).wait();
+        }
+    };
+
+    println!("stagewise-stream loopback bench: progress message {p_len} B, transition (3 x 96x96 RGB + state) {t_len} B");
+    println!("two zenoh peers in one process over tcp/127.0.0.1; median of 3 interleaved runs");
+    println!();
+    println!(
+        "{:<11} {:<10} {:>12} {:>10} {:>11} {:>10} {:>10}",
+        "payload", "path", "msg/s", "MB/s", "delivered", "p50 us", "p99 us"
+    );
+    for kind in [Kind::Progress, Kind::Transition] {
+        let (name, len) = match kind {
+            Kind::Progress => ("progress", p_len),
+            Kind::Transition => ("transition", t_len),
+        };
+        let mut rates: [Vec<(f64, u64, u64)>; 2] = [Vec::new(), Vec::new()];
+        let mut lats: [(f64, f64); 2] = [(0.0, 0.0); 2];
+        for rep in 0..3 {
+            for (i, (rx, send)) in [
+                (&raw_tr, &raw_send as &dyn Fn(Kind)),
+                (&sw_tr, &sw_send as &dyn Fn(Kind)),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let rx = if kind == Kind::Progress {
+                    if i == 0 {
+                        &raw_prog
+                    } else {
+                        &sw_prog
+                    }
+                } else {
+                    rx
+                };
+                // Throughput: a burst.
+                reset(rx);
+                let n = n_for(kind);
+                let t0 = now_ns();
+                for _ in 0..n {
+                    send(kind);
+                }
+                let _ = publisher.flush(Duration::from_secs(120));
+                wait_for(rx, n, Duration::from_secs(2));
+                let r = summarize(rx, n, t0);
+                rates[i].push((r.rate, r.delivered, r.sent));
+                // Latency: one at a time (first run only).
+                if rep == 0 {
+                    reset(rx);
+                    for j in 0..lat_n(kind) {
+                        send(kind);
+                        wait_for(rx, j + 1, Duration::from_secs(1));
+                    }
+                    lats[i] = percentiles(rx);
+                }
+            }
+        }
+        let mut medians = [0.0f64; 2];
+        for (i, path) in ["zenoh raw", "stagewise"].iter().enumerate() {
+            rates[i].sort_by(|x, y| x.0.total_cmp(&y.0));
+            let (rate, delivered, sent) = rates[i][1];
+            medians[i] = rate;
+            println!(
+                "{:<11} {:<10} {:>12.0} {:>10.1} {:>5}/{:<5} {:>10.1} {:>10.1}",
+                name,
+                path,
+                rate,
+                rate * len as f64 / 1e6,
+                delivered,
+                sent,
+                lats[i].0,
+                lats[i].1
+            );
+        }
+        println!(
+            "{:<11} {:<10} {:>12.2}x",
+            name,
+            "ratio",
+            medians[1] / medians[0].max(1e-9)
+        );
+    }
+    let c = publisher.counters();
+    println!();
+    println!(
+        "stagewise counters: transitions sent {} dropped {} failed {}; progress sent {} failed {}",
+        c.transitions_sent,
+        c.transitions_dropped,
+        c.transitions_failed,
+        c.progress_sent,
+        c.progress_failed
+    );
+}

@@ -1,0 +1,31 @@
+//! stagewise-stream: how Stagewise talks to learners and remote clients over zenoh.
+//!
+//! - [`keys`]: the key expressions under `stagewise/<robot>/` (transition, progress, episode, policy,
+//!   env/reset, env/step, liveliness token `alive`).
+//! - [`wire`], [`tensor`]: the MessagePack wire format (named fields, a `schema` version in every message,
+//!   tensors as `{dtype, shape, data}` with raw little-endian bytes). docs/wire.md is its reference.
+//! - [`Node`] (zenoh session from a [`StreamConfig`]), [`RobotPublisher`] (the actor's publisher: progress
+//!   dropped under congestion, transitions through a bounded queue with drops counted), typed subscriptions,
+//!   the policy subscription, and the remote env queryables ([`Node::serve_env`], [`EnvClient`]).
+//!
+//! The API is synchronous (zenoh's `Wait`): the actor loop is a plain thread and needs no async runtime.
+//!
+//! Must depend only on `stagewise-core` among our crates: never on model, sim, runtime, ort or rapier.
+
+pub mod env;
+pub mod keys;
+pub mod node;
+pub mod publisher;
+pub mod tensor;
+pub mod wire;
+
+pub use env::{EnvAdapter, EnvClient, EnvHandler, EnvServer};
+pub use keys::{validate_robot, KeyError, Keys};
+pub use node::{Mode, Node, Received, StreamConfig, StreamError, Subscription};
+pub use publisher::{Counters, Enqueued, PublisherOptions, RobotPublisher};
+pub use tensor::{DType, ObservationMsg, Tensor, TensorError, TensorMap};
+pub use wire::{
+    decode, encode, now_ns, peek_header, sha256_hex, BoxSpecMsg, EnvSpecMsg, EpisodeMsg, PolicyMsg,
+    ProgressMsg, ResetReply, ResetRequest, Schema, StepInfoMsg, StepReply, StepRequest,
+    TransitionMsg, ViewSpecMsg, WireError, WireMessage, SCHEMA_VERSION,
+};

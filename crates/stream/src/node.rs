@@ -1,0 +1,418 @@
+//! A zenoh session built from a [`StreamConfig`], with typed put/subscribe helpers.
+
+use crate::keys::{KeyError, Keys};
+use crate::wire::{decode, encode, PolicyMsg, WireError, WireMessage};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use zenoh::qos::CongestionControl;
+use zenoh::Wait;
+
+/// The zenoh role of this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Embedded peer: talks to other peers directly, no router needed (the default).
+    #[default]
+    Peer,
+    /// Client: talks only through the routers in `connect`.
+    Client,
+    /// Router: routes for clients and peers (what `zenohd` is); used by tests and small deployments.
+    Router,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Peer => "peer",
+            Mode::Client => "client",
+            Mode::Router => "router",
+        }
+    }
+}
+
+/// How to join the zenoh network. Fields set here override the same settings of `config_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StreamConfig {
+    /// Overrides the file's mode when set; without a file, `None` means [`Mode::Peer`].
+    pub mode: Option<Mode>,
+    /// Endpoints to connect to, e.g. `tcp/192.168.1.10:7447` (routers or peers).
+    pub connect: Vec<String>,
+    /// Endpoints to listen on, e.g. `tcp/127.0.0.1:0`. Empty: zenoh's default (a peer listens on all
+    /// interfaces, a client listens nowhere).
+    pub listen: Vec<String>,
+    /// A zenoh configuration file (JSON5), e.g. to join routers with TLS; loaded first.
+    pub config_file: Option<PathBuf>,
+    /// `Some(false)` turns multicast scouting off (tests do); `None` keeps the file's or zenoh's default.
+    pub multicast_scouting: Option<bool>,
+}
+
+/// Errors of the zenoh layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("zenoh config file {path}: {reason}")]
+    ConfigFile { path: PathBuf, reason: String },
+    #[error("zenoh config `{key}` = {value}: {reason}")]
+    Config {
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("zenoh: {what}: {reason}")]
+    Zenoh { what: String, reason: String },
+    #[error("no reply on `{key}` within {timeout:?} (is the server running and connected?)")]
+    NoReply { key: String, timeout: Duration },
+    #[error("the server on `{key}` answered with an error: {reason}")]
+    Remote { key: String, reason: String },
+}
+
+pub(crate) fn zerr(what: impl Into<String>) -> impl FnOnce(zenoh::Error) -> StreamError {
+    let what = what.into();
+    move |e| StreamError::Zenoh {
+        what,
+        reason: e.to_string(),
+    }
+}
+
+impl StreamConfig {
+    /// An embedded peer listening on `tcp/127.0.0.1:<port>` with multicast scouting off (`port` 0 picks a free
+    /// one). What tests use.
+    pub fn loopback(port: u16) -> Self {
+        Self {
+            mode: Some(Mode::Peer),
+            listen: vec![format!("tcp/127.0.0.1:{port}")],
+            multicast_scouting: Some(false),
+            ..Self::default()
+        }
+    }
+
+    /// An embedded peer that connects to `endpoints` (and listens on an ephemeral loopback port), multicast
+    /// scouting off.
+    pub fn loopback_connect(endpoints: &[String]) -> Self {
+        Self {
+            connect: endpoints.to_vec(),
+            ..Self::loopback(0)
+        }
+    }
+
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// The zenoh configuration this describes.
+    pub fn to_zenoh(&self) -> Result<zenoh::Config, StreamError> {
+        let mut cfg = match &self.config_file {
+            Some(path) => zenoh::Config::from_file(path).map_err(|e| StreamError::ConfigFile {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?,
+            None => zenoh::Config::default(),
+        };
+        let mut set = |key: &'static str, value: String| {
+            cfg.insert_json5(key, &value)
+                .map_err(|e| StreamError::Config {
+                    key,
+                    value,
+                    reason: e.to_string(),
+                })
+        };
+        let mode = match (self.mode, &self.config_file) {
+            (Some(m), _) => Some(m),
+            (None, None) => Some(Mode::Peer),
+            (None, Some(_)) => None,
+        };
+        if let Some(mode) = mode {
+            set("mode", json_str(mode.as_str()))?;
+        }
+        if !self.connect.is_empty() {
+            set("connect/endpoints", json_list(&self.connect))?;
+        }
+        if !self.listen.is_empty() {
+            set("listen/endpoints", json_list(&self.listen))?;
+        }
+        if let Some(on) = self.multicast_scouting {
+            set("scouting/multicast/enabled", on.to_string())?;
+        }
+        Ok(cfg)
+    }
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::Value::String(s.to_string()).to_string()
+}
+
+fn json_list(items: &[String]) -> String {
+    serde_json::Value::Array(
+        items
+            .iter()
+            .map(|s| serde_json::Value::String(s.clone()))
+            .collect(),
+    )
+    .to_string()
+}
+
+/// A declared subscription; dropping it undeclares.
+pub struct Subscription {
+    _sub: zenoh::pubsub::Subscriber<()>,
+    key: String,
+}
+
+impl Subscription {
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+/// What a typed subscription hands over: the concrete key the sample came on, and the decoded message or
+/// why the bytes were rejected.
+#[derive(Debug, Clone)]
+pub struct Received<M> {
+    pub key: String,
+    pub msg: Result<M, WireError>,
+}
+
+/// One open zenoh session. Cheap to clone (the session is reference-counted); all calls are synchronous
+/// (zenoh's `Wait`), so callers need no async runtime. Do not call blocking methods of a `Node` from inside a
+/// subscription callback: callbacks run on zenoh's own threads.
+#[derive(Clone)]
+pub struct Node {
+    session: zenoh::Session,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("zid", &self.session.zid().to_string())
+            .finish()
+    }
+}
+
+impl Node {
+    /// Opens a session (connects to `connect`, listens on `listen`).
+    pub fn open(config: &StreamConfig) -> Result<Self, StreamError> {
+        let cfg = config.to_zenoh()?;
+        let session = zenoh::open(cfg).wait().map_err(zerr("opening a session"))?;
+        Ok(Self { session })
+    }
+
+    /// The underlying zenoh session, for what these helpers do not cover.
+    pub fn session(&self) -> &zenoh::Session {
+        &self.session
+    }
+
+    /// This session's zenoh id.
+    pub fn zid(&self) -> String {
+        self.session.zid().to_string()
+    }
+
+    /// Number of routers and peers this session is connected to.
+    pub fn connected_count(&self) -> usize {
+        let info = self.session.info();
+        info.routers_zid().wait().count() + info.peers_zid().wait().count()
+    }
+
+    /// Encodes and puts one message on `key`, reliable, blocking under congestion.
+    pub fn put<M: WireMessage>(&self, key: &str, msg: &M) -> Result<(), StreamError> {
+        let bytes = encode(msg)?;
+        self.put_bytes(key, bytes)
+    }
+
+    /// Puts raw bytes on `key` (reliable, blocking under congestion).
+    pub fn put_bytes(&self, key: &str, bytes: Vec<u8>) -> Result<(), StreamError> {
+        self.session
+            .put(key, bytes)
+            .congestion_control(CongestionControl::Block)
+            .wait()
+            .map_err(zerr(format!("put on `{key}`")))
+    }
+
+    /// Subscribes to `key` (wildcards allowed) and hands every sample, decoded as `M`, to `callback`. Bytes
+    /// that do not decode arrive as `Err`; the subscription carries on.
+    pub fn subscribe<M, F>(&self, key: &str, callback: F) -> Result<Subscription, StreamError>
+    where
+        M: WireMessage + 'static,
+        F: Fn(Received<M>) + Send + Sync + 'static,
+    {
+        let sub = self
+            .session
+            .declare_subscriber(key)
+            .callback(move |sample| {
+                let bytes = sample.payload().to_bytes();
+                callback(Received {
+                    key: sample.key_expr().as_str().to_string(),
+                    msg: decode::<M>(&bytes),
+                })
+            })
+            .wait()
+            .map_err(zerr(format!("subscribing to `{key}`")))?;
+        Ok(Subscription {
+            _sub: sub,
+            key: key.to_string(),
+        })
+    }
+
+    /// Like [`Node::subscribe`], delivering into an unbounded channel.
+    pub fn subscribe_channel<M>(
+        &self,
+        key: &str,
+    ) -> Result<(Subscription, mpsc::Receiver<Received<M>>), StreamError>
+    where
+        M: WireMessage + Send + 'static,
+    {
+        let (tx, rx) = mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        let sub = self.subscribe::<M, _>(key, move |r| {
+            if let Ok(tx) = tx.lock() {
+                // A dropped receiver just means nobody listens any more.
+                let _ = tx.send(r);
+            }
+        })?;
+        Ok((sub, rx))
+    }
+
+    /// Subscribes to the robot's policy key. Each put arrives as a decoded [`PolicyMsg`] whose sha256 has been
+    /// checked, or as the reason it was rejected (malformed bytes, wrong schema, hash mismatch). Signature
+    /// checking is the caller's (the actor's) job.
+    pub fn subscribe_policy<F>(&self, keys: &Keys, callback: F) -> Result<Subscription, StreamError>
+    where
+        F: Fn(Result<PolicyMsg, WireError>) + Send + Sync + 'static,
+    {
+        self.subscribe::<PolicyMsg, _>(&keys.policy(), move |r| {
+            callback(r.msg.and_then(|p| p.verify_sha256().map(|()| p)))
+        })
+    }
+
+    /// Waits until at least one subscriber matches `key` (true) or `timeout` passes (false).
+    pub fn wait_for_subscribers(&self, key: &str, timeout: Duration) -> Result<bool, StreamError> {
+        let publisher = self
+            .session
+            .declare_publisher(key.to_string())
+            .wait()
+            .map_err(zerr(format!("declaring a publisher on `{key}`")))?;
+        Ok(wait_matching(&publisher, timeout))
+    }
+
+    /// Waits until the liveliness token `stagewise/<robot>/alive` is seen (true) or `timeout` passes.
+    pub fn wait_for_alive(&self, keys: &Keys, timeout: Duration) -> Result<bool, StreamError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let replies = self
+                .session
+                .liveliness()
+                .get(keys.alive())
+                .timeout(Duration::from_millis(500))
+                .wait()
+                .map_err(zerr(format!("liveliness query on `{}`", keys.alive())))?;
+            if replies.recv().is_ok() {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Closes the session (also happens when the last clone is dropped).
+    pub fn close(self) -> Result<(), StreamError> {
+        self.session
+            .close()
+            .wait()
+            .map_err(zerr("closing the session"))
+    }
+}
+
+pub(crate) fn wait_matching(publisher: &zenoh::pubsub::Publisher<'_>, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if publisher
+            .matching_status()
+            .wait()
+            .map(|s| s.matching())
+            .unwrap_or(false)
+        {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_sets_what_it_says() {
+        let mut c = StreamConfig::loopback(7447);
+        c.connect = vec!["tcp/127.0.0.1:7448".into()];
+        let z = c.to_zenoh().expect("config");
+        assert_eq!(z.get_json("mode").expect("mode"), "\"peer\"");
+        assert!(z
+            .get_json("listen/endpoints")
+            .expect("listen")
+            .contains("tcp/127.0.0.1:7447"));
+        assert!(z
+            .get_json("connect/endpoints")
+            .expect("connect")
+            .contains("tcp/127.0.0.1:7448"));
+        assert_eq!(
+            z.get_json("scouting/multicast/enabled").expect("scouting"),
+            "false"
+        );
+    }
+
+    #[test]
+    fn bad_endpoint_and_missing_file_are_clear_errors() {
+        let c = StreamConfig {
+            connect: vec!["not an endpoint".into()],
+            ..StreamConfig::default()
+        };
+        let err = c.to_zenoh().expect_err("bad endpoint");
+        assert!(err.to_string().contains("connect/endpoints"), "{err}");
+        let c = StreamConfig {
+            config_file: Some("/nonexistent/zenoh.json5".into()),
+            ..StreamConfig::default()
+        };
+        let err = c.to_zenoh().expect_err("missing file");
+        assert!(
+            err.to_string().contains("/nonexistent/zenoh.json5"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn config_file_is_read_and_overridden() {
+        let dir = std::env::temp_dir().join(format!("stagewise-stream-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp dir");
+        let path = dir.join("zenoh.json5");
+        std::fs::write(
+            &path,
+            r#"{ mode: "client", connect: { endpoints: ["tcp/127.0.0.1:7999"] } }"#,
+        )
+        .expect("write");
+        let c = StreamConfig {
+            config_file: Some(path.clone()),
+            ..StreamConfig::default()
+        };
+        let z = c.to_zenoh().expect("config");
+        assert_eq!(z.get_json("mode").expect("mode"), "\"client\"");
+        let z = c.clone().with_mode(Mode::Peer).to_zenoh().expect("config");
+        assert_eq!(z.get_json("mode").expect("mode"), "\"peer\"");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,346 @@
+//! The actor's side: progress (dropped under congestion), transitions and episodes (bounded queue to a
+//! publisher thread, blocking only that thread), the robot's liveliness token, counters.
+
+use crate::keys::Keys;
+use crate::node::{wait_matching, zerr, Node, StreamError};
+use crate::wire::{encode, EpisodeMsg, ProgressMsg, TransitionMsg, WireMessage};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use zenoh::qos::CongestionControl;
+use zenoh::Wait;
+
+/// Options of a [`RobotPublisher`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublisherOptions {
+    /// Transitions and episodes waiting for the publisher thread; beyond this they are dropped and counted.
+    pub queue_capacity: usize,
+    /// Declare the liveliness token `stagewise/<robot>/alive`.
+    pub liveliness: bool,
+}
+
+impl Default for PublisherOptions {
+    fn default() -> Self {
+        Self {
+            queue_capacity: 1024,
+            liveliness: true,
+        }
+    }
+}
+
+/// A snapshot of a publisher's counters. `*_queued` are accepted but not yet handed to zenoh; every accepted
+/// message ends up in exactly one of `sent`/`failed`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    pub transitions_sent: u64,
+    /// Refused because the queue was full (slow or vanished subscriber) or the publisher was closing.
+    pub transitions_dropped: u64,
+    /// Encoding or the zenoh put failed.
+    pub transitions_failed: u64,
+    pub transitions_queued: u64,
+    pub episodes_sent: u64,
+    pub episodes_dropped: u64,
+    pub episodes_failed: u64,
+    pub episodes_queued: u64,
+    /// Progress messages handed to zenoh (which may still drop them under congestion, uncounted).
+    pub progress_sent: u64,
+    pub progress_failed: u64,
+}
+
+#[derive(Default)]
+struct Cells {
+    t_enqueued: AtomicU64,
+    t_sent: AtomicU64,
+    t_dropped: AtomicU64,
+    t_failed: AtomicU64,
+    e_enqueued: AtomicU64,
+    e_sent: AtomicU64,
+    e_dropped: AtomicU64,
+    e_failed: AtomicU64,
+    p_sent: AtomicU64,
+    p_failed: AtomicU64,
+}
+
+impl Cells {
+    fn snapshot(&self) -> Counters {
+        let g = |a: &AtomicU64| a.load(Ordering::Acquire);
+        // Read the finished counts before the enqueued ones so that `queued` never goes negative.
+        let (t_sent, t_failed, e_sent, e_failed) = (
+            g(&self.t_sent),
+            g(&self.t_failed),
+            g(&self.e_sent),
+            g(&self.e_failed),
+        );
+        Counters {
+            transitions_sent: t_sent,
+            transitions_dropped: g(&self.t_dropped),
+            transitions_failed: t_failed,
+            transitions_queued: g(&self.t_enqueued).saturating_sub(t_sent + t_failed),
+            episodes_sent: e_sent,
+            episodes_dropped: g(&self.e_dropped),
+            episodes_failed: e_failed,
+            episodes_queued: g(&self.e_enqueued).saturating_sub(e_sent + e_failed),
+            progress_sent: g(&self.p_sent),
+            progress_failed: g(&self.p_failed),
+        }
+    }
+}
+
+enum Outgoing {
+    Transition(Box<TransitionMsg>),
+    Episode(EpisodeMsg),
+}
+
+/// Publishes one robot's stream. Every method returns at once: transitions and episodes go through a bounded
+/// queue to a publisher thread (zenoh `CongestionControl::Block` there), so a slow or vanished learner never
+/// stalls the caller; progress goes straight out with `CongestionControl::Drop`.
+pub struct RobotPublisher {
+    keys: Keys,
+    progress: zenoh::pubsub::Publisher<'static>,
+    transition: Arc<zenoh::pubsub::Publisher<'static>>,
+    tx: Option<SyncSender<Outgoing>>,
+    worker: Option<JoinHandle<()>>,
+    closing: Arc<AtomicBool>,
+    cells: Arc<Cells>,
+    _alive: Option<zenoh::liveliness::LivelinessToken>,
+}
+
+impl std::fmt::Debug for RobotPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RobotPublisher")
+            .field("keys", &self.keys)
+            .field("counters", &self.counters())
+            .finish()
+    }
+}
+
+/// Whether a message was accepted by the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    Queued,
+    /// The queue was full (or the publisher is closing): the message was dropped and counted.
+    Dropped,
+}
+
+impl Node {
+    /// Declares the robot's publishers (and liveliness token) and starts the publisher thread.
+    pub fn publisher(
+        &self,
+        keys: &Keys,
+        options: PublisherOptions,
+    ) -> Result<RobotPublisher, StreamError> {
+        let s = self.session();
+        let progress = s
+            .declare_publisher(keys.progress())
+            .congestion_control(CongestionControl::Drop)
+            .wait()
+            .map_err(zerr(format!(
+                "declaring a publisher on `{}`",
+                keys.progress()
+            )))?;
+        let transition = Arc::new(
+            s.declare_publisher(keys.transition())
+                .congestion_control(CongestionControl::Block)
+                .wait()
+                .map_err(zerr(format!(
+                    "declaring a publisher on `{}`",
+                    keys.transition()
+                )))?,
+        );
+        let episode = s
+            .declare_publisher(keys.episode())
+            .congestion_control(CongestionControl::Block)
+            .wait()
+            .map_err(zerr(format!(
+                "declaring a publisher on `{}`",
+                keys.episode()
+            )))?;
+        let alive = if options.liveliness {
+            Some(
+                s.liveliness()
+                    .declare_token(keys.alive())
+                    .wait()
+                    .map_err(zerr(format!(
+                        "declaring the liveliness token `{}`",
+                        keys.alive()
+                    )))?,
+            )
+        } else {
+            None
+        };
+        let (tx, rx) = mpsc::sync_channel::<Outgoing>(options.queue_capacity.max(1));
+        let cells = Arc::new(Cells::default());
+        let closing = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let (cells, closing, transition) = (cells.clone(), closing.clone(), transition.clone());
+            std::thread::Builder::new()
+                .name(format!("stagewise-pub-{}", keys.robot()))
+                .spawn(move || {
+                    for out in rx {
+                        let closing = closing.load(Ordering::Acquire);
+                        match out {
+                            Outgoing::Transition(m) => {
+                                let ok = !closing && send(&transition, &*m);
+                                let c = if ok { &cells.t_sent } else { &cells.t_failed };
+                                c.fetch_add(1, Ordering::AcqRel);
+                            }
+                            Outgoing::Episode(m) => {
+                                let ok = !closing && send(&episode, &m);
+                                let c = if ok { &cells.e_sent } else { &cells.e_failed };
+                                c.fetch_add(1, Ordering::AcqRel);
+                            }
+                        }
+                    }
+                })
+                .map_err(|e| StreamError::Zenoh {
+                    what: "starting the publisher thread".into(),
+                    reason: e.to_string(),
+                })?
+        };
+        Ok(RobotPublisher {
+            keys: keys.clone(),
+            progress,
+            transition,
+            tx: Some(tx),
+            worker: Some(worker),
+            closing,
+            cells,
+            _alive: alive,
+        })
+    }
+}
+
+fn send<M: WireMessage>(publisher: &zenoh::pubsub::Publisher<'_>, msg: &M) -> bool {
+    match encode(msg) {
+        Ok(bytes) => match publisher.put(bytes).wait() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(key = %publisher.key_expr(), "put failed: {e}");
+                false
+            }
+        },
+        Err(e) => {
+            tracing::warn!(key = %publisher.key_expr(), "{e}");
+            false
+        }
+    }
+}
+
+impl RobotPublisher {
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Queues a transition for the publisher thread; never blocks. Full queue: dropped and counted.
+    pub fn publish_transition(&self, msg: TransitionMsg) -> Enqueued {
+        self.enqueue(
+            Outgoing::Transition(Box::new(msg)),
+            &self.cells.t_enqueued,
+            &self.cells.t_dropped,
+        )
+    }
+
+    /// Queues an episode summary (same queue and rules as transitions).
+    pub fn publish_episode(&self, msg: EpisodeMsg) -> Enqueued {
+        self.enqueue(
+            Outgoing::Episode(msg),
+            &self.cells.e_enqueued,
+            &self.cells.e_dropped,
+        )
+    }
+
+    fn enqueue(&self, out: Outgoing, enqueued: &AtomicU64, dropped: &AtomicU64) -> Enqueued {
+        let Some(tx) = &self.tx else {
+            dropped.fetch_add(1, Ordering::AcqRel);
+            return Enqueued::Dropped;
+        };
+        // Count first so that `queued` (enqueued - finished) never underflows in a snapshot.
+        enqueued.fetch_add(1, Ordering::AcqRel);
+        match tx.try_send(out) {
+            Ok(()) => Enqueued::Queued,
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                enqueued.fetch_sub(1, Ordering::AcqRel);
+                dropped.fetch_add(1, Ordering::AcqRel);
+                Enqueued::Dropped
+            }
+        }
+    }
+
+    /// Encodes and puts a progress message now, with `CongestionControl::Drop` (zenoh drops it rather than wait).
+    pub fn publish_progress(&self, msg: &ProgressMsg) -> Result<(), StreamError> {
+        let res = encode(msg).map_err(StreamError::from).and_then(|bytes| {
+            self.progress
+                .put(bytes)
+                .wait()
+                .map_err(zerr(format!("put on `{}`", self.keys.progress())))
+        });
+        let c = if res.is_ok() {
+            &self.cells.p_sent
+        } else {
+            &self.cells.p_failed
+        };
+        c.fetch_add(1, Ordering::AcqRel);
+        res
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.cells.snapshot()
+    }
+
+    /// Waits until a subscriber matches the transition key (true) or `timeout` passes (false). Anything put
+    /// before that is lost: zenoh does not store messages for subscribers that come later.
+    pub fn wait_for_subscribers(&self, timeout: Duration) -> bool {
+        wait_matching(&self.transition, timeout)
+    }
+
+    /// Whether a subscriber matches the transition key now.
+    pub fn has_subscribers(&self) -> bool {
+        self.transition
+            .matching_status()
+            .wait()
+            .map(|s| s.matching())
+            .unwrap_or(false)
+    }
+
+    /// Waits until the queue is empty (true) or `timeout` passes (false).
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let c = self.counters();
+            if c.transitions_queued == 0 && c.episodes_queued == 0 {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl RobotPublisher {
+    /// Waits up to `flush_timeout` for the queue to drain, stops the publisher thread and returns the final
+    /// counters (what was still queued is counted as failed).
+    pub fn close(mut self, flush_timeout: Duration) -> Counters {
+        self.flush(flush_timeout);
+        self.stop();
+        self.counters()
+    }
+
+    fn stop(&mut self) {
+        self.closing.store(true, Ordering::Release);
+        self.tx = None;
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for RobotPublisher {
+    /// Stops the publisher thread; what is still queued is counted as failed, not sent.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,768 @@
+//! The MessagePack wire format (docs/wire.md is the reference; keep the two in step).
+//!
+//! Every message is a msgpack map with named fields. Its first two entries are `schema` (uint, this
+//! build writes [`SCHEMA_VERSION`]) and `kind` (str, e.g. `"transition"`). Decoders ignore keys they do not
+//! know and reject schema versions newer than their own.
+
+use crate::tensor::{ObservationMsg, TensorError};
+use serde::de::{self, DeserializeOwned, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+use stagewise_core::{BoxSpec, EnvSpec, Progress, StepInfo, StepResult, Transition, ViewSpec};
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The schema version this build writes, and the newest it reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Length of an Ed25519 signature in bytes.
+pub const SIGNATURE_LEN: usize = 64;
+
+/// Why bytes could not be decoded into (or a message encoded as) a wire message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WireError {
+    #[error(
+        "{len} bytes are not a Stagewise message (a msgpack map with `schema` and `kind`; \
+         expected kind `{expected}`): {reason}"
+    )]
+    NotAMessage {
+        expected: &'static str,
+        len: usize,
+        reason: String,
+    },
+    #[error("expected a `{expected}` message, got kind `{got}`")]
+    WrongKind { expected: &'static str, got: String },
+    #[error(
+        "`{kind}` message has schema {got}; this build reads schema 1..={supported} \
+         (a newer sender needs a newer stagewise-stream)"
+    )]
+    UnsupportedSchema {
+        kind: String,
+        got: u64,
+        supported: u32,
+    },
+    #[error("malformed `{kind}` message: {reason}")]
+    Malformed { kind: &'static str, reason: String },
+    #[error("invalid `{kind}` message: field `{field}`: {reason}")]
+    Invalid {
+        kind: &'static str,
+        field: &'static str,
+        reason: String,
+    },
+    #[error("could not encode a `{kind}` message: {reason}")]
+    Encode { kind: &'static str, reason: String },
+}
+
+/// A message type of the wire format.
+pub trait WireMessage: Serialize + DeserializeOwned {
+    /// The value of the `kind` field.
+    const KIND: &'static str;
+    /// Checks that go beyond the msgpack shape (sizes, hashes); run by [`decode`].
+    fn validate(&self) -> Result<(), WireError> {
+        Ok(())
+    }
+}
+
+/// Encodes a message as a msgpack map with named fields.
+pub fn encode<M: WireMessage>(msg: &M) -> Result<Vec<u8>, WireError> {
+    rmp_serde::to_vec_named(msg).map_err(|e| WireError::Encode {
+        kind: M::KIND,
+        reason: e.to_string(),
+    })
+}
+
+#[derive(Deserialize)]
+struct Header {
+    schema: u64,
+    kind: String,
+}
+
+/// Decodes and validates a message: checks `kind` and `schema` first (so that a newer sender gets a
+/// schema error, not a missing-field error), then the fields, then [`WireMessage::validate`]. Never panics.
+pub fn decode<M: WireMessage>(bytes: &[u8]) -> Result<M, WireError> {
+    let header: Header = rmp_serde::from_slice(bytes).map_err(|e| WireError::NotAMessage {
+        expected: M::KIND,
+        len: bytes.len(),
+        reason: e.to_string(),
+    })?;
+    if header.kind != M::KIND {
+        return Err(WireError::WrongKind {
+            expected: M::KIND,
+            got: header.kind,
+        });
+    }
+    if header.schema == 0 || header.schema > u64::from(SCHEMA_VERSION) {
+        return Err(WireError::UnsupportedSchema {
+            kind: header.kind,
+            got: header.schema,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    let msg: M = rmp_serde::from_slice(bytes).map_err(|e| WireError::Malformed {
+        kind: M::KIND,
+        reason: e.to_string(),
+    })?;
+    msg.validate()?;
+    Ok(msg)
+}
+
+/// Nanoseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The `schema` field: always written as [`SCHEMA_VERSION`]; [`decode`] checks the value read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Schema;
+
+impl Serialize for Schema {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(SCHEMA_VERSION)
+    }
+}
+
+impl<'de> Deserialize<'de> for Schema {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = u64::deserialize(d)?;
+        if v == 0 || v > u64::from(SCHEMA_VERSION) {
+            return Err(de::Error::custom(format!(
+                "schema {v} is not supported (this build reads 1..={SCHEMA_VERSION})"
+            )));
+        }
+        Ok(Schema)
+    }
+}
+
+struct KindVisitor(&'static str);
+
+impl<'de> Visitor<'de> for KindVisitor {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "the string {:?}", self.0)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        if v == self.0 {
+            Ok(())
+        } else {
+            Err(E::custom(format!("kind is {v:?}, expected {:?}", self.0)))
+        }
+    }
+}
+
+macro_rules! kind_marker {
+    ($(#[$doc:meta])* $name:ident = $s:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $name;
+        impl $name {
+            pub const NAME: &'static str = $s;
+        }
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str($s)
+            }
+        }
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_str(KindVisitor($s)).map(|()| $name)
+            }
+        }
+    };
+}
+
+/// Zero-sized markers for the `kind` field of each message: they always write (and only read) their name.
+pub mod kind {
+    use super::*;
+    kind_marker!(
+        /// `"transition"`
+        Transition = "transition"
+    );
+    kind_marker!(
+        /// `"progress"`
+        Progress = "progress"
+    );
+    kind_marker!(
+        /// `"episode"`
+        Episode = "episode"
+    );
+    kind_marker!(
+        /// `"policy"`
+        Policy = "policy"
+    );
+    kind_marker!(
+        /// `"reset_request"`
+        ResetRequest = "reset_request"
+    );
+    kind_marker!(
+        /// `"reset_reply"`
+        ResetReply = "reset_reply"
+    );
+    kind_marker!(
+        /// `"step_request"`
+        StepRequest = "step_request"
+    );
+    kind_marker!(
+        /// `"step_reply"`
+        StepReply = "step_reply"
+    );
+}
+
+fn check_obs(
+    kind: &'static str,
+    field: &'static str,
+    obs: &Option<ObservationMsg>,
+) -> Result<(), WireError> {
+    let Some(obs) = obs else { return Ok(()) };
+    let invalid = |reason: String| WireError::Invalid {
+        kind,
+        field,
+        reason,
+    };
+    for (name, t) in obs.images.iter() {
+        t.to_rgb()
+            .map_err(|e: TensorError| invalid(format!("images[{name:?}]: {e}")))?;
+    }
+    for (name, t) in obs.depth.iter() {
+        if t.dtype() != crate::DType::Float32 {
+            return Err(invalid(format!(
+                "depth[{name:?}] is {}, not float32",
+                t.dtype()
+            )));
+        }
+    }
+    if obs.state.dtype() != crate::DType::Float32 || obs.state.shape().len() != 1 {
+        return Err(invalid(format!(
+            "state must be float32 [n], got {} {:?}",
+            obs.state.dtype(),
+            obs.state.shape()
+        )));
+    }
+    Ok(())
+}
+
+/// One environment step (`stagewise/<robot>/transition`): everything in core's [`Transition`], the robot,
+/// a send time, and optionally the observations before (`obs`) and after (`next_obs`) the action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransitionMsg {
+    pub schema: Schema,
+    pub kind: kind::Transition,
+    pub robot: String,
+    /// Index of the environment in a vectorised batch.
+    pub env: u32,
+    pub episode: u64,
+    /// Step index of the action within the episode (0 = first action after reset).
+    pub step: u64,
+    pub action: Vec<f32>,
+    /// Shaped reward `r_task + c * (gamma * phi_next - phi)` (or the configured reward mode).
+    pub reward: f64,
+    /// The environment's own (sparse) task reward.
+    pub task_reward: f64,
+    pub phi: f64,
+    /// Potential of the next state as used in the reward (0 when terminated).
+    pub phi_next: f64,
+    pub gamma: f64,
+    pub shaping_scale: f64,
+    pub terminated: bool,
+    pub truncated: bool,
+    pub success: bool,
+    /// The reward model's stage for the next state, when it has stages.
+    pub stage: Option<u32>,
+    /// Send time, nanoseconds since the Unix epoch (sender's clock).
+    pub stamp_ns: u64,
+    /// Observation the action was taken in (`s_t`), when the actor sends it.
+    pub obs: Option<ObservationMsg>,
+    /// Observation after the action (`s_{t+1}`), when the actor sends it.
+    pub next_obs: Option<ObservationMsg>,
+}
+
+impl TransitionMsg {
+    /// A transition without observations, stamped now.
+    pub fn from_transition(robot: impl Into<String>, t: &Transition) -> Self {
+        Self {
+            schema: Schema,
+            kind: kind::Transition,
+            robot: robot.into(),
+            env: t.env,
+            episode: t.episode,
+            step: t.step,
+            action: t.action.clone(),
+            reward: t.reward,
+            task_reward: t.task_reward,
+            phi: t.phi,
+            phi_next: t.phi_next,
+            gamma: t.gamma,
+            shaping_scale: t.shaping_scale,
+            terminated: t.terminated,
+            truncated: t.truncated,
+            success: t.success,
+            stage: t.stage,
+            stamp_ns: now_ns(),
+            obs: None,
+            next_obs: None,
+        }
+    }
+
+    pub fn with_obs(mut self, obs: ObservationMsg) -> Self {
+        self.obs = Some(obs);
+        self
+    }
+
+    pub fn with_next_obs(mut self, obs: ObservationMsg) -> Self {
+        self.next_obs = Some(obs);
+        self
+    }
+
+    /// The core transition (observations are not part of it).
+    pub fn to_transition(&self) -> Transition {
+        Transition {
+            env: self.env,
+            episode: self.episode,
+            step: self.step,
+            action: self.action.clone(),
+            reward: self.reward,
+            task_reward: self.task_reward,
+            phi: self.phi,
+            phi_next: self.phi_next,
+            gamma: self.gamma,
+            shaping_scale: self.shaping_scale,
+            terminated: self.terminated,
+            truncated: self.truncated,
+            success: self.success,
+            stage: self.stage,
+        }
+    }
+}
+
+impl WireMessage for TransitionMsg {
+    const KIND: &'static str = kind::Transition::NAME;
+    fn validate(&self) -> Result<(), WireError> {
+        check_obs(Self::KIND, "obs", &self.obs)?;
+        check_obs(Self::KIND, "next_obs", &self.next_obs)
+    }
+}
+
+/// A reward model's reading of one step (`stagewise/<robot>/progress`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgressMsg {
+    pub schema: Schema,
+    pub kind: kind::Progress,
+    pub robot: String,
+    pub env: u32,
+    pub episode: u64,
+    /// Step index of the observation the model read (0 = the reset observation).
+    pub step: u64,
+    /// Most likely stage (argmax of the stage logits).
+    pub stage: u32,
+    /// Softmax of the stage logits, one per stage.
+    pub stage_probs: Vec<f32>,
+    /// Within-stage progress of `stage`, in [0, 1].
+    pub tau: f32,
+    /// Task progress in [0, 1].
+    pub phi: f32,
+    /// Send time, nanoseconds since the Unix epoch.
+    pub stamp_ns: u64,
+}
+
+impl ProgressMsg {
+    pub fn new(robot: impl Into<String>, env: u32, episode: u64, step: u64, p: &Progress) -> Self {
+        Self {
+            schema: Schema,
+            kind: kind::Progress,
+            robot: robot.into(),
+            env,
+            episode,
+            step,
+            stage: u32::try_from(p.stage).unwrap_or(u32::MAX),
+            stage_probs: p.stage_probs.clone(),
+            tau: p.tau,
+            phi: p.phi,
+            stamp_ns: now_ns(),
+        }
+    }
+
+    pub fn to_progress(&self) -> Progress {
+        Progress {
+            stage: self.stage as usize,
+            stage_probs: self.stage_probs.clone(),
+            tau: self.tau,
+            phi: self.phi,
+        }
+    }
+}
+
+impl WireMessage for ProgressMsg {
+    const KIND: &'static str = kind::Progress::NAME;
+}
+
+/// A finished episode (`stagewise/<robot>/episode`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeMsg {
+    pub schema: Schema,
+    pub kind: kind::Episode,
+    pub robot: String,
+    pub env: u32,
+    pub episode: u64,
+    /// Sum of the shaped rewards (wire name `return`).
+    #[serde(rename = "return")]
+    pub episode_return: f64,
+    /// Sum of the environment's task rewards.
+    pub task_return: f64,
+    /// Number of steps (transitions) in the episode.
+    pub length: u64,
+    pub success: bool,
+    pub terminated: bool,
+    pub truncated: bool,
+    /// Progress `phi` of the last observation.
+    pub final_phi: f64,
+    /// Send time, nanoseconds since the Unix epoch.
+    pub stamp_ns: u64,
+}
+
+impl WireMessage for EpisodeMsg {
+    const KIND: &'static str = kind::Episode::NAME;
+}
+
+/// An ONNX policy put by a learner (`stagewise/<robot>/policy`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyMsg {
+    pub schema: Schema,
+    pub kind: kind::Policy,
+    /// Learner-chosen version, increasing.
+    pub version: u64,
+    /// Lower-case hex SHA-256 of `onnx` (64 characters).
+    pub sha256: String,
+    /// The ONNX model file, as bytes.
+    #[serde(with = "serde_bytes")]
+    pub onnx: Vec<u8>,
+    /// Ed25519 signature (64 bytes) of the `onnx` bytes, when the learner signs.
+    #[serde(default, with = "serde_bytes")]
+    pub signature: Option<Vec<u8>>,
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl PolicyMsg {
+    /// An unsigned policy; computes the hash.
+    pub fn new(version: u64, onnx: Vec<u8>) -> Self {
+        Self {
+            schema: Schema,
+            kind: kind::Policy,
+            version,
+            sha256: sha256_hex(&onnx),
+            onnx,
+            signature: None,
+        }
+    }
+
+    pub fn with_signature(mut self, signature: Vec<u8>) -> Self {
+        self.signature = Some(signature);
+        self
+    }
+
+    /// Recomputes the hash of `onnx` and compares it with `sha256`.
+    pub fn verify_sha256(&self) -> Result<(), WireError> {
+        let got = sha256_hex(&self.onnx);
+        if got == self.sha256.to_ascii_lowercase() {
+            Ok(())
+        } else {
+            Err(WireError::Invalid {
+                kind: Self::KIND,
+                field: "sha256",
+                reason: format!(
+                    "says {} but the {} onnx bytes hash to {got}",
+                    self.sha256,
+                    self.onnx.len()
+                ),
+            })
+        }
+    }
+}
+
+impl WireMessage for PolicyMsg {
+    const KIND: &'static str = kind::Policy::NAME;
+    /// Shape checks only (hash format, signature length); [`PolicyMsg::verify_sha256`] checks the hash itself.
+    fn validate(&self) -> Result<(), WireError> {
+        if self.sha256.len() != 64 || !self.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(WireError::Invalid {
+                kind: Self::KIND,
+                field: "sha256",
+                reason: format!("{:?} is not 64 hex digits", self.sha256),
+            });
+        }
+        if let Some(sig) = &self.signature {
+            if sig.len() != SIGNATURE_LEN {
+                return Err(WireError::Invalid {
+                    kind: Self::KIND,
+                    field: "signature",
+                    reason: format!(
+                        "{} bytes; an Ed25519 signature is {SIGNATURE_LEN}",
+                        sig.len()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A box space on the wire (mirror of core's [`BoxSpec`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxSpecMsg {
+    pub names: Vec<String>,
+    pub low: Vec<f32>,
+    pub high: Vec<f32>,
+}
+
+/// A camera on the wire (mirror of core's [`ViewSpec`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ViewSpecMsg {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// What a remote environment takes and gives (mirror of core's [`EnvSpec`]; kept separate so that a change
+/// in core cannot change the wire silently).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvSpecMsg {
+    pub task: String,
+    pub action: BoxSpecMsg,
+    pub state: BoxSpecMsg,
+    pub views: Vec<ViewSpecMsg>,
+    pub stage_names: Vec<String>,
+    pub control_hz: f64,
+    pub max_steps: u64,
+}
+
+impl From<&BoxSpec> for BoxSpecMsg {
+    fn from(b: &BoxSpec) -> Self {
+        Self {
+            names: b.names.clone(),
+            low: b.low.clone(),
+            high: b.high.clone(),
+        }
+    }
+}
+
+impl From<&BoxSpecMsg> for BoxSpec {
+    fn from(b: &BoxSpecMsg) -> Self {
+        Self {
+            names: b.names.clone(),
+            low: b.low.clone(),
+            high: b.high.clone(),
+        }
+    }
+}
+
+impl From<&EnvSpec> for EnvSpecMsg {
+    fn from(s: &EnvSpec) -> Self {
+        Self {
+            task: s.task.clone(),
+            action: (&s.action).into(),
+            state: (&s.state).into(),
+            views: s
+                .views
+                .iter()
+                .map(|v| ViewSpecMsg {
+                    name: v.name.clone(),
+                    width: v.width,
+                    height: v.height,
+                })
+                .collect(),
+            stage_names: s.stage_names.clone(),
+            control_hz: s.control_hz,
+            max_steps: s.max_steps,
+        }
+    }
+}
+
+impl From<&EnvSpecMsg> for EnvSpec {
+    fn from(s: &EnvSpecMsg) -> Self {
+        Self {
+            task: s.task.clone(),
+            action: (&s.action).into(),
+            state: (&s.state).into(),
+            views: s
+                .views
+                .iter()
+                .map(|v| ViewSpec {
+                    name: v.name.clone(),
+                    width: v.width,
+                    height: v.height,
+                })
+                .collect(),
+            stage_names: s.stage_names.clone(),
+            control_hz: s.control_hz,
+            max_steps: s.max_steps,
+        }
+    }
+}
+
+/// `env/reset` query payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ResetRequest {
+    pub schema: Schema,
+    pub kind: kind::ResetRequest,
+    /// Seed for the episode; nil lets the server choose.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+impl ResetRequest {
+    pub fn new(seed: Option<u64>) -> Self {
+        Self {
+            seed,
+            ..Self::default()
+        }
+    }
+}
+
+impl WireMessage for ResetRequest {
+    const KIND: &'static str = kind::ResetRequest::NAME;
+}
+
+/// `env/reset` reply: the spec and first observation, or an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ResetReply {
+    pub schema: Schema,
+    pub kind: kind::ResetReply,
+    pub spec: Option<EnvSpecMsg>,
+    pub obs: Option<ObservationMsg>,
+    /// Why the reset failed (then `spec` and `obs` are nil).
+    pub error: Option<String>,
+}
+
+impl ResetReply {
+    pub fn ok(spec: &EnvSpec, obs: ObservationMsg) -> Self {
+        Self {
+            spec: Some(spec.into()),
+            obs: Some(obs),
+            ..Self::default()
+        }
+    }
+    pub fn error(reason: impl Into<String>) -> Self {
+        Self {
+            error: Some(reason.into()),
+            ..Self::default()
+        }
+    }
+}
+
+impl WireMessage for ResetReply {
+    const KIND: &'static str = kind::ResetReply::NAME;
+    fn validate(&self) -> Result<(), WireError> {
+        check_obs(Self::KIND, "obs", &self.obs)
+    }
+}
+
+/// `env/step` query payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StepRequest {
+    pub schema: Schema,
+    pub kind: kind::StepRequest,
+    /// One value per action dimension (msgpack floats or ints).
+    pub action: Vec<f32>,
+}
+
+impl StepRequest {
+    pub fn new(action: Vec<f32>) -> Self {
+        Self {
+            action,
+            ..Self::default()
+        }
+    }
+}
+
+impl WireMessage for StepRequest {
+    const KIND: &'static str = kind::StepRequest::NAME;
+}
+
+/// gymnasium's `info` on the wire (mirror of core's [`StepInfo`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StepInfoMsg {
+    /// Ground-truth stage, when the environment knows it.
+    pub stage: Option<u32>,
+    /// Ground-truth progress in [0, 1], when the environment knows it.
+    pub progress_oracle: Option<f32>,
+    pub success: bool,
+    /// True when the action was outside its bounds and was clipped.
+    pub action_clipped: bool,
+}
+
+impl From<&StepInfo> for StepInfoMsg {
+    fn from(i: &StepInfo) -> Self {
+        Self {
+            stage: i.stage.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
+            progress_oracle: i.progress_oracle,
+            success: i.success,
+            action_clipped: i.action_clipped,
+        }
+    }
+}
+
+impl From<&StepInfoMsg> for StepInfo {
+    fn from(i: &StepInfoMsg) -> Self {
+        Self {
+            stage: i.stage.map(|s| s as usize),
+            progress_oracle: i.progress_oracle,
+            success: i.success,
+            action_clipped: i.action_clipped,
+        }
+    }
+}
+
+/// `env/step` reply: gymnasium's `(obs, reward, terminated, truncated, info)`, or an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StepReply {
+    pub schema: Schema,
+    pub kind: kind::StepReply,
+    pub obs: Option<ObservationMsg>,
+    pub reward: f64,
+    pub terminated: bool,
+    pub truncated: bool,
+    pub info: StepInfoMsg,
+    /// Why the step failed (then `obs` is nil and the other fields are zero/false).
+    pub error: Option<String>,
+}
+
+impl StepReply {
+    pub fn ok(r: StepResult) -> Self {
+        Self {
+            info: (&r.info).into(),
+            obs: Some(ObservationMsg::from_observation_owned(r.obs)),
+            reward: r.reward,
+            terminated: r.terminated,
+            truncated: r.truncated,
+            ..Self::default()
+        }
+    }
+    pub fn error(reason: impl Into<String>) -> Self {
+        Self {
+            error: Some(reason.into()),
+            ..Self::default()
+        }
+    }
+}
+
+impl WireMessage for StepReply {
+    const KIND: &'static str = kind::StepReply::NAME;
+    fn validate(&self) -> Result<(), WireError> {
+        check_obs(Self::KIND, "obs", &self.obs)
+    }
+}
+
+/// The `(schema, kind)` of a message without decoding the rest (None if the bytes are not a message).
+pub fn peek_header(bytes: &[u8]) -> Option<(u64, String)> {
+    rmp_serde::from_slice::<Header>(bytes)
+        .ok()
+        .map(|h| (h.schema, h.kind))
+}
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;
