@@ -9,7 +9,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 use rapier3d::glamx::Vec3;
-use rapier3d::prelude::Ray;
+use rapier3d::prelude::{QueryFilter, QueryPipeline, Ray};
 use stagewise_core::View;
 
 const MAX_DEPTH: f32 = 5.0;
@@ -24,7 +24,14 @@ pub struct Camera {
     pub eye: Vec3,
     dirs: Vec<Vec3>,
     light: Vec3,
+    basis: [Vec3; 3],
+    /// Fixed cameras: colour and depth of the fixed scene (table, floor, target) per pixel, cast once per
+    /// episode; each frame then casts rays only where moving bodies can appear.
+    static_cache: Option<Vec<([u8; 3], f32)>>,
 }
+
+/// A pixel rectangle `[u0, u1) x [v0, v1)`.
+type Rect = [usize; 4];
 
 impl Camera {
     /// Prepares `config`; `jitter` (metres, std) perturbs eye and target of fixed cameras.
@@ -62,6 +69,104 @@ impl Camera {
             eye,
             dirs,
             light: Vec3::new(0.35, 0.25, 1.0).normalize(),
+            basis: [fwd, right, down],
+            static_cache: None,
+        }
+    }
+
+    /// Casts the fixed scene once (fixed cameras only); later frames reuse it.
+    pub fn prepare_static(&mut self, world: &World) {
+        if self.config.mount != CameraMount::World {
+            return;
+        }
+        let qp = world
+            .phys
+            .query_pipeline_with_filter(QueryFilter::only_fixed());
+        let cache = self
+            .dirs
+            .iter()
+            .map(|&dir| {
+                let (c, d) = self.shade(world, &qp, self.eye, dir, MAX_DEPTH);
+                (c.unwrap_or_else(|| sky(self.eye, dir)), d)
+            })
+            .collect();
+        self.static_cache = Some(cache);
+    }
+
+    /// Screen rectangles that may show a moving (non-fixed) collider; None = the whole image.
+    fn moving_rects(&self, world: &World) -> Option<Vec<Rect>> {
+        let (w, h) = (self.config.width as f32, self.config.height as f32);
+        let [fx, fy, cx, cy] = self.config.intrinsics();
+        let [fwd, right, down] = self.basis;
+        let mut rects = Vec::new();
+        for (_, c) in world.phys.colliders.iter() {
+            let fixed = c
+                .parent()
+                .map(|b| world.phys.bodies[b].is_fixed())
+                .unwrap_or(true);
+            if fixed {
+                continue;
+            }
+            let aabb = c.compute_aabb();
+            let (mut u0, mut v0, mut u1, mut v1) = (f32::MAX, f32::MAX, f32::MIN, f32::MIN);
+            for k in 0..8 {
+                let p = Vec3::new(
+                    if k & 1 == 0 { aabb.mins.x } else { aabb.maxs.x },
+                    if k & 2 == 0 { aabb.mins.y } else { aabb.maxs.y },
+                    if k & 4 == 0 { aabb.mins.z } else { aabb.maxs.z },
+                );
+                let d = p - self.eye;
+                let z = d.dot(fwd);
+                if z < 1e-3 {
+                    return None;
+                }
+                let u = d.dot(right) / z * fx + cx - 0.5;
+                let v = d.dot(down) / z * fy + cy - 0.5;
+                u0 = u0.min(u);
+                u1 = u1.max(u);
+                v0 = v0.min(v);
+                v1 = v1.max(v);
+            }
+            if u1 < -1.0 || v1 < -1.0 || u0 > w || v0 > h {
+                continue;
+            }
+            let clampu = |x: f32| x.clamp(0.0, w) as usize;
+            let clampv = |x: f32| x.clamp(0.0, h) as usize;
+            rects.push([
+                clampu(u0.floor() - 1.0),
+                clampu(u1.ceil() + 2.0),
+                clampv(v0.floor() - 1.0),
+                clampv(v1.ceil() + 2.0),
+            ]);
+        }
+        Some(rects)
+    }
+
+    /// Casts one ray; returns the shaded colour (None for no hit) and the hit distance.
+    #[inline]
+    fn shade(
+        &self,
+        world: &World,
+        qp: &QueryPipeline<'_>,
+        origin: Vec3,
+        dir: Vec3,
+        max: f32,
+    ) -> (Option<[u8; 3]>, f32) {
+        let ray = Ray::new(origin, dir);
+        match qp.cast_ray_and_get_normal(&ray, max, true) {
+            Some((handle, hit)) => {
+                let albedo = world
+                    .phys
+                    .colliders
+                    .get(handle)
+                    .map(|c| unpack_rgb(c.user_data))
+                    .unwrap_or([1.0, 0.0, 1.0]);
+                let lambert = hit.normal.dot(self.light).max(0.0);
+                let fog = 1.0 - (hit.time_of_impact / MAX_DEPTH) * 0.3;
+                let k = (AMBIENT + DIFFUSE * lambert) * fog;
+                (Some(albedo.map(|a| to_u8(a * k))), hit.time_of_impact)
+            }
+            None => (None, f32::INFINITY),
         }
     }
 
@@ -100,52 +205,68 @@ impl Camera {
         }
     }
 
-    fn render_rows(
-        &self,
-        world: &World,
-        origin: Vec3,
-        rows: Vec<(usize, &mut [u8], Option<&mut [f32]>)>,
-    ) {
-        // One query pipeline per thread (it borrows the world's broad phase; it is not shared).
-        let qp = world.phys.query_pipeline();
-        let colliders = &world.phys.colliders;
+    fn render_rows(&self, world: &World, origin: Vec3, rows: Vec<Row<'_>>) {
         let w = self.config.width as usize;
-        for (v, rgb_row, mut depth_row) in rows {
-            for u in 0..w {
-                let dir = self.dirs[v * w + u];
-                let ray = Ray::new(origin, dir);
-                let (c, d) = match qp.cast_ray_and_get_normal(&ray, MAX_DEPTH, true) {
-                    Some((handle, hit)) => {
-                        let albedo = colliders
-                            .get(handle)
-                            .map(|c| unpack_rgb(c.user_data))
-                            .unwrap_or([1.0, 0.0, 1.0]);
-                        let lambert = hit.normal.dot(self.light).max(0.0);
-                        let fog = 1.0 - (hit.time_of_impact / MAX_DEPTH) * 0.3;
-                        let k = (AMBIENT + DIFFUSE * lambert) * fog;
-                        (
-                            [albedo[0] * k, albedo[1] * k, albedo[2] * k],
-                            hit.time_of_impact,
-                        )
+        match (&self.static_cache, self.moving_rects(world)) {
+            (Some(cache), Some(rects)) => {
+                // Fixed camera: the cached fixed scene, plus rays against moving bodies inside their rectangles.
+                let qp = world
+                    .phys
+                    .query_pipeline_with_filter(QueryFilter::exclude_fixed());
+                for (v, rgb_row, mut depth_row) in rows {
+                    for u in 0..w {
+                        let (mut c, mut d) = cache[v * w + u];
+                        if rects
+                            .iter()
+                            .any(|r| u >= r[0] && u < r[1] && v >= r[2] && v < r[3])
+                        {
+                            let max = if d.is_finite() { d } else { MAX_DEPTH };
+                            if let (Some(hc), hd) =
+                                self.shade(world, &qp, origin, self.dirs[v * w + u], max)
+                            {
+                                c = hc;
+                                d = hd;
+                            }
+                        }
+                        rgb_row[u * 3..u * 3 + 3].copy_from_slice(&c);
+                        if let Some(dr) = depth_row.as_deref_mut() {
+                            dr[u] = d;
+                        }
                     }
-                    None => {
-                        let t = 0.5 + 0.5 * dir.z;
-                        (
-                            [0.55 + 0.25 * t, 0.62 + 0.25 * t, 0.75 + 0.2 * t],
-                            f32::INFINITY,
-                        )
-                    }
-                };
-                let px = &mut rgb_row[u * 3..u * 3 + 3];
-                for k in 0..3 {
-                    px[k] = (c[k].clamp(0.0, 1.0) * 255.0 + 0.5) as u8;
                 }
-                if let Some(dr) = depth_row.as_deref_mut() {
-                    dr[u] = d;
+            }
+            _ => {
+                // One query pipeline per thread (it borrows the world's broad phase; it is not shared).
+                let qp = world.phys.query_pipeline();
+                for (v, rgb_row, mut depth_row) in rows {
+                    for u in 0..w {
+                        let dir = self.dirs[v * w + u];
+                        let (c, d) = self.shade(world, &qp, origin, dir, MAX_DEPTH);
+                        let c = c.unwrap_or_else(|| sky(origin, dir));
+                        rgb_row[u * 3..u * 3 + 3].copy_from_slice(&c);
+                        if let Some(dr) = depth_row.as_deref_mut() {
+                            dr[u] = d;
+                        }
+                    }
                 }
             }
         }
     }
+}
+
+#[inline]
+fn to_u8(x: f32) -> u8 {
+    (x.clamp(0.0, 1.0) * 255.0 + 0.5) as u8
+}
+
+/// Background colour for rays that hit nothing (a vertical gradient).
+fn sky(_origin: Vec3, dir: Vec3) -> [u8; 3] {
+    let t = 0.5 + 0.5 * dir.z;
+    [
+        to_u8(0.55 + 0.25 * t),
+        to_u8(0.62 + 0.25 * t),
+        to_u8(0.75 + 0.2 * t),
+    ]
 }
 
 type Row<'a> = (usize, &'a mut [u8], Option<&'a mut [f32]>);
@@ -160,5 +281,45 @@ fn split_rows<'a>(rgb: &'a mut [u8], dep: &'a mut [f32], w: usize, depth: bool) 
             .collect()
     } else {
         rgb_rows.enumerate().map(|(i, r)| (i, r, None)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{SimConfig, Task};
+    use rand::SeedableRng;
+
+    #[test]
+    fn cached_fixed_scene_renders_like_a_full_cast() {
+        for task in Task::ALL {
+            let cfg = SimConfig::new(task).with_resolution(48, 36);
+            let mut rng = ChaCha8Rng::seed_from_u64(5);
+            let mut world = World::new(&cfg, &mut rng);
+            world.control(Vec3::new(0.02, 0.01, -0.05), 0.03);
+            for c in cfg.cameras.iter().filter(|c| c.mount == CameraMount::World) {
+                let mut cam_rng = ChaCha8Rng::seed_from_u64(1);
+                let full = Camera::new(c, 0.0, &mut cam_rng);
+                let mut cached = full.clone();
+                cached.prepare_static(&world);
+                let a = full.render(&world, true, 1);
+                let b = cached.render(&world, true, 2);
+                let differ = a
+                    .rgb
+                    .pixels()
+                    .zip(b.rgb.pixels())
+                    .filter(|(x, y)| x != y)
+                    .count();
+                assert!(differ <= 2, "{task} {}: {differ} pixels differ", c.name);
+            }
+        }
+    }
+
+    #[test]
+    fn intrinsics_follow_the_field_of_view() {
+        let c = CameraConfig::fixed("x", [1.0, 0.0, 0.5], [0.0; 3], 64, 48);
+        let [fx, fy, cx, cy] = c.intrinsics();
+        assert_eq!((cx, cy), (32.0, 24.0));
+        assert!((fx - 24.0 / (25f32.to_radians()).tan()).abs() < 1e-3 && fx == fy);
     }
 }

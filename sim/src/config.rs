@@ -43,9 +43,9 @@ impl Task {
     /// annotations learn the same scale.
     pub fn stage_proportions(self) -> &'static [f32] {
         match self {
-            Task::PickPlace => &[0.22, 0.08, 0.10, 0.28, 0.14, 0.18],
-            Task::Stack => &[0.22, 0.08, 0.12, 0.26, 0.14, 0.18],
-            Task::PushTarget => &[0.30, 0.15, 0.55],
+            Task::PickPlace => &[0.35, 0.08, 0.12, 0.19, 0.20, 0.06],
+            Task::Stack => &[0.34, 0.07, 0.16, 0.19, 0.19, 0.05],
+            Task::PushTarget => &[0.20, 0.15, 0.65],
         }
     }
 
@@ -127,13 +127,13 @@ impl CameraConfig {
     /// The default three views: `front`, `side` (fixed) and `wrist`.
     pub fn default_views(width: u32, height: u32) -> Vec<Self> {
         vec![
-            Self::fixed("front", [0.62, 0.0, 0.42], [0.0, 0.0, 0.03], width, height),
-            Self::fixed("side", [0.12, -0.62, 0.40], [0.0, 0.0, 0.03], width, height),
+            Self::fixed("front", [0.50, 0.0, 0.36], [0.0, 0.0, 0.02], width, height),
+            Self::fixed("side", [0.08, -0.50, 0.34], [0.0, 0.0, 0.02], width, height),
             Self {
                 name: "wrist".to_string(),
                 mount: CameraMount::Wrist,
-                eye: [-0.07, 0.0, 0.11],
-                target: [0.03, 0.0, -0.06],
+                eye: [-0.12, 0.0, 0.10],
+                target: [0.03, 0.0, -0.05],
                 up: [0.0, 0.0, 1.0],
                 fov_y_deg: 70.0,
                 width,

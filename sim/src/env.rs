@@ -210,6 +210,11 @@ impl Env for SimEnv {
             .iter()
             .map(|c| Camera::new(c, self.cfg.randomization.camera_jitter, &mut cam_rng))
             .collect();
+        if self.cfg.render {
+            for c in &mut self.cameras {
+                c.prepare_static(&world);
+            }
+        }
         self.step = 0;
         self.done = false;
         self.last = Some(oracle::evaluate(&world));

@@ -281,8 +281,10 @@ impl Expert {
                 };
                 return (goal, CLOSE, 1.0);
             }
-            let goal = Vec3::new(place.x + off.x, place.y + off.y, place.z + off.z - 0.002);
-            if a.z - place.z < 0.004 || self.deg.failure == Some(FailureMode::OffTable) {
+            let goal = Vec3::new(place.x + off.x, place.y + off.y, place.z + off.z + 0.001);
+            let at_floor = tcp.z < crate::world::WS_LO[2] + 0.002;
+            if a.z - place.z < 0.005 || at_floor || self.deg.failure == Some(FailureMode::OffTable)
+            {
                 return (goal, OPEN, 1.0);
             }
             return (goal, CLOSE, 0.6);
@@ -375,7 +377,8 @@ impl Expert {
         } else {
             Vec2::ZERO
         };
-        let goal = b - g.dir * (g.standoff - 0.006) + lateral_fix;
+        // advance along the block-target line (lateral error is corrected toward the line)
+        let goal = b + g.dir * (along + 0.012) + lateral_fix;
         (Vec3::new(goal.x, goal.y, PUSH_Z), CLOSE, 0.5)
     }
 }
@@ -452,6 +455,11 @@ impl EpisodeRecord {
             }
         }
         b
+    }
+
+    /// The record as pretty JSON (without frames).
+    pub fn to_json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(self)
     }
 
     /// Share of the episode's states spent in each stage.

@@ -61,10 +61,16 @@ pub fn carry_z(world: &World) -> f32 {
 pub fn block_placed(world: &World) -> bool {
     let p = world.block_pos(0);
     let goal = world.place_point();
+    block_near_place(world) && (p.z - goal.z).abs() < 0.008 && world.block_linvel(0).length() < 0.05
+}
+
+/// True when block 0 is free and at (or just settling onto) its place point.
+pub fn block_near_place(world: &World) -> bool {
+    let p = world.block_pos(0);
+    let goal = world.place_point();
     world.attached().is_none()
         && (p - goal).truncate().length() < PLACE_TOL
-        && (p.z - goal.z).abs() < 0.008
-        && world.block_linvel(0).length() < 0.05
+        && (p.z - goal.z).abs() < 0.012
 }
 
 /// Evaluates the oracle on the current state.
@@ -103,11 +109,11 @@ fn pick_place(world: &World, failure: bool) -> OracleReading {
         let carry_tau = 1.0 - (d_xy - PLACE_TOL) / (world.d0_carry - PLACE_TOL).max(1e-3);
         return reading(task, 3, carry_tau, false, failure);
     }
-    if block_placed(world) {
+    if block_near_place(world) {
         let open = (world.gripper_width() - 2.0 * half.y) / (MAX_WIDTH - 2.0 * half.y);
         let up = (tcp.z - (a.z + GRASP_DZ)) / RETREAT;
         let tau = 0.5 * clamp01(open) + 0.5 * clamp01(up);
-        let success = clamp01(open) > 0.5 && up >= 1.0;
+        let success = clamp01(open) > 0.5 && up >= 1.0 && block_placed(world);
         return reading(task, 5, tau, success, failure);
     }
     let gp = world.grasp_point(0);
@@ -142,8 +148,9 @@ pub fn push_geometry(world: &World) -> PushGeometry {
         rapier3d::glamx::Vec2::X
     };
     let half = world.block(0).half;
-    // Half extent of the (slightly rotated) block along `dir`, bounded by its half diagonal.
-    let r = (dir.x.abs() * half.x + dir.y.abs() * half.y).min(half.truncate().length());
+    // Support distance of the (rotated) block along `dir`.
+    let local = world.block_rot(0).inverse() * rapier3d::glamx::Vec3::new(dir.x, dir.y, 0.0);
+    let r = (local.x.abs() * half.x + local.y.abs() * half.y).min(half.truncate().length());
     PushGeometry {
         dir,
         standoff: r + 0.012,

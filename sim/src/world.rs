@@ -105,11 +105,8 @@ impl World {
         phys.integration_parameters.num_solver_iterations = cfg.solver_iterations.max(1);
 
         let colors = cfg.randomization.colors;
-        let table_color = if colors {
-            rand_color(rng, [150, 120, 90], 0.12)
-        } else {
-            [150, 120, 90]
-        };
+        // Colour draws happen whether or not colours are randomised, so the layout does not depend on it.
+        let table_color = rand_color(rng, [150, 120, 90], if colors { 0.12 } else { 0.0 });
         phys.insert(
             RigidBodyBuilder::fixed().translation(Vec3::new(0.0, 0.0, -TABLE_THICK)),
             ColliderBuilder::cuboid(TABLE_HALF, TABLE_HALF, TABLE_THICK)
@@ -234,11 +231,7 @@ impl World {
                 }
                 _ => draw_far(rng, 0.12, 0.17),
             };
-            let target_color = if colors {
-                rand_color(rng, [70, 190, 90], 0.12)
-            } else {
-                [70, 190, 90]
-            };
+            let target_color = rand_color(rng, [70, 190, 90], if colors { 0.12 } else { 0.0 });
             phys.insert(
                 RigidBodyBuilder::fixed().translation(Vec3::new(p.x, p.y, 0.0005)),
                 ColliderBuilder::cuboid(TARGET_HALF, TARGET_HALF, 0.0005)

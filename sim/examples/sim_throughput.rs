@@ -1,0 +1,117 @@
+//! Throughput figures for benches/sim_vs_mujoco.py, printed as one JSON object:
+//! physics steps/s on the comparable scene (gripper + two free boxes on a table, 2 ms step, 10 substeps per
+//! 50 Hz control step, the gripper tracing a circle above the boxes), with and without sleeping; control
+//! steps/s of the expert-driven pick-place env without rendering and with 3 views at 96x96, for 1 env and
+//! for N envs on all cores.
+//! `cargo run --release -p stagewise-sim --example sim_throughput [CONTROL_STEPS]`
+
+use stagewise_core::Env;
+use stagewise_sim::{Degradation, Expert, SimConfig, SimEnv, Task, VecEnv};
+use std::time::Instant;
+
+fn comparable_scene(steps: u64, sleeping: bool) -> Result<f64, Box<dyn std::error::Error>> {
+    let mut cfg = SimConfig::headless(Task::Stack);
+    cfg.sleeping = sleeping;
+    cfg.max_steps = u64::MAX;
+    let substeps = cfg.substeps as f64;
+    let mut env = SimEnv::new(cfg)?;
+    env.reset(0)?;
+    let t0 = Instant::now();
+    for k in 0..steps {
+        let t = k as f32 * 0.02;
+        let goal = [
+            0.12 * (t * 1.5).cos(),
+            0.12 * (t * 1.5).sin(),
+            0.15 + 0.03 * (t * 0.7).sin(),
+        ];
+        let tcp = env.world().ok_or("no world")?.tcp();
+        let a = [
+            (goal[0] - tcp.x) / 0.006,
+            (goal[1] - tcp.y) / 0.006,
+            (goal[2] - tcp.z) / 0.006,
+            1.0,
+        ];
+        let a = a.map(|v: f32| v.clamp(-1.0, 1.0));
+        env.step(&a)?;
+    }
+    Ok(steps as f64 * substeps / t0.elapsed().as_secs_f64())
+}
+
+fn expert_env(steps: u64, render: bool) -> Result<f64, Box<dyn std::error::Error>> {
+    let cfg = if render {
+        SimConfig::new(Task::PickPlace)
+    } else {
+        SimConfig::headless(Task::PickPlace)
+    };
+    let mut env = SimEnv::new(cfg)?;
+    let mut seed = 0;
+    env.reset(seed)?;
+    let mut ex = Expert::with_seed(Task::PickPlace, Degradation::none(), seed);
+    let t0 = Instant::now();
+    for _ in 0..steps {
+        let a = ex.act_env(&env);
+        let r = env.step(&a)?;
+        if r.terminated || r.truncated {
+            seed += 1;
+            env.reset(seed)?;
+            ex = Expert::with_seed(Task::PickPlace, Degradation::none(), seed);
+        }
+    }
+    Ok(steps as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn vec_env(n: usize, steps: u64, render: bool) -> Result<f64, Box<dyn std::error::Error>> {
+    let cfg = if render {
+        SimConfig::new(Task::PickPlace)
+    } else {
+        SimConfig::headless(Task::PickPlace)
+    };
+    let mut v = VecEnv::new(cfg, n, 0)?;
+    let seeds: Vec<u64> = (0..n as u64).collect();
+    v.reset(&seeds)?;
+    let experts: Vec<std::sync::Mutex<Expert>> = seeds
+        .iter()
+        .map(|&s| std::sync::Mutex::new(Expert::with_seed(Task::PickPlace, Degradation::none(), s)))
+        .collect();
+    let t0 = Instant::now();
+    for _ in 0..steps {
+        let res = v.step_with(|i, env| match experts[i].lock() {
+            Ok(mut e) => e.act_env(env).to_vec(),
+            Err(_) => vec![0.0; 4],
+        })?;
+        for (i, r) in res.iter().enumerate() {
+            if r.terminated || r.truncated {
+                let s = seeds[i] + 1000;
+                v.envs_mut()[i].reset(s)?;
+                if let Ok(mut e) = experts[i].lock() {
+                    *e = Expert::with_seed(Task::PickPlace, Degradation::none(), s);
+                }
+            }
+        }
+    }
+    Ok((steps * n as u64) as f64 / t0.elapsed().as_secs_f64())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let steps: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let n = cores.max(2) * 2;
+    let phys_sleep = comparable_scene(steps, true)?;
+    let phys_awake = comparable_scene(steps, false)?;
+    let headless = expert_env(steps, false)?;
+    let render = expert_env(steps / 5, true)?;
+    let vec_headless = vec_env(n, steps / 2, false)?;
+    let vec_render = vec_env(n, steps / 20, true)?;
+    println!(
+        "{{\"cores\": {cores}, \"n_envs\": {n}, \"substeps\": 10, \"dt\": 0.002, \
+         \"physics_steps_per_s_sleeping\": {phys_sleep:.1}, \"physics_steps_per_s_no_sleeping\": {phys_awake:.1}, \
+         \"control_steps_per_s_headless_1env\": {headless:.1}, \"control_steps_per_s_3x96_1env\": {render:.1}, \
+         \"control_steps_per_s_headless_nenv\": {vec_headless:.1}, \"control_steps_per_s_3x96_nenv\": {vec_render:.1}}}"
+    );
+    Ok(())
+}

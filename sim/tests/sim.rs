@@ -1,0 +1,350 @@
+//! Behaviour tests of the simulator: experts, oracle, determinism, bad input, cameras.
+
+use stagewise_core::{Env, EnvError};
+use stagewise_sim::{
+    rollout, rollout_with, save_png, CameraConfig, ConfigError, Degradation, FailureMode,
+    SimConfig, SimEnv, Task, VecEnv,
+};
+
+fn small(task: Task) -> SimConfig {
+    SimConfig::new(task).with_resolution(24, 16)
+}
+
+#[test]
+fn clean_experts_succeed_on_at_least_95_percent_of_40_seeds() {
+    for task in Task::ALL {
+        let mut ok = 0;
+        for seed in 0..40 {
+            let r = rollout(task, seed, Degradation::none(), false).expect("rollout");
+            ok += r.success as usize;
+        }
+        assert!(ok >= 38, "{task}: {ok}/40");
+    }
+}
+
+#[test]
+fn episode_record_is_annotated_consistently() {
+    for task in Task::ALL {
+        let r = rollout(task, 7, Degradation::none(), false).expect("rollout");
+        assert!(r.success && r.terminated && !r.truncated);
+        assert_eq!(r.states.len(), r.len() + 1);
+        assert_eq!(r.stages.len(), r.states.len());
+        assert_eq!(r.progress.len(), r.states.len());
+        assert_eq!(
+            r.rewards.iter().filter(|&&x| x > 0.0).count(),
+            1,
+            "sparse success reward"
+        );
+        assert!(r.progress.iter().all(|p| (0.0..=1.0).contains(p)));
+        assert_eq!(*r.progress.last().expect("progress"), 1.0);
+        // every stage is visited, in order, for a clean run
+        let bounds = r.stage_bounds();
+        assert!(bounds.iter().all(|b| b.is_some()), "{task}: {bounds:?}");
+        let firsts: Vec<usize> = bounds.iter().map(|b| b.map(|x| x.0).unwrap_or(0)).collect();
+        assert!(firsts.windows(2).all(|w| w[0] < w[1]), "{task}: {firsts:?}");
+        let spans = r.stage_spans();
+        assert_eq!(spans.first().map(|s| s.start), Some(0));
+        assert_eq!(spans.last().map(|s| s.end), Some(r.len()));
+        // smooth-ish: progress rarely drops and never by much in a clean run
+        let drops = r.progress.windows(2).filter(|w| w[1] < w[0] - 1e-4).count();
+        let worst = r
+            .progress
+            .windows(2)
+            .map(|w| w[0] - w[1])
+            .fold(0f32, f32::max);
+        assert!(
+            drops * 10 <= r.len() && worst < 0.1,
+            "{task}: {drops} drops, worst {worst}"
+        );
+        assert!((r.stage_shares().iter().sum::<f32>() - 1.0).abs() < 1e-4);
+        assert_eq!(r.state_names.len(), r.states[0].len());
+        let json = serde_json::to_string(&r).expect("serialise");
+        assert!(json.contains("\"stages\""));
+    }
+}
+
+#[test]
+fn gripper_really_carries_the_block() {
+    let r = rollout(Task::PickPlace, 3, Degradation::none(), false).expect("rollout");
+    let z = r
+        .state_names
+        .iter()
+        .position(|n| n == "block0_z")
+        .expect("block0_z");
+    let g = r
+        .state_names
+        .iter()
+        .position(|n| n == "grasped")
+        .expect("grasped");
+    let rest = r.states[0][z];
+    let top = r.states.iter().map(|s| s[z]).fold(0f32, f32::max);
+    assert!(top > rest + 0.05, "block rose from {rest} to {top}");
+    assert!(r.states.iter().any(|s| s[g] == 1.0));
+    assert_eq!(
+        r.states.last().map(|s| s[g]),
+        Some(0.0),
+        "released at the end"
+    );
+}
+
+#[test]
+fn degraded_experts_fail_or_recover_as_described() {
+    let off = rollout(
+        Task::PickPlace,
+        1,
+        Degradation::failure(FailureMode::OffTable),
+        false,
+    )
+    .expect("rollout");
+    assert!(
+        off.terminated && !off.success,
+        "off-table ends the episode as a failure"
+    );
+    let frozen = rollout(
+        Task::Stack,
+        1,
+        Degradation::failure(FailureMode::Freeze),
+        false,
+    )
+    .expect("rollout");
+    assert!(frozen.truncated && !frozen.success);
+    let wrong = rollout(
+        Task::PickPlace,
+        1,
+        Degradation::failure(FailureMode::WrongPlace),
+        false,
+    )
+    .expect("rollout");
+    assert!(!wrong.success);
+    let miss = rollout(
+        Task::Stack,
+        2,
+        Degradation::failure(FailureMode::MissGrasp),
+        false,
+    )
+    .expect("rollout");
+    assert!(!miss.success && miss.stages.iter().all(|&s| s <= 1));
+    // regress-and-recover: the oracle goes back a stage, and the expert still finishes
+    let reg = rollout(Task::PickPlace, 4, Degradation::regress(), false).expect("rollout");
+    assert!(reg.success);
+    assert!(
+        reg.stages.windows(2).any(|w| w[1] < w[0]),
+        "a regression shows in the stages"
+    );
+    let noisy = rollout(Task::PushTarget, 4, Degradation::noisy(0.3), false).expect("rollout");
+    assert!(
+        noisy.clipped.iter().any(|&c| c),
+        "noise pushes actions out of bounds: clipped and reported"
+    );
+    let paused =
+        rollout(Task::PushTarget, 4, Degradation::pauses(0.05, 10), false).expect("rollout");
+    assert!(paused.actions.iter().any(|a| a[..3] == [0.0, 0.0, 0.0]));
+    for name in Degradation::PRESETS {
+        assert!(Degradation::preset(name).is_some());
+    }
+    assert!(Degradation::preset("nope").is_none());
+}
+
+#[test]
+fn bad_actions_are_errors_and_out_of_bounds_are_clipped() {
+    let mut env = SimEnv::new(SimConfig::headless(Task::PickPlace)).expect("env");
+    assert!(matches!(env.step(&[0.0; 4]), Err(EnvError::NeedsReset)));
+    env.reset(0).expect("reset");
+    match env.step(&[0.0; 3]) {
+        Err(EnvError::ActionSize {
+            expected: 4,
+            got: 3,
+            ..
+        }) => {}
+        other => panic!("expected ActionSize, got {other:?}"),
+    }
+    match env.step(&[0.0, f32::NAN, 0.0, 0.0]) {
+        Err(EnvError::ActionNotFinite {
+            index: 1, ref name, ..
+        }) if name == "dy" => {}
+        other => panic!("expected ActionNotFinite, got {other:?}"),
+    }
+    assert!(env.step(&[0.0, 0.0, f32::INFINITY, 0.0]).is_err());
+    let r = env.step(&[5.0, 0.0, 0.0, 1.0]).expect("step");
+    assert!(r.info.action_clipped);
+    let r = env.step(&[0.5, 0.0, 0.0, 1.0]).expect("step");
+    assert!(!r.info.action_clipped);
+    assert!(r.info.stage.is_some() && r.info.progress_oracle.is_some());
+}
+
+#[test]
+fn truncates_at_the_time_limit() {
+    let mut cfg = SimConfig::headless(Task::PushTarget);
+    cfg.max_steps = 5;
+    let mut env = SimEnv::new(cfg).expect("env");
+    env.reset(1).expect("reset");
+    for t in 1..=5 {
+        let r = env.step(&[0.0, 0.0, 0.0, 0.0]).expect("step");
+        assert_eq!(r.truncated, t == 5);
+        assert!(!r.terminated);
+    }
+    assert!(matches!(env.step(&[0.0; 4]), Err(EnvError::NeedsReset)));
+}
+
+#[test]
+fn specs_describe_observations() {
+    for task in Task::ALL {
+        let mut env = SimEnv::new(small(task)).expect("env");
+        let obs = env.reset(5).expect("reset");
+        let spec = env.spec().clone();
+        assert_eq!(spec.task, task.name());
+        assert_eq!(spec.action.names, ["dx", "dy", "dz", "gripper"]);
+        assert_eq!(spec.state.len(), obs.state.len());
+        assert_eq!(spec.state.low.len(), spec.state.len());
+        assert_eq!(spec.stage_names.len(), task.stage_proportions().len());
+        assert!((task.stage_proportions().iter().sum::<f32>() - 1.0).abs() < 1e-4);
+        assert_eq!(spec.views.len(), 3);
+        assert_eq!(obs.views.len(), 3);
+        for (v, s) in obs.views.iter().zip(&spec.views) {
+            assert_eq!(v.name, s.name);
+            assert_eq!((v.rgb.width(), v.rgb.height()), (s.width, s.height));
+            let d = v.depth.as_ref().expect("depth");
+            assert_eq!(d.len(), (s.width * s.height) as usize);
+        }
+        assert_eq!(obs.step, 0);
+        assert_eq!(spec.control_hz, 50.0);
+    }
+}
+
+#[test]
+fn cameras_render_the_scene_and_export_png() {
+    let mut env = SimEnv::new(SimConfig::new(Task::Stack).with_resolution(40, 30)).expect("env");
+    let obs = env.reset(2).expect("reset");
+    let front = obs.view("front").expect("front");
+    let depth = front.depth.as_ref().expect("depth");
+    // the table fills the middle of the fixed views: finite depth there, plausible range
+    let mid = depth[15 * 40 + 20];
+    assert!(mid.is_finite() && mid > 0.2 && mid < 1.5, "depth {mid}");
+    assert!(
+        front
+            .rgb
+            .pixels()
+            .any(|p| p.0 != front.rgb.get_pixel(0, 0).0),
+        "not a flat image"
+    );
+    assert_ne!(
+        obs.view("front").map(|v| &v.rgb),
+        obs.view("side").map(|v| &v.rgb)
+    );
+    // the wrist camera moves with the gripper
+    let wrist0 = obs.view("wrist").expect("wrist").rgb.clone();
+    let r = env.step(&[1.0, 0.0, -1.0, 1.0]).expect("step");
+    assert_ne!(r.obs.view("wrist").expect("wrist").rgb, wrist0);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("front.png");
+    save_png(front, &path).expect("png");
+    let back = image::open(&path).expect("read back").to_rgb8();
+    assert_eq!(back, front.rgb);
+}
+
+#[test]
+fn randomisation_options_change_pictures_not_layout() {
+    let mut plain = SimEnv::new(small(Task::PickPlace)).expect("env");
+    let mut cfg = small(Task::PickPlace);
+    cfg.randomization.camera_jitter = 0.02;
+    cfg.randomization.colors = true;
+    let mut jit = SimEnv::new(cfg).expect("env");
+    let a = plain.reset(9).expect("reset");
+    let b = jit.reset(9).expect("reset");
+    assert_ne!(a.views[0].rgb, b.views[0].rgb);
+    // the layout (state) is the same: randomisation only touches cameras and colours
+    assert_eq!(a.state, b.state);
+    let mut cfg = SimConfig::headless(Task::PickPlace);
+    cfg.randomization.colors = true;
+    let r = rollout_with(&cfg, 0, Degradation::none()).expect("rollout");
+    assert!(r.success);
+}
+
+#[test]
+fn vec_env_is_bit_identical_across_thread_counts() {
+    let cfg = small(Task::Stack);
+    let seeds = [11u64, 12, 13, 14];
+    let run = |threads: usize| {
+        let mut v = VecEnv::new(cfg.clone(), seeds.len(), threads).expect("vec env");
+        let mut out = Vec::new();
+        let obs = v.reset(&seeds).expect("reset");
+        out.push(obs);
+        for t in 0..6 {
+            let actions: Vec<f32> = (0..seeds.len())
+                .flat_map(|i| {
+                    [
+                        0.3 * (i as f32 - 1.5),
+                        0.2,
+                        -0.5,
+                        if t > 3 { -1.0 } else { 1.0 },
+                    ]
+                })
+                .collect();
+            let res = v.step(&actions).expect("step");
+            out.push(res.into_iter().map(|r| r.obs).collect());
+        }
+        out
+    };
+    let one = run(1);
+    let three = run(3);
+    assert_eq!(one.len(), three.len());
+    for (a, b) in one.iter().zip(&three) {
+        for (x, y) in a.iter().zip(b) {
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&x.state), bits(&y.state));
+            for (vx, vy) in x.views.iter().zip(&y.views) {
+                assert_eq!(vx.rgb, vy.rgb);
+                assert_eq!(
+                    vx.depth.as_deref().map(bits),
+                    vy.depth.as_deref().map(bits),
+                    "depth of {}",
+                    vx.name
+                );
+            }
+        }
+    }
+    // rendering with several threads inside one env gives the same picture too
+    let mut cfg2 = cfg.clone();
+    cfg2.render_threads = 3;
+    let mut e1 = SimEnv::new(cfg.clone()).expect("env");
+    let mut e3 = SimEnv::new(cfg2).expect("env");
+    assert_eq!(e1.reset(4).expect("reset"), e3.reset(4).expect("reset"));
+    // wrong sizes are errors
+    let mut v = VecEnv::new(cfg, 2, 2).expect("vec env");
+    assert!(v.reset(&[1]).is_err());
+    v.reset(&[1, 2]).expect("reset");
+    assert!(matches!(
+        v.step(&[0.0; 7]),
+        Err(EnvError::ActionSize { .. })
+    ));
+}
+
+#[test]
+fn rollout_with_rendering_records_frames() {
+    let cfg = small(Task::PushTarget);
+    let r = rollout_with(&cfg, 3, Degradation::none()).expect("rollout");
+    let frames = r.frames.as_ref().expect("frames");
+    assert_eq!(frames.len(), r.states.len());
+    assert!(frames.iter().all(|f| f.len() == 3));
+}
+
+#[test]
+fn invalid_configs_are_refused() {
+    let mut cfg = SimConfig::new(Task::Stack);
+    cfg.substeps = 0;
+    assert_eq!(SimEnv::new(cfg).err(), Some(ConfigError::Substeps));
+    let mut cfg = SimConfig::new(Task::Stack);
+    cfg.cameras.push(CameraConfig::fixed(
+        "front",
+        [1.0, 0.0, 0.0],
+        [0.0; 3],
+        8,
+        8,
+    ));
+    assert!(SimEnv::new(cfg).is_err());
+    let mut cfg = SimConfig::new(Task::Stack);
+    cfg.cameras[0].width = 0;
+    assert!(SimEnv::new(cfg).is_err());
+    assert!("pick-place".parse::<Task>().is_ok());
+    assert!("juggle".parse::<Task>().is_err());
+}
