@@ -1,0 +1,108 @@
+//! The crate's error type: every variant names the file and the field or column it is about.
+
+use std::path::PathBuf;
+
+/// Result alias of this crate.
+pub type Result<T, E = DatasetError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: malformed JSON: {source}", path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{}: field `{field}`: {reason}", path.display())]
+    Field {
+        path: PathBuf,
+        field: String,
+        reason: String,
+    },
+    #[error("{}: parquet: {source}", path.display())]
+    Parquet {
+        path: PathBuf,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    #[error("{}: arrow: {source}", path.display())]
+    Arrow {
+        path: PathBuf,
+        #[source]
+        source: arrow_schema::ArrowError,
+    },
+    #[error("{}: missing column `{column}`", path.display())]
+    MissingColumn { path: PathBuf, column: String },
+    #[error("{}: column `{column}` has type {found}, expected {expected}", path.display())]
+    ColumnType {
+        path: PathBuf,
+        column: String,
+        expected: String,
+        found: String,
+    },
+    #[error("{}: column `{column}`, row {row}: {reason}", path.display())]
+    BadValue {
+        path: PathBuf,
+        column: String,
+        row: usize,
+        reason: String,
+    },
+    #[error("{}: column `{column}`, episode {episode}, frame {frame}: corrupt image: {source}", path.display())]
+    Image {
+        path: PathBuf,
+        column: String,
+        episode: usize,
+        frame: usize,
+        #[source]
+        source: Box<image::ImageError>,
+    },
+    #[error(
+        "column `{column}` is stored as video (dtype \"video\"): reading it needs stagewise-dataset's cargo feature \
+         `video` (an ffmpeg subprocess); rebuild with `--features video` or drop the column"
+    )]
+    VideoFeatureOff { column: String },
+    #[error("{}: video column `{column}`: {reason}", path.display())]
+    Video {
+        path: PathBuf,
+        column: String,
+        reason: String,
+    },
+    #[error("{}: episode {episode}: {reason}", path.display())]
+    Episode {
+        path: PathBuf,
+        episode: usize,
+        reason: String,
+    },
+    /// Input handed to the writer that does not match the dataset's declared features.
+    #[error("invalid input: {0}")]
+    Input(String),
+    #[error("{}: {reason}", path.display())]
+    Other { path: PathBuf, reason: String },
+    #[error("stage proportions: {0}")]
+    Proportions(#[from] stagewise_core::ProgressError),
+}
+
+pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> DatasetError {
+    let path = path.into();
+    move |source| DatasetError::Io { path, source }
+}
+
+pub(crate) fn pq_err(
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(parquet::errors::ParquetError) -> DatasetError {
+    let path = path.into();
+    move |source| DatasetError::Parquet { path, source }
+}
+
+pub(crate) fn arrow_err(
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(arrow_schema::ArrowError) -> DatasetError {
+    let path = path.into();
+    move |source| DatasetError::Arrow { path, source }
+}

@@ -1,0 +1,31 @@
+//! stagewise-dataset: LeRobot v3-layout datasets on disk.
+//!
+//! - [`DatasetWriter`] records episodes (camera frames as PNG image columns, state, action, extra per-frame
+//!   columns, SARM sparse stage annotations) and writes `meta/info.json`, `meta/stats.json`,
+//!   `meta/tasks.parquet`, `meta/episodes/chunk-000/file-000.parquet` and `meta/temporal_proportions_sparse.json`.
+//! - [`Dataset`] reads LeRobot v3 datasets (ours or LeRobot's), episode by episode; video columns need the cargo
+//!   feature `video` (an `ffmpeg` subprocess).
+//! - [`SarmProgress`] reads and writes `sarm_progress.parquet`, the per-frame progress file LeRobot's RA-BC loads.
+//!
+//! Depends on `stagewise-core` only among the workspace crates: never on model, sim, stream or runtime (the CLI
+//! wires episodes from those into the writer's plain input types). See README.md for the layout and its sources.
+
+mod columns;
+pub mod error;
+pub mod info;
+pub mod reader;
+pub mod sarm_progress;
+pub mod stats;
+#[cfg(feature = "video")]
+pub mod video;
+pub mod writer;
+
+pub use error::{DatasetError, Result};
+pub use info::{Feature, InfoJson, OrderedMap, CODEBASE_VERSION, SARM_PROGRESS_FILE};
+pub use reader::{Dataset, Episode, EpisodeMeta, Images, VideoRef};
+pub use sarm_progress::{SarmProgress, REWARD_MODEL_PATH_KEY};
+pub use writer::{
+    image_key, ColumnValues, DatasetInfo, DatasetSummary, DatasetWriter, EpisodeData,
+    ExtraColumnSpec, ExtraDtype, FrameData, FrameImage, StageAnnotation, ViewSpec, ACTION_KEY,
+    STATE_KEY,
+};

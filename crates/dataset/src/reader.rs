@@ -1,0 +1,790 @@
+//! [`Dataset`]: reads a LeRobot v3 dataset from disk (info.json, tasks, episode metadata, data parquet files,
+//! image columns, SARM annotation columns; video columns with the `video` feature).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use image::RgbImage;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::file::statistics::Statistics;
+use rayon::prelude::*;
+
+use crate::columns::{
+    column, f32_values, f32_vectors, i64_values, image_bytes, ints_any, list_rows, numeric_f64,
+    strings,
+};
+use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
+use crate::info::{
+    format_template, read_proportions_json, InfoJson, SARM_PROGRESS_FILE, STATS_PATH, TASKS_PATH,
+    TEMPORAL_PROPORTIONS_SPARSE_PATH,
+};
+use crate::writer::{StageAnnotation, ACTION_KEY, STATE_KEY};
+
+const DEFAULT_COLUMNS: [&str; 5] = [
+    "timestamp",
+    "frame_index",
+    "episode_index",
+    "index",
+    "task_index",
+];
+
+/// Where one episode's frames of one video feature are (LeRobot v3 `videos/<key>/...` episode columns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VideoRef {
+    pub key: String,
+    pub chunk_index: u64,
+    pub file_index: u64,
+    pub from_timestamp: f64,
+    pub to_timestamp: f64,
+}
+
+/// One row of `meta/episodes/*/*.parquet`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeMeta {
+    pub episode_index: usize,
+    pub length: usize,
+    pub tasks: Vec<String>,
+    pub dataset_from_index: u64,
+    pub dataset_to_index: u64,
+    pub data_chunk_index: u64,
+    pub data_file_index: u64,
+    /// Stagewise's `success` column, when the dataset has one.
+    pub success: Option<bool>,
+    /// SARM `sparse_subtask_*` columns (or the legacy unprefixed `subtask_*`), when annotated.
+    pub stages: Option<StageAnnotation>,
+    pub videos: Vec<VideoRef>,
+}
+
+/// Whether [`Dataset::read_episode`] decodes image/video columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Images {
+    Decode,
+    Skip,
+}
+
+/// The frames of one episode, column by column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Episode {
+    pub meta: EpisodeMeta,
+    pub index: Vec<i64>,
+    pub frame_index: Vec<i64>,
+    pub timestamp: Vec<f32>,
+    pub task_index: Vec<i64>,
+    pub state_dim: usize,
+    /// Row-major `len x state_dim` (empty when the dataset has no `observation.state`).
+    pub state: Vec<f32>,
+    pub action_dim: usize,
+    /// Row-major `len x action_dim` (empty when the dataset has no `action`).
+    pub action: Vec<f32>,
+    /// `(feature key, one image per frame)` for every image/video feature, in info.json order
+    /// (empty with [`Images::Skip`]).
+    pub images: Vec<(String, Vec<RgbImage>)>,
+    /// Other scalar feature columns, as f64 (NaN for nulls), in info.json order.
+    pub extras: Vec<(String, Vec<f64>)>,
+}
+
+impl Episode {
+    pub fn len(&self) -> usize {
+        self.frame_index.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.frame_index.is_empty()
+    }
+    pub fn state(&self, frame: usize) -> &[f32] {
+        self.state
+            .get(frame * self.state_dim..(frame + 1) * self.state_dim)
+            .unwrap_or(&[])
+    }
+    pub fn action(&self, frame: usize) -> &[f32] {
+        self.action
+            .get(frame * self.action_dim..(frame + 1) * self.action_dim)
+            .unwrap_or(&[])
+    }
+    pub fn images(&self, key: &str) -> Option<&[RgbImage]> {
+        self.images
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_slice())
+    }
+    pub fn extra(&self, key: &str) -> Option<&[f64]> {
+        self.extras
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// A LeRobot v3 dataset opened from disk. Frames are read per episode ([`Dataset::read_episode`]).
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    root: PathBuf,
+    info: InfoJson,
+    tasks: Vec<String>,
+    episodes: Vec<EpisodeMeta>,
+    stats: Option<serde_json::Value>,
+    proportions: Option<Vec<(String, f64)>>,
+}
+
+fn read_all(path: &Path) -> Result<Vec<RecordBatch>> {
+    let f = File::open(path).map_err(io_err(path))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .map_err(pq_err(path))?
+        .build()
+        .map_err(pq_err(path))?;
+    reader.map(|b| b.map_err(arrow_err(path))).collect()
+}
+
+impl Dataset {
+    /// Opens the dataset in `dir`: reads and checks info.json, tasks, episode metadata, stats.json and the SARM
+    /// stage priors. Fails on video features unless built with the `video` feature.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let root = dir.as_ref().to_owned();
+        let info = InfoJson::read(&root)?;
+        #[cfg(not(feature = "video"))]
+        {
+            if let Some((key, _)) = info.features.iter().find(|(_, f)| f.dtype == "video") {
+                return Err(DatasetError::VideoFeatureOff {
+                    column: key.to_owned(),
+                });
+            }
+        }
+        let tasks = read_tasks(&root.join(TASKS_PATH))?;
+        let episodes = read_episodes(&root, &info, &tasks)?;
+        let stats_path = root.join(STATS_PATH);
+        let stats = if stats_path.exists() {
+            let text = std::fs::read_to_string(&stats_path).map_err(io_err(&stats_path))?;
+            Some(
+                serde_json::from_str(&text).map_err(|source| DatasetError::Json {
+                    path: stats_path,
+                    source,
+                })?,
+            )
+        } else {
+            None
+        };
+        let prop_path = root.join(TEMPORAL_PROPORTIONS_SPARSE_PATH);
+        let proportions = if prop_path.exists() {
+            Some(read_proportions_json(&prop_path)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            root,
+            info,
+            tasks,
+            episodes,
+            stats,
+            proportions,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn info(&self) -> &InfoJson {
+        &self.info
+    }
+    pub fn fps(&self) -> u32 {
+        self.info.fps
+    }
+    /// Task strings by task_index.
+    pub fn tasks(&self) -> &[String] {
+        &self.tasks
+    }
+    pub fn episodes(&self) -> &[EpisodeMeta] {
+        &self.episodes
+    }
+    pub fn num_episodes(&self) -> usize {
+        self.episodes.len()
+    }
+    pub fn num_frames(&self) -> u64 {
+        self.episodes.iter().map(|e| e.length as u64).sum()
+    }
+    /// meta/stats.json as JSON, when present.
+    pub fn stats(&self) -> Option<&serde_json::Value> {
+        self.stats.as_ref()
+    }
+    /// meta/temporal_proportions_sparse.json: `(stage name, proportion)` in file order.
+    pub fn temporal_proportions_sparse(&self) -> Option<&[(String, f64)]> {
+        self.proportions.as_deref()
+    }
+    /// Image and video feature keys, in info.json order.
+    pub fn camera_keys(&self) -> Vec<&str> {
+        self.info
+            .features
+            .iter()
+            .filter(|(_, f)| f.is_visual())
+            .map(|(k, _)| k)
+            .collect()
+    }
+    pub fn state_names(&self) -> Option<Vec<String>> {
+        self.info
+            .features
+            .get(STATE_KEY)
+            .and_then(|f| f.name_list())
+    }
+    pub fn action_names(&self) -> Option<Vec<String>> {
+        self.info
+            .features
+            .get(ACTION_KEY)
+            .and_then(|f| f.name_list())
+    }
+    /// `<root>/sarm_progress.parquet`, where LeRobot's RA-BC looks for per-frame progress.
+    pub fn sarm_progress_path(&self) -> PathBuf {
+        self.root.join(SARM_PROGRESS_FILE)
+    }
+
+    /// Path of the data file that holds episode `ep`.
+    pub fn data_file(&self, ep: usize) -> Result<PathBuf> {
+        let meta = self.episode_meta(ep)?;
+        let rel = format_template(
+            &self.info.data_path,
+            &[
+                ("chunk_index", "", meta.data_chunk_index),
+                ("file_index", "", meta.data_file_index),
+            ],
+        )
+        .map_err(|reason| self.info_field("data_path", reason))?;
+        Ok(self.root.join(rel))
+    }
+
+    fn info_field(&self, field: &str, reason: String) -> DatasetError {
+        DatasetError::Field {
+            path: self.root.join(crate::info::INFO_PATH),
+            field: field.into(),
+            reason,
+        }
+    }
+
+    fn episode_meta(&self, ep: usize) -> Result<&EpisodeMeta> {
+        self.episodes.get(ep).ok_or_else(|| DatasetError::Episode {
+            path: self.root.clone(),
+            episode: ep,
+            reason: format!(
+                "out of range: the dataset has {} episodes",
+                self.episodes.len()
+            ),
+        })
+    }
+
+    /// Reads all columns of episode `ep`; image columns are decoded (in parallel) unless `images` is
+    /// [`Images::Skip`].
+    pub fn read_episode(&self, ep: usize, images: Images) -> Result<Episode> {
+        let meta = self.episode_meta(ep)?.clone();
+        let path = self.data_file(ep)?;
+        let f = File::open(&path).map_err(io_err(&path))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(pq_err(&path))?;
+        let schema = builder.schema().clone();
+
+        // Which columns to read: every non-video feature (images only when decoding).
+        let mut wanted: Vec<&str> = Vec::new();
+        for (key, ft) in self.info.features.iter() {
+            if ft.dtype == "video" || (ft.dtype == "image" && images == Images::Skip) {
+                continue;
+            }
+            if schema.field_with_name(key).is_err() {
+                return Err(DatasetError::MissingColumn {
+                    path: path.clone(),
+                    column: key.to_owned(),
+                });
+            }
+            wanted.push(key);
+        }
+        let parquet_schema = builder.parquet_schema();
+        let roots: Vec<usize> = wanted
+            .iter()
+            .filter_map(|k| schema.index_of(k).ok())
+            .collect();
+        let mask = parquet::arrow::ProjectionMask::roots(parquet_schema, roots);
+
+        // Skip row groups whose episode_index statistics exclude this episode.
+        let epi_col = parquet_schema
+            .columns()
+            .iter()
+            .position(|c| c.path().string() == "episode_index");
+        let groups: Vec<usize> = builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .enumerate()
+            .filter(
+                |(_, rg)| match epi_col.and_then(|c| rg.column(c).statistics()) {
+                    Some(Statistics::Int64(s)) => match (s.min_opt(), s.max_opt()) {
+                        (Some(&lo), Some(&hi)) => lo <= ep as i64 && ep as i64 <= hi,
+                        _ => true,
+                    },
+                    _ => true,
+                },
+            )
+            .map(|(i, _)| i)
+            .collect();
+        let reader = builder
+            .with_projection(mask)
+            .with_row_groups(groups)
+            .build()
+            .map_err(pq_err(&path))?;
+
+        let state_dim = self
+            .info
+            .features
+            .get(STATE_KEY)
+            .map(|f| f.shape.iter().product())
+            .unwrap_or(0);
+        let action_dim = self
+            .info
+            .features
+            .get(ACTION_KEY)
+            .map(|f| f.shape.iter().product())
+            .unwrap_or(0);
+        let mut out = Episode {
+            meta: meta.clone(),
+            index: Vec::new(),
+            frame_index: Vec::new(),
+            timestamp: Vec::new(),
+            task_index: Vec::new(),
+            state_dim,
+            state: Vec::new(),
+            action_dim,
+            action: Vec::new(),
+            images: Vec::new(),
+            extras: Vec::new(),
+        };
+        let image_keys: Vec<&str> = wanted
+            .iter()
+            .copied()
+            .filter(|k| {
+                self.info
+                    .features
+                    .get(k)
+                    .is_some_and(|f| f.dtype == "image")
+            })
+            .collect();
+        let extra_keys: Vec<&str> = wanted
+            .iter()
+            .copied()
+            .filter(|k| {
+                !image_keys.contains(k)
+                    && *k != STATE_KEY
+                    && *k != ACTION_KEY
+                    && !DEFAULT_COLUMNS.contains(k)
+                    && self
+                        .info
+                        .features
+                        .get(k)
+                        .is_some_and(|f| f.shape.iter().product::<usize>() == 1)
+            })
+            .collect();
+        let mut png: Vec<Vec<Vec<u8>>> = vec![Vec::new(); image_keys.len()];
+        let mut extras: Vec<Vec<f64>> = vec![Vec::new(); extra_keys.len()];
+
+        for batch in reader {
+            let batch = batch.map_err(arrow_err(&path))?;
+            let epi = i64_values(
+                column(&batch, &path, "episode_index")?,
+                &path,
+                "episode_index",
+            )?;
+            let sel: Vec<usize> = (0..epi.len()).filter(|&i| epi[i] == ep as i64).collect();
+            if sel.is_empty() {
+                continue;
+            }
+            let pick_i64 = |name: &str| -> Result<Vec<i64>> {
+                let v = i64_values(column(&batch, &path, name)?, &path, name)?;
+                Ok(sel.iter().map(|&i| v[i]).collect())
+            };
+            out.index.extend(pick_i64("index")?);
+            out.frame_index.extend(pick_i64("frame_index")?);
+            out.task_index.extend(pick_i64("task_index")?);
+            let ts = f32_values(column(&batch, &path, "timestamp")?, &path, "timestamp")?;
+            out.timestamp.extend(sel.iter().map(|&i| ts[i]));
+            for (key, dim, dst) in [
+                (STATE_KEY, state_dim, &mut out.state),
+                (ACTION_KEY, action_dim, &mut out.action),
+            ] {
+                if dim == 0 || !wanted.contains(&key) {
+                    continue;
+                }
+                let v = f32_vectors(column(&batch, &path, key)?, &path, key, dim)?;
+                for &i in &sel {
+                    dst.extend_from_slice(&v[i * dim..(i + 1) * dim]);
+                }
+            }
+            for (k, key) in image_keys.iter().enumerate() {
+                let all = image_bytes(column(&batch, &path, key)?, &path, key)?;
+                let mut all: Vec<Option<Vec<u8>>> = all.into_iter().map(Some).collect();
+                png[k].extend(sel.iter().filter_map(|&i| all[i].take()));
+            }
+            for (k, key) in extra_keys.iter().enumerate() {
+                let v = numeric_f64(column(&batch, &path, key)?, &path, key)?;
+                extras[k].extend(sel.iter().map(|&i| v[i]));
+            }
+        }
+        if out.frame_index.len() != meta.length {
+            return Err(DatasetError::Episode {
+                path,
+                episode: ep,
+                reason: format!(
+                    "episode metadata says {} frames, the data file has {} rows with episode_index {ep}",
+                    meta.length,
+                    out.frame_index.len()
+                ),
+            });
+        }
+        // Frames in frame_index order.
+        let mut order: Vec<usize> = (0..out.len()).collect();
+        order.sort_by_key(|&i| out.frame_index[i]);
+        if order.iter().enumerate().any(|(a, &b)| a != b) {
+            permute(&mut out, &mut png, &mut extras, &order);
+        }
+
+        for (k, key) in image_keys.iter().enumerate() {
+            let decoded: Result<Vec<RgbImage>> = png[k]
+                .par_iter()
+                .enumerate()
+                .map(|(row, bytes)| {
+                    image::load_from_memory(bytes)
+                        .map(|im| im.to_rgb8())
+                        .map_err(|source| DatasetError::Image {
+                            path: path.clone(),
+                            column: (*key).to_owned(),
+                            episode: ep,
+                            frame: row,
+                            source: Box::new(source),
+                        })
+                })
+                .collect();
+            out.images.push(((*key).to_owned(), decoded?));
+        }
+        #[cfg(feature = "video")]
+        {
+            if images == Images::Decode {
+                for (key, ft) in self
+                    .info
+                    .features
+                    .iter()
+                    .filter(|(_, f)| f.dtype == "video")
+                {
+                    let frames = self.read_video(&meta, key, ft, out.len())?;
+                    out.images.push((key.to_owned(), frames));
+                }
+            }
+        }
+        out.extras = extra_keys
+            .iter()
+            .map(|k| (*k).to_owned())
+            .zip(extras)
+            .collect();
+        Ok(out)
+    }
+
+    #[cfg(feature = "video")]
+    fn read_video(
+        &self,
+        meta: &EpisodeMeta,
+        key: &str,
+        ft: &crate::info::Feature,
+        frames: usize,
+    ) -> Result<Vec<RgbImage>> {
+        let template = self
+            .info
+            .video_path
+            .as_deref()
+            .ok_or_else(|| self.info_field("video_path", "is null".into()))?;
+        let vref =
+            meta.videos
+                .iter()
+                .find(|v| v.key == key)
+                .ok_or_else(|| DatasetError::Episode {
+                    path: self.root.clone(),
+                    episode: meta.episode_index,
+                    reason: format!("episode metadata lacks the videos/{key}/* columns"),
+                })?;
+        let rel = format_template(
+            template,
+            &[
+                ("video_key", key, 0),
+                ("chunk_index", "", vref.chunk_index),
+                ("file_index", "", vref.file_index),
+            ],
+        )
+        .map_err(|reason| self.info_field("video_path", reason))?;
+        let (h, w, _) = ft.image_hwc().ok_or_else(|| {
+            self.info_field(&format!("features.{key}.shape"), "not [h, w, 3]".into())
+        })?;
+        crate::video::decode_frames(&self.root.join(rel), key, vref.from_timestamp, frames, w, h)
+    }
+}
+
+fn permute(out: &mut Episode, png: &mut [Vec<Vec<u8>>], extras: &mut [Vec<f64>], order: &[usize]) {
+    fn re<T: Clone>(v: &[T], order: &[usize], dim: usize) -> Vec<T> {
+        order
+            .iter()
+            .flat_map(|&i| v[i * dim..(i + 1) * dim].iter().cloned())
+            .collect()
+    }
+    out.index = re(&out.index, order, 1);
+    out.frame_index = re(&out.frame_index, order, 1);
+    out.timestamp = re(&out.timestamp, order, 1);
+    out.task_index = re(&out.task_index, order, 1);
+    if out.state_dim > 0 && !out.state.is_empty() {
+        out.state = re(&out.state, order, out.state_dim);
+    }
+    if out.action_dim > 0 && !out.action.is_empty() {
+        out.action = re(&out.action, order, out.action_dim);
+    }
+    for p in png.iter_mut() {
+        if !p.is_empty() {
+            *p = re(p, order, 1);
+        }
+    }
+    for e in extras.iter_mut() {
+        *e = re(e, order, 1);
+    }
+}
+
+/// meta/tasks.parquet: `task_index` (int64) and `task` (string, the pandas index). Returned by task_index.
+fn read_tasks(path: &Path) -> Result<Vec<String>> {
+    let mut pairs: Vec<(i64, String)> = Vec::new();
+    for batch in read_all(path)? {
+        let idx = i64_values(column(&batch, path, "task_index")?, path, "task_index")?;
+        let names = match batch.column_by_name("task") {
+            Some(c) => strings(c, path, "task")?,
+            // pandas without index metadata round trip: `__index_level_0__`.
+            None => {
+                let c = column(&batch, path, "__index_level_0__").map_err(|_| {
+                    DatasetError::MissingColumn {
+                        path: path.to_owned(),
+                        column: "task".into(),
+                    }
+                })?;
+                strings(c, path, "__index_level_0__")?
+            }
+        };
+        pairs.extend(idx.into_iter().zip(names));
+    }
+    pairs.sort_by_key(|(i, _)| *i);
+    for (pos, (i, _)) in pairs.iter().enumerate() {
+        if *i != pos as i64 {
+            return Err(DatasetError::BadValue {
+                path: path.to_owned(),
+                column: "task_index".into(),
+                row: pos,
+                reason: format!("task indices must be 0..{}, found {i}", pairs.len()),
+            });
+        }
+    }
+    Ok(pairs.into_iter().map(|(_, t)| t).collect())
+}
+
+fn episode_files(root: &Path) -> Result<Vec<PathBuf>> {
+    let dir = root.join("meta/episodes");
+    let mut files = Vec::new();
+    let chunks = std::fs::read_dir(&dir).map_err(io_err(&dir))?;
+    for chunk in chunks {
+        let chunk = chunk.map_err(io_err(&dir))?.path();
+        if !chunk.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&chunk).map_err(io_err(&chunk))? {
+            let f = f.map_err(io_err(&chunk))?.path();
+            if f.extension().is_some_and(|e| e == "parquet") {
+                files.push(f);
+            }
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(DatasetError::Other {
+            path: dir,
+            reason: "no episode metadata parquet files (expected chunk-*/file-*.parquet)".into(),
+        });
+    }
+    Ok(files)
+}
+
+fn read_episodes(root: &Path, info: &InfoJson, tasks: &[String]) -> Result<Vec<EpisodeMeta>> {
+    let video_keys: Vec<&str> = info
+        .features
+        .iter()
+        .filter(|(_, f)| f.dtype == "video")
+        .map(|(k, _)| k)
+        .collect();
+    let mut out = Vec::new();
+    for path in episode_files(root)? {
+        let path = &path;
+        for batch in read_all(path)? {
+            let get_i64 = |name: &str| i64_values(column(&batch, path, name)?, path, name);
+            let ep_idx = get_i64("episode_index")?;
+            let length = get_i64("length")?;
+            let from = get_i64("dataset_from_index")?;
+            let to = get_i64("dataset_to_index")?;
+            let chunk = get_i64("data/chunk_index")?;
+            let file = get_i64("data/file_index")?;
+            let n = ep_idx.len();
+            let task_rows = match batch.column_by_name("tasks") {
+                Some(c) => list_rows(c, path, "tasks")?,
+                None => vec![None; n],
+            };
+            let success = match batch.column_by_name("success") {
+                Some(c) => {
+                    let v = numeric_f64(c, path, "success")?;
+                    v.into_iter()
+                        .map(|x| (!x.is_nan()).then_some(x != 0.0))
+                        .collect()
+                }
+                None => vec![None; n],
+            };
+            let stages = read_stage_columns(&batch, path, n)?;
+            let mut videos: Vec<Vec<VideoRef>> = vec![Vec::new(); n];
+            for key in &video_keys {
+                let c = get_i64(&format!("videos/{key}/chunk_index"))?;
+                let f = get_i64(&format!("videos/{key}/file_index"))?;
+                let fname = format!("videos/{key}/from_timestamp");
+                let tname = format!("videos/{key}/to_timestamp");
+                let from_ts = numeric_f64(column(&batch, path, &fname)?, path, &fname)?;
+                let to_ts = numeric_f64(column(&batch, path, &tname)?, path, &tname)?;
+                for row in 0..n {
+                    videos[row].push(VideoRef {
+                        key: (*key).to_owned(),
+                        chunk_index: c[row].max(0) as u64,
+                        file_index: f[row].max(0) as u64,
+                        from_timestamp: from_ts[row],
+                        to_timestamp: to_ts[row],
+                    });
+                }
+            }
+            for row in 0..n {
+                let bad = |column: &str, reason: String| DatasetError::BadValue {
+                    path: path.clone(),
+                    column: column.into(),
+                    row,
+                    reason,
+                };
+                if ep_idx[row] < 0
+                    || length[row] < 0
+                    || from[row] < 0
+                    || to[row] - from[row] != length[row]
+                {
+                    return Err(bad(
+                        "length",
+                        format!(
+                            "episode {} has length {} but dataset_from_index..dataset_to_index = {}..{}",
+                            ep_idx[row], length[row], from[row], to[row]
+                        ),
+                    ));
+                }
+                if chunk[row] < 0 || file[row] < 0 {
+                    return Err(bad("data/chunk_index", "negative chunk/file index".into()));
+                }
+                let ep_tasks = match &task_rows[row] {
+                    Some(a) => strings(a, path, "tasks")?,
+                    None => Vec::new(),
+                };
+                if let Some(t) = ep_tasks.iter().find(|t| !tasks.contains(t)) {
+                    return Err(bad(
+                        "tasks",
+                        format!("task {t:?} is not in meta/tasks.parquet"),
+                    ));
+                }
+                out.push(EpisodeMeta {
+                    episode_index: ep_idx[row] as usize,
+                    length: length[row] as usize,
+                    tasks: ep_tasks,
+                    dataset_from_index: from[row] as u64,
+                    dataset_to_index: to[row] as u64,
+                    data_chunk_index: chunk[row] as u64,
+                    data_file_index: file[row] as u64,
+                    success: success[row],
+                    stages: stages[row].clone(),
+                    videos: std::mem::take(&mut videos[row]),
+                });
+            }
+        }
+    }
+    out.sort_by_key(|e| e.episode_index);
+    let eps_dir = root.join("meta/episodes");
+    for (pos, e) in out.iter().enumerate() {
+        if e.episode_index != pos {
+            return Err(DatasetError::Other {
+                path: eps_dir,
+                reason: format!(
+                    "episode indices must be 0..{}, found {} at position {pos}",
+                    out.len(),
+                    e.episode_index
+                ),
+            });
+        }
+    }
+    if out.len() as u64 != info.total_episodes {
+        return Err(DatasetError::Field {
+            path: root.join(crate::info::INFO_PATH),
+            field: "total_episodes".into(),
+            reason: format!(
+                "is {}, but meta/episodes holds {} episodes",
+                info.total_episodes,
+                out.len()
+            ),
+        });
+    }
+    Ok(out)
+}
+
+/// `sparse_subtask_{names,start_frames,end_frames}` (LeRobot SARM), falling back to the legacy unprefixed
+/// `subtask_*` columns as LeRobot's `_load_episode_annotations` does.
+fn read_stage_columns(
+    batch: &RecordBatch,
+    path: &Path,
+    n: usize,
+) -> Result<Vec<Option<StageAnnotation>>> {
+    let prefix = if batch.column_by_name("sparse_subtask_names").is_some() {
+        "sparse_"
+    } else if batch.column_by_name("subtask_names").is_some() {
+        ""
+    } else {
+        return Ok(vec![None; n]);
+    };
+    let cname = |s: &str| format!("{prefix}subtask_{s}");
+    let names = list_rows(column(batch, path, &cname("names"))?, path, &cname("names"))?;
+    let starts = list_rows(
+        column(batch, path, &cname("start_frames"))?,
+        path,
+        &cname("start_frames"),
+    )?;
+    let ends = list_rows(
+        column(batch, path, &cname("end_frames"))?,
+        path,
+        &cname("end_frames"),
+    )?;
+    let mut out = Vec::with_capacity(n);
+    for row in 0..n {
+        let ann = match (&names[row], &starts[row], &ends[row]) {
+            (Some(nm), Some(s), Some(e)) => {
+                let ann = StageAnnotation {
+                    names: strings(nm, path, &cname("names"))?,
+                    start_frames: ints_any(s, path, &cname("start_frames"))?,
+                    end_frames: ints_any(e, path, &cname("end_frames"))?,
+                };
+                if ann.names.len() != ann.start_frames.len()
+                    || ann.names.len() != ann.end_frames.len()
+                {
+                    return Err(DatasetError::BadValue {
+                        path: path.to_owned(),
+                        column: cname("names"),
+                        row,
+                        reason: format!(
+                            "{} stage names, {} start frames, {} end frames",
+                            ann.names.len(),
+                            ann.start_frames.len(),
+                            ann.end_frames.len()
+                        ),
+                    });
+                }
+                Some(ann)
+            }
+            _ => None,
+        };
+        out.push(ann);
+    }
+    Ok(out)
+}

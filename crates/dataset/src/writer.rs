@@ -1,0 +1,1129 @@
+//! [`DatasetWriter`]: episodes in, a LeRobot v3 dataset on disk out.
+//!
+//! Memory stays bounded by one slice of frames: each episode is encoded (PNG, in parallel with rayon) and written
+//! `frames_per_row_group` frames at a time, and every episode ends its parquet row group. Only per-episode metadata
+//! and running statistics are kept until [`DatasetWriter::finish`].
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
+};
+use arrow_array::{
+    ArrayRef, BinaryArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
+    StructArray,
+};
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
+use image::{ImageDecoder, ImageEncoder, RgbImage};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use rayon::prelude::*;
+use stagewise_core::StageProportions;
+
+use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
+use crate::info::{
+    format_template, write_proportions_json, Feature, InfoJson, OrderedMap, CODEBASE_VERSION,
+    DEFAULT_CHUNK_SIZE, DEFAULT_DATA_FILE_SIZE_IN_MB, DEFAULT_DATA_PATH,
+    DEFAULT_VIDEO_FILE_SIZE_IN_MB, EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH,
+    TEMPORAL_PROPORTIONS_SPARSE_PATH,
+};
+use crate::stats::FeatureStats;
+
+/// Feature key of camera `name`: LeRobot's `observation.images.<name>`.
+pub fn image_key(view: &str) -> String {
+    format!("observation.images.{view}")
+}
+pub const STATE_KEY: &str = "observation.state";
+pub const ACTION_KEY: &str = "action";
+
+/// At most this many frames per episode and view feed the image statistics (LeRobot samples images too).
+const IMAGE_STATS_FRAMES: usize = 64;
+
+/// One camera of the dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewSpec {
+    /// Camera name; the column is `observation.images.<name>`.
+    pub name: String,
+    pub height: u32,
+    pub width: u32,
+}
+
+/// Type of an extra per-frame scalar column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraDtype {
+    Float32,
+    Int64,
+}
+
+impl ExtraDtype {
+    fn lerobot(self) -> &'static str {
+        match self {
+            ExtraDtype::Float32 => "float32",
+            ExtraDtype::Int64 => "int64",
+        }
+    }
+}
+
+/// An extra per-frame scalar column (ground-truth progress, stage index, reward ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtraColumnSpec {
+    pub name: String,
+    pub dtype: ExtraDtype,
+}
+
+/// What a dataset holds; fixed when it is created.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DatasetInfo {
+    pub fps: u32,
+    pub robot_type: Option<String>,
+    /// Names of `observation.state`'s dimensions (empty: no state column).
+    pub state_names: Vec<String>,
+    /// Names of `action`'s dimensions (empty: no action column).
+    pub action_names: Vec<String>,
+    pub views: Vec<ViewSpec>,
+    /// Tasks registered up front (task_index in this order); episodes may add more.
+    pub tasks: Vec<String>,
+    pub extra_columns: Vec<ExtraColumnSpec>,
+    /// Sparse stage names. `None`: taken from the first annotated episode. Every annotated episode must use
+    /// these names in this order.
+    pub stage_names: Option<Vec<String>>,
+    /// A data file is closed once it holds this many MB (LeRobot's `data_files_size_in_mb`).
+    pub data_files_size_in_mb: u64,
+    /// Frames encoded and written at a time; also the largest parquet row group.
+    pub frames_per_row_group: usize,
+}
+
+impl Default for DatasetInfo {
+    fn default() -> Self {
+        Self {
+            fps: 30,
+            robot_type: None,
+            state_names: Vec::new(),
+            action_names: Vec::new(),
+            views: Vec::new(),
+            tasks: Vec::new(),
+            extra_columns: Vec::new(),
+            stage_names: None,
+            data_files_size_in_mb: DEFAULT_DATA_FILE_SIZE_IN_MB,
+            frames_per_row_group: 256,
+        }
+    }
+}
+
+/// One camera frame: raw RGB, or PNG bytes that are stored as they are (checked for size).
+#[derive(Debug, Clone, PartialEq)]
+pub enum FrameImage {
+    Rgb(RgbImage),
+    Png(Vec<u8>),
+}
+
+/// One control step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrameData {
+    /// One image per [`DatasetInfo::views`], in that order.
+    pub views: Vec<FrameImage>,
+    pub state: Vec<f32>,
+    pub action: Vec<f32>,
+    /// Seconds since the episode started (LeRobot: `frame_index / fps` for recorded data).
+    pub timestamp: f32,
+}
+
+/// SARM sparse stage annotation of one episode: stage `k` spans frames `start_frames[k] .. end_frames[k]`
+/// (end exclusive, the next stage starts where this one ends, the last ends at the episode length), as in
+/// LeRobot's `sparse_subtask_*` episode columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageAnnotation {
+    pub names: Vec<String>,
+    pub start_frames: Vec<i64>,
+    pub end_frames: Vec<i64>,
+}
+
+impl StageAnnotation {
+    /// Stage lengths in frames.
+    pub fn durations(&self) -> Vec<f64> {
+        self.start_frames
+            .iter()
+            .zip(&self.end_frames)
+            .map(|(s, e)| (e - s) as f64)
+            .collect()
+    }
+
+    /// The stage index of `frame`: the stage whose `start..end` holds it, if any.
+    pub fn stage_at(&self, frame: i64) -> Option<usize> {
+        (0..self
+            .names
+            .len()
+            .min(self.start_frames.len())
+            .min(self.end_frames.len()))
+            .find(|&k| self.start_frames[k] <= frame && frame < self.end_frames[k])
+    }
+
+    pub(crate) fn check(&self, len: usize) -> std::result::Result<(), String> {
+        let k = self.names.len();
+        if k == 0 {
+            return Err("stage annotation has no stages".into());
+        }
+        if self.start_frames.len() != k || self.end_frames.len() != k {
+            return Err(format!(
+                "stage annotation has {k} names, {} start frames and {} end frames",
+                self.start_frames.len(),
+                self.end_frames.len()
+            ));
+        }
+        let mut prev_end = 0;
+        for i in 0..k {
+            let (s, e) = (self.start_frames[i], self.end_frames[i]);
+            if s < 0 || e < s || e > len as i64 || s < prev_end {
+                return Err(format!(
+                    "stage {i} ({:?}) spans frames {s}..{e}: stages must be ordered, non-overlapping and within \
+                     0..{len}",
+                    self.names[i]
+                ));
+            }
+            prev_end = e;
+        }
+        Ok(())
+    }
+}
+
+/// Values of an extra per-frame column for one episode.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ColumnValues {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+}
+
+impl ColumnValues {
+    pub fn len(&self) -> usize {
+        match self {
+            ColumnValues::F32(v) => v.len(),
+            ColumnValues::I64(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn dtype(&self) -> ExtraDtype {
+        match self {
+            ColumnValues::F32(_) => ExtraDtype::Float32,
+            ColumnValues::I64(_) => ExtraDtype::Int64,
+        }
+    }
+    fn get_f64(&self, i: usize) -> f64 {
+        match self {
+            ColumnValues::F32(v) => v[i] as f64,
+            ColumnValues::I64(v) => v[i] as f64,
+        }
+    }
+}
+
+/// One episode handed to [`DatasetWriter::add_episode`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeData {
+    pub task: String,
+    pub frames: Vec<FrameData>,
+    pub stages: Option<StageAnnotation>,
+    pub success: bool,
+    /// `(column name, values)`, one value per frame, for every [`DatasetInfo::extra_columns`] entry.
+    pub extras: Vec<(String, ColumnValues)>,
+}
+
+/// What [`DatasetWriter::finish`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DatasetSummary {
+    pub root: PathBuf,
+    pub episodes: usize,
+    pub frames: u64,
+    pub data_files: usize,
+    /// `(stage name, a_k)` when any episode was annotated.
+    pub stage_proportions: Option<Vec<(String, f64)>>,
+}
+
+/// One frame's PNG bytes per view, and image statistics for the views sampled for stats.
+type EncodedFrame = (Vec<Vec<u8>>, Vec<Option<FeatureStats>>);
+
+struct EpisodeRecord {
+    index: usize,
+    length: usize,
+    task: String,
+    chunk: u64,
+    file: u64,
+    from: u64,
+    stages: Option<StageAnnotation>,
+    success: bool,
+    /// Per numeric feature (same order as `DatasetWriter::numeric`).
+    stats: Vec<FeatureStats>,
+}
+
+struct OpenFile {
+    writer: ArrowWriter<File>,
+    path: PathBuf,
+    chunk: u64,
+    file: u64,
+}
+
+/// Writes a LeRobot v3 dataset. Call [`finish`](Self::finish) at the end: the metadata files are written there.
+pub struct DatasetWriter {
+    root: PathBuf,
+    info: DatasetInfo,
+    features: OrderedMap<Feature>,
+    schema: SchemaRef,
+    tasks: Vec<String>,
+    task_index: HashMap<String, usize>,
+    stage_names: Option<Vec<String>>,
+    episodes: Vec<EpisodeRecord>,
+    total_frames: u64,
+    open: Option<OpenFile>,
+    next_chunk_file: (u64, u64),
+    data_files: usize,
+    /// Numeric (non-image) feature keys and their dimension, in feature order.
+    numeric: Vec<(String, usize)>,
+    stats_numeric: Vec<FeatureStats>,
+    stats_images: Vec<FeatureStats>,
+}
+
+fn image_struct_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("bytes", DataType::Binary, true),
+        Field::new("path", DataType::Utf8, true),
+    ])
+}
+
+fn vector_type(n: usize) -> DataType {
+    DataType::FixedSizeList(
+        Arc::new(Field::new("item", DataType::Float32, true)),
+        n as i32,
+    )
+}
+
+fn names_json(names: &[String]) -> serde_json::Value {
+    serde_json::Value::Array(
+        names
+            .iter()
+            .map(|n| serde_json::Value::String(n.clone()))
+            .collect(),
+    )
+}
+
+fn scalar_feature(dtype: &str) -> Feature {
+    Feature {
+        dtype: dtype.into(),
+        shape: vec![1],
+        names: serde_json::Value::Null,
+        info: None,
+    }
+}
+
+impl DatasetWriter {
+    /// Starts a dataset in `dir`, which must not exist or be empty.
+    pub fn create(dir: impl AsRef<Path>, info: DatasetInfo) -> Result<Self> {
+        let root = dir.as_ref().to_owned();
+        if info.fps == 0 {
+            return Err(DatasetError::Input("fps must be > 0".into()));
+        }
+        if info.frames_per_row_group == 0 || info.data_files_size_in_mb == 0 {
+            return Err(DatasetError::Input(
+                "frames_per_row_group and data_files_size_in_mb must be > 0".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for v in &info.views {
+            if v.name.is_empty() || v.name.contains('/') || v.height == 0 || v.width == 0 {
+                return Err(DatasetError::Input(format!(
+                    "view {:?} {}x{}: names must be non-empty without '/', sizes > 0",
+                    v.name, v.width, v.height
+                )));
+            }
+            if !seen.insert(image_key(&v.name)) {
+                return Err(DatasetError::Input(format!(
+                    "view {:?} is listed twice",
+                    v.name
+                )));
+            }
+        }
+        for e in &info.extra_columns {
+            let reserved = [
+                "index",
+                "episode_index",
+                "frame_index",
+                "timestamp",
+                "task_index",
+                STATE_KEY,
+                ACTION_KEY,
+            ];
+            if e.name.is_empty()
+                || e.name.contains('/')
+                || reserved.contains(&e.name.as_str())
+                || !seen.insert(e.name.clone())
+            {
+                return Err(DatasetError::Input(format!(
+                    "extra column {:?}: needs a unique name without '/' that is not a LeRobot default feature",
+                    e.name
+                )));
+            }
+        }
+        if root.exists() {
+            let mut entries = std::fs::read_dir(&root).map_err(io_err(&root))?;
+            if entries.next().is_some() {
+                return Err(DatasetError::Other {
+                    path: root,
+                    reason: "dataset directory exists and is not empty; refusing to overwrite"
+                        .into(),
+                });
+            }
+        }
+        std::fs::create_dir_all(root.join("meta")).map_err(io_err(&root))?;
+
+        // Feature order: cameras, state, action, extras, then LeRobot's DEFAULT_FEATURES (as `create` appends them).
+        let mut features = Vec::new();
+        let mut fields = Vec::new();
+        let mut numeric = Vec::new();
+        for v in &info.views {
+            let key = image_key(&v.name);
+            features.push((
+                key.clone(),
+                Feature {
+                    dtype: "image".into(),
+                    shape: vec![v.height as usize, v.width as usize, 3],
+                    names: names_json(&["height".into(), "width".into(), "channels".into()]),
+                    info: None,
+                },
+            ));
+            fields.push(Field::new(
+                key,
+                DataType::Struct(image_struct_fields()),
+                true,
+            ));
+        }
+        for (key, names) in [
+            (STATE_KEY, &info.state_names),
+            (ACTION_KEY, &info.action_names),
+        ] {
+            if names.is_empty() {
+                continue;
+            }
+            features.push((
+                key.to_owned(),
+                Feature {
+                    dtype: "float32".into(),
+                    shape: vec![names.len()],
+                    names: names_json(names),
+                    info: None,
+                },
+            ));
+            fields.push(Field::new(key, vector_type(names.len()), true));
+            numeric.push((key.to_owned(), names.len()));
+        }
+        for e in &info.extra_columns {
+            features.push((e.name.clone(), scalar_feature(e.dtype.lerobot())));
+            let dt = match e.dtype {
+                ExtraDtype::Float32 => DataType::Float32,
+                ExtraDtype::Int64 => DataType::Int64,
+            };
+            fields.push(Field::new(e.name.clone(), dt, true));
+            numeric.push((e.name.clone(), 1));
+        }
+        for (key, dtype) in [
+            ("timestamp", "float32"),
+            ("frame_index", "int64"),
+            ("episode_index", "int64"),
+            ("index", "int64"),
+            ("task_index", "int64"),
+        ] {
+            features.push((key.to_owned(), scalar_feature(dtype)));
+            let dt = if dtype == "float32" {
+                DataType::Float32
+            } else {
+                DataType::Int64
+            };
+            fields.push(Field::new(key, dt, true));
+            numeric.push((key.to_owned(), 1));
+        }
+
+        let mut tasks = Vec::new();
+        let mut task_index = HashMap::new();
+        for t in &info.tasks {
+            if !task_index.contains_key(t) {
+                task_index.insert(t.clone(), tasks.len());
+                tasks.push(t.clone());
+            }
+        }
+        let stats_numeric = numeric.iter().map(|(_, d)| FeatureStats::new(*d)).collect();
+        let stats_images = info.views.iter().map(|_| FeatureStats::new(3)).collect();
+        Ok(Self {
+            root,
+            stage_names: info.stage_names.clone(),
+            info,
+            features: OrderedMap(features),
+            schema: Arc::new(Schema::new(fields)),
+            tasks,
+            task_index,
+            episodes: Vec::new(),
+            total_frames: 0,
+            open: None,
+            next_chunk_file: (0, 0),
+            data_files: 0,
+            numeric,
+            stats_numeric,
+            stats_images,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn num_episodes(&self) -> usize {
+        self.episodes.len()
+    }
+
+    pub fn num_frames(&self) -> u64 {
+        self.total_frames
+    }
+
+    fn validate(&self, ep: &EpisodeData) -> Result<()> {
+        let n = self.episodes.len();
+        let bad = |msg: String| Err(DatasetError::Input(format!("episode {n}: {msg}")));
+        if ep.frames.is_empty() {
+            return bad("has no frames".into());
+        }
+        for (i, f) in ep.frames.iter().enumerate() {
+            if f.views.len() != self.info.views.len() {
+                return bad(format!(
+                    "frame {i} has {} views, the dataset has {}",
+                    f.views.len(),
+                    self.info.views.len()
+                ));
+            }
+            if f.state.len() != self.info.state_names.len() {
+                return bad(format!(
+                    "frame {i}: state has {} values, the dataset declares {}",
+                    f.state.len(),
+                    self.info.state_names.len()
+                ));
+            }
+            if f.action.len() != self.info.action_names.len() {
+                return bad(format!(
+                    "frame {i}: action has {} values, the dataset declares {}",
+                    f.action.len(),
+                    self.info.action_names.len()
+                ));
+            }
+            if !f.timestamp.is_finite() {
+                return bad(format!(
+                    "frame {i}: timestamp {} is not finite",
+                    f.timestamp
+                ));
+            }
+            for (img, spec) in f.views.iter().zip(&self.info.views) {
+                let (w, h) = match img {
+                    FrameImage::Rgb(im) => im.dimensions(),
+                    FrameImage::Png(bytes) => {
+                        image::codecs::png::PngDecoder::new(Cursor::new(bytes))
+                            .map(|d| d.dimensions())
+                            .map_err(|e| {
+                                DatasetError::Input(format!(
+                                    "episode {n}, frame {i}, view {:?}: {e}",
+                                    spec.name
+                                ))
+                            })?
+                    }
+                };
+                if (w, h) != (spec.width, spec.height) {
+                    return bad(format!(
+                        "frame {i}, view {:?}: image is {w}x{h}, the dataset declares {}x{}",
+                        spec.name, spec.width, spec.height
+                    ));
+                }
+            }
+        }
+        if ep.extras.len() != self.info.extra_columns.len() {
+            return bad(format!(
+                "has {} extra columns, the dataset declares {}",
+                ep.extras.len(),
+                self.info.extra_columns.len()
+            ));
+        }
+        for spec in &self.info.extra_columns {
+            match ep.extras.iter().find(|(name, _)| *name == spec.name) {
+                None => return bad(format!("extra column {:?} is missing", spec.name)),
+                Some((_, v)) if v.dtype() != spec.dtype => {
+                    return bad(format!(
+                        "extra column {:?} is {:?}, declared {:?}",
+                        spec.name,
+                        v.dtype(),
+                        spec.dtype
+                    ))
+                }
+                Some((_, v)) if v.len() != ep.frames.len() => {
+                    return bad(format!(
+                        "extra column {:?} has {} values for {} frames",
+                        spec.name,
+                        v.len(),
+                        ep.frames.len()
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(st) = &ep.stages {
+            st.check(ep.frames.len()).or_else(bad)?;
+            if let Some(names) = &self.stage_names {
+                if *names != st.names {
+                    return bad(format!(
+                        "stage names {:?} differ from the dataset's {:?}",
+                        st.names, names
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn open_file(&mut self) -> Result<&mut OpenFile> {
+        if self.open.is_none() {
+            let (chunk, file) = self.next_chunk_file;
+            let rel = format_template(
+                DEFAULT_DATA_PATH,
+                &[("chunk_index", "", chunk), ("file_index", "", file)],
+            )
+            .map_err(DatasetError::Input)?;
+            let path = self.root.join(rel);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+            }
+            let f = File::create(&path).map_err(io_err(&path))?;
+            let props = WriterProperties::builder()
+                .set_compression(Compression::SNAPPY)
+                .set_max_row_group_row_count(Some(self.info.frames_per_row_group))
+                .build();
+            let writer =
+                ArrowWriter::try_new(f, self.schema.clone(), Some(props)).map_err(pq_err(&path))?;
+            self.open = Some(OpenFile {
+                writer,
+                path,
+                chunk,
+                file,
+            });
+            self.data_files += 1;
+            self.next_chunk_file = if file + 1 >= DEFAULT_CHUNK_SIZE {
+                (chunk + 1, 0)
+            } else {
+                (chunk, file + 1)
+            };
+        }
+        self.open
+            .as_mut()
+            .ok_or_else(|| DatasetError::Input("internal: no open data file".into()))
+    }
+
+    /// Appends one episode: validates it against the dataset's features, encodes its images as PNG (in
+    /// parallel) and writes its frames.
+    pub fn add_episode(&mut self, ep: &EpisodeData) -> Result<()> {
+        self.validate(ep)?;
+        if self.stage_names.is_none() {
+            if let Some(st) = &ep.stages {
+                self.stage_names = Some(st.names.clone());
+            }
+        }
+        let episode_index = self.episodes.len();
+        let task_index = match self.task_index.get(&ep.task) {
+            Some(&i) => i,
+            None => {
+                let i = self.tasks.len();
+                self.tasks.push(ep.task.clone());
+                self.task_index.insert(ep.task.clone(), i);
+                i
+            }
+        };
+        let from = self.total_frames;
+        let len = ep.frames.len();
+        let mut ep_stats: Vec<FeatureStats> = self
+            .numeric
+            .iter()
+            .map(|(_, d)| FeatureStats::new(*d))
+            .collect();
+        let stride = len.div_ceil(IMAGE_STATS_FRAMES).max(1);
+        let per_group = self.info.frames_per_row_group;
+        let schema = self.schema.clone();
+        let nviews = self.info.views.len();
+        let (chunk, file) = {
+            let f = self.open_file()?;
+            (f.chunk, f.file)
+        };
+
+        for start in (0..len).step_by(per_group) {
+            let end = (start + per_group).min(len);
+            let frames = &ep.frames[start..end];
+            // Encode PNGs (and gather sampled image stats) in parallel: one task per frame.
+            let encoded: Vec<Result<EncodedFrame>> = frames
+                .par_iter()
+                .enumerate()
+                .map(|(j, f)| {
+                    let fi = start + j;
+                    let sample = fi % stride == 0;
+                    let mut pngs = Vec::with_capacity(nviews);
+                    let mut stats = Vec::with_capacity(nviews);
+                    for (v, img) in f.views.iter().enumerate() {
+                        let ctx = |e: image::ImageError| {
+                            DatasetError::Input(format!(
+                                "episode {episode_index}, frame {fi}, view {}: {e}",
+                                self.info.views[v].name
+                            ))
+                        };
+                        let (png, rgb_for_stats) = match img {
+                            FrameImage::Rgb(im) => {
+                                (encode_png(im).map_err(ctx)?, sample.then_some(None))
+                            }
+                            FrameImage::Png(b) => (b.clone(), sample.then_some(Some(b))),
+                        };
+                        let st = match rgb_for_stats {
+                            None => None,
+                            Some(None) => match img {
+                                FrameImage::Rgb(im) => Some(image_stats(im)),
+                                FrameImage::Png(_) => None,
+                            },
+                            Some(Some(bytes)) => {
+                                let im = image::load_from_memory_with_format(
+                                    bytes,
+                                    image::ImageFormat::Png,
+                                )
+                                .map_err(ctx)?
+                                .to_rgb8();
+                                Some(image_stats(&im))
+                            }
+                        };
+                        pngs.push(png);
+                        stats.push(st);
+                    }
+                    Ok((pngs, stats))
+                })
+                .collect();
+            let mut per_view_png: Vec<Vec<Vec<u8>>> =
+                vec![Vec::with_capacity(frames.len()); nviews];
+            for r in encoded {
+                let (pngs, stats) = r?;
+                for (v, (png, st)) in pngs.into_iter().zip(stats).enumerate() {
+                    per_view_png[v].push(png);
+                    if let Some(st) = st {
+                        self.stats_images[v].merge(&st);
+                    }
+                }
+            }
+
+            let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+            for pngs in &per_view_png {
+                let bytes = BinaryArray::from_iter_values(pngs.iter());
+                let paths = StringArray::new_null(pngs.len());
+                let st = StructArray::try_new(
+                    image_struct_fields(),
+                    vec![Arc::new(bytes) as ArrayRef, Arc::new(paths) as ArrayRef],
+                    None,
+                )
+                .map_err(arrow_err(&self.root))?;
+                cols.push(Arc::new(st));
+            }
+            let mut numeric_vals: Vec<Vec<f64>> = Vec::new();
+            if !self.info.state_names.is_empty() {
+                cols.push(vector_column(
+                    frames.iter().map(|f| f.state.as_slice()),
+                    self.info.state_names.len(),
+                    &self.root,
+                )?);
+            }
+            if !self.info.action_names.is_empty() {
+                cols.push(vector_column(
+                    frames.iter().map(|f| f.action.as_slice()),
+                    self.info.action_names.len(),
+                    &self.root,
+                )?);
+            }
+            for spec in &self.info.extra_columns {
+                let values = ep
+                    .extras
+                    .iter()
+                    .find(|(n, _)| *n == spec.name)
+                    .map(|(_, v)| v)
+                    .ok_or_else(|| {
+                        DatasetError::Input(format!("extra column {:?} is missing", spec.name))
+                    })?;
+                let arr: ArrayRef = match values {
+                    ColumnValues::F32(v) => Arc::new(Float32Array::from(v[start..end].to_vec())),
+                    ColumnValues::I64(v) => Arc::new(Int64Array::from(v[start..end].to_vec())),
+                };
+                cols.push(arr);
+                numeric_vals.push((start..end).map(|i| values.get_f64(i)).collect());
+            }
+            let ts: Vec<f32> = frames.iter().map(|f| f.timestamp).collect();
+            let frame_index: Vec<i64> = (start..end).map(|i| i as i64).collect();
+            let index: Vec<i64> = (start..end).map(|i| (from + i as u64) as i64).collect();
+            cols.push(Arc::new(Float32Array::from(ts.clone())));
+            cols.push(Arc::new(Int64Array::from(frame_index.clone())));
+            cols.push(Arc::new(Int64Array::from(vec![
+                episode_index as i64;
+                end - start
+            ])));
+            cols.push(Arc::new(Int64Array::from(index.clone())));
+            cols.push(Arc::new(Int64Array::from(vec![
+                task_index as i64;
+                end - start
+            ])));
+            let batch =
+                RecordBatch::try_new(schema.clone(), cols).map_err(arrow_err(&self.root))?;
+
+            // Statistics, in `numeric` order: state, action, extras, timestamp, frame_index, episode_index, index,
+            // task_index.
+            let has_state = !self.info.state_names.is_empty();
+            let has_action = !self.info.action_names.is_empty();
+            for (j, f) in frames.iter().enumerate() {
+                let mut sample: Vec<Vec<f64>> = Vec::with_capacity(ep_stats.len());
+                if has_state {
+                    sample.push(f.state.iter().map(|&x| x as f64).collect());
+                }
+                if has_action {
+                    sample.push(f.action.iter().map(|&x| x as f64).collect());
+                }
+                sample.extend(numeric_vals.iter().map(|vals| vec![vals[j]]));
+                sample.push(vec![ts[j] as f64]);
+                sample.push(vec![frame_index[j] as f64]);
+                sample.push(vec![episode_index as f64]);
+                sample.push(vec![index[j] as f64]);
+                sample.push(vec![task_index as f64]);
+                for (st, x) in ep_stats.iter_mut().zip(&sample) {
+                    st.push(x);
+                }
+            }
+
+            let open = self.open_file()?;
+            open.writer.write(&batch).map_err(pq_err(&open.path))?;
+        }
+        // End the row group with the episode, and roll over to a new file past the size limit.
+        let limit = self.info.data_files_size_in_mb as usize * 1024 * 1024;
+        let open = self.open_file()?;
+        open.writer.flush().map_err(pq_err(&open.path))?;
+        if open.writer.bytes_written() >= limit {
+            self.close_file()?;
+        }
+
+        for (g, e) in self.stats_numeric.iter_mut().zip(&ep_stats) {
+            g.merge(e);
+        }
+        self.episodes.push(EpisodeRecord {
+            index: episode_index,
+            length: len,
+            task: ep.task.clone(),
+            chunk,
+            file,
+            from,
+            stages: ep.stages.clone(),
+            success: ep.success,
+            stats: ep_stats,
+        });
+        self.total_frames += len as u64;
+        Ok(())
+    }
+
+    fn close_file(&mut self) -> Result<()> {
+        if let Some(open) = self.open.take() {
+            open.writer.close().map_err(pq_err(&open.path))?;
+        }
+        Ok(())
+    }
+
+    /// Closes the data file and writes `meta/`: info.json, stats.json, tasks.parquet, the episodes parquet and,
+    /// when any episode is annotated, temporal_proportions_sparse.json.
+    pub fn finish(mut self) -> Result<DatasetSummary> {
+        self.close_file()?;
+
+        // Stage priors a_k = (1/M) sum_i L_ik / T_i over the M annotated episodes (DESIGN.md; SARM eq. 1).
+        let mut stage_proportions = None;
+        let durations: Vec<Vec<f64>> = self
+            .episodes
+            .iter()
+            .filter_map(|e| e.stages.as_ref().map(StageAnnotation::durations))
+            .collect();
+        if let (false, Some(names)) = (durations.is_empty(), &self.stage_names) {
+            let props = StageProportions::from_durations(&durations)?;
+            let path = self.root.join(TEMPORAL_PROPORTIONS_SPARSE_PATH);
+            write_proportions_json(&path, names, props.proportions())?;
+            stage_proportions = Some(
+                names
+                    .iter()
+                    .cloned()
+                    .zip(props.proportions().iter().copied())
+                    .collect(),
+            );
+        }
+
+        self.write_tasks()?;
+        self.write_episodes()?;
+
+        // stats.json: one entry per feature, images per channel.
+        let mut stats = serde_json::Map::new();
+        for (v, spec) in self.info.views.iter().enumerate() {
+            if self.stats_images[v].count > 0 {
+                stats.insert(image_key(&spec.name), self.stats_images[v].to_json_image());
+            }
+        }
+        for ((key, _), st) in self.numeric.iter().zip(&self.stats_numeric) {
+            if st.count > 0 {
+                stats.insert(key.clone(), st.to_json());
+            }
+        }
+        let stats_path = self.root.join(STATS_PATH);
+        write_json(&stats_path, &serde_json::Value::Object(stats))?;
+
+        let n = self.episodes.len() as u64;
+        let info = InfoJson {
+            codebase_version: CODEBASE_VERSION.into(),
+            robot_type: self.info.robot_type.clone(),
+            total_episodes: n,
+            total_frames: self.total_frames,
+            total_tasks: self.tasks.len() as u64,
+            chunks_size: DEFAULT_CHUNK_SIZE,
+            data_files_size_in_mb: self.info.data_files_size_in_mb,
+            video_files_size_in_mb: DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+            fps: self.info.fps,
+            splits: OrderedMap(vec![("train".into(), format!("0:{n}"))]),
+            data_path: DEFAULT_DATA_PATH.into(),
+            video_path: None,
+            features: self.features.clone(),
+        };
+        let info_path = self.root.join(INFO_PATH);
+        write_json(&info_path, &info)?;
+        Ok(DatasetSummary {
+            root: self.root.clone(),
+            episodes: self.episodes.len(),
+            frames: self.total_frames,
+            data_files: self.data_files,
+            stage_proportions,
+        })
+    }
+
+    fn write_tasks(&self) -> Result<()> {
+        // pandas `DataFrame({"task_index": ...}, index=Index(tasks, name="task")).to_parquet()`: the index is
+        // stored as the last column, and the `pandas` schema metadata makes pandas restore it as the index
+        // (LeRobot looks tasks up by `tasks.loc[task]` and `tasks.iloc[i].name`).
+        let path = self.root.join(TASKS_PATH);
+        let pandas_meta = serde_json::json!({
+            "index_columns": ["task"],
+            "column_indexes": [{"name": null, "field_name": null, "pandas_type": "unicode", "numpy_type": "object",
+                                "metadata": {"encoding": "UTF-8"}}],
+            "columns": [
+                {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+                 "metadata": null},
+                {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object",
+                 "metadata": null}
+            ],
+            "creator": {"library": "stagewise-dataset", "version": env!("CARGO_PKG_VERSION")},
+            "pandas_version": "2.2.3"
+        });
+        let schema = Schema::new_with_metadata(
+            vec![
+                Field::new("task_index", DataType::Int64, true),
+                Field::new("task", DataType::Utf8, true),
+            ],
+            [("pandas".to_owned(), pandas_meta.to_string())]
+                .into_iter()
+                .collect::<HashMap<_, _>>(),
+        );
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(
+                    (0..self.tasks.len() as i64).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(self.tasks.clone())),
+            ],
+        )
+        .map_err(arrow_err(&path))?;
+        write_parquet(&path, batch)
+    }
+
+    fn write_episodes(&self) -> Result<()> {
+        let rel = format_template(
+            EPISODES_PATH,
+            &[("chunk_index", "", 0), ("file_index", "", 0)],
+        )
+        .map_err(DatasetError::Input)?;
+        let path = self.root.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        let eps = &self.episodes;
+        let i64col = |f: &dyn Fn(&EpisodeRecord) -> i64| -> ArrayRef {
+            Arc::new(Int64Array::from(eps.iter().map(f).collect::<Vec<_>>()))
+        };
+        let mut fields = Vec::new();
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        let mut push = |name: &str, col: ArrayRef| {
+            fields.push(Field::new(name, col.data_type().clone(), true));
+            cols.push(col);
+        };
+        push("episode_index", i64col(&|e| e.index as i64));
+        let mut tasks = ListBuilder::new(StringBuilder::new());
+        for e in eps {
+            tasks.values().append_value(&e.task);
+            tasks.append(true);
+        }
+        push("tasks", Arc::new(tasks.finish()));
+        push("length", i64col(&|e| e.length as i64));
+        push("data/chunk_index", i64col(&|e| e.chunk as i64));
+        push("data/file_index", i64col(&|e| e.file as i64));
+        push("dataset_from_index", i64col(&|e| e.from as i64));
+        push(
+            "dataset_to_index",
+            i64col(&|e| (e.from + e.length as u64) as i64),
+        );
+        let mut success = BooleanBuilder::new();
+        for e in eps {
+            success.append_value(e.success);
+        }
+        push("success", Arc::new(success.finish()));
+
+        // SARM sparse annotation columns (LeRobot subtask_annotation.py `save_annotations_to_dataset`), null for
+        // episodes without annotation.
+        let fps = self.info.fps as f64;
+        let mut names = ListBuilder::new(StringBuilder::new());
+        let mut starts = ListBuilder::new(Int64Builder::new());
+        let mut ends = ListBuilder::new(Int64Builder::new());
+        let mut start_t = ListBuilder::new(Float64Builder::new());
+        let mut end_t = ListBuilder::new(Float64Builder::new());
+        for e in eps {
+            match &e.stages {
+                Some(st) => {
+                    for n in &st.names {
+                        names.values().append_value(n);
+                    }
+                    for (&s, &en) in st.start_frames.iter().zip(&st.end_frames) {
+                        starts.values().append_value(s);
+                        ends.values().append_value(en);
+                        start_t.values().append_value(s as f64 / fps);
+                        end_t.values().append_value(en as f64 / fps);
+                    }
+                    names.append(true);
+                    starts.append(true);
+                    ends.append(true);
+                    start_t.append(true);
+                    end_t.append(true);
+                }
+                None => {
+                    names.append(false);
+                    starts.append(false);
+                    ends.append(false);
+                    start_t.append(false);
+                    end_t.append(false);
+                }
+            }
+        }
+        push("sparse_subtask_names", Arc::new(names.finish()));
+        push("sparse_subtask_start_times", Arc::new(start_t.finish()));
+        push("sparse_subtask_end_times", Arc::new(end_t.finish()));
+        push("sparse_subtask_start_frames", Arc::new(starts.finish()));
+        push("sparse_subtask_end_frames", Arc::new(ends.finish()));
+
+        // Per-episode statistics of the numeric features (`stats/<feature>/<stat>`, lists like LeRobot).
+        for (k, (key, _)) in self.numeric.iter().enumerate() {
+            let list = |get: &dyn Fn(&FeatureStats) -> Vec<f64>| -> ArrayRef {
+                let mut b = ListBuilder::new(Float64Builder::new());
+                for e in eps {
+                    for v in get(&e.stats[k]) {
+                        b.values().append_value(v);
+                    }
+                    b.append(true);
+                }
+                Arc::new(b.finish())
+            };
+            push(&format!("stats/{key}/min"), list(&|s| s.min.clone()));
+            push(&format!("stats/{key}/max"), list(&|s| s.max.clone()));
+            push(&format!("stats/{key}/mean"), list(&|s| s.mean.clone()));
+            push(&format!("stats/{key}/std"), list(&|s| s.std()));
+            let mut count = ListBuilder::new(Int64Builder::new());
+            for e in eps {
+                count.values().append_value(e.stats[k].count as i64);
+                count.append(true);
+            }
+            push(&format!("stats/{key}/count"), Arc::new(count.finish()));
+        }
+        push("meta/episodes/chunk_index", i64col(&|_| 0));
+        push("meta/episodes/file_index", i64col(&|_| 0));
+        let batch =
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(arrow_err(&path))?;
+        write_parquet(&path, batch)
+    }
+}
+
+fn encode_png(im: &RgbImage) -> std::result::Result<Vec<u8>, image::ImageError> {
+    let mut buf = Vec::with_capacity(im.as_raw().len() / 2 + 64);
+    image::codecs::png::PngEncoder::new(&mut buf).write_image(
+        im.as_raw(),
+        im.width(),
+        im.height(),
+        image::ExtendedColorType::Rgb8,
+    )?;
+    Ok(buf)
+}
+
+/// Per-channel statistics of one image in [0, 1].
+fn image_stats(im: &RgbImage) -> FeatureStats {
+    let mut s = FeatureStats::new(3);
+    for p in im.pixels() {
+        s.push(&[
+            p[0] as f64 / 255.0,
+            p[1] as f64 / 255.0,
+            p[2] as f64 / 255.0,
+        ]);
+    }
+    s
+}
+
+fn vector_column<'a>(
+    rows: impl Iterator<Item = &'a [f32]>,
+    dim: usize,
+    root: &Path,
+) -> Result<ArrayRef> {
+    let flat: Vec<f32> = rows.flat_map(|r| r.iter().copied()).collect();
+    let values = Arc::new(Float32Array::from(flat));
+    let arr = FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", DataType::Float32, true)),
+        dim as i32,
+        values,
+        None,
+    )
+    .map_err(arrow_err(root))?;
+    Ok(Arc::new(arr))
+}
+
+pub(crate) fn write_parquet(path: &Path, batch: RecordBatch) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    let f = File::create(path).map_err(io_err(path))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .build();
+    let mut w = ArrowWriter::try_new(f, batch.schema(), Some(props)).map_err(pq_err(path))?;
+    w.write(&batch).map_err(pq_err(path))?;
+    w.close().map_err(pq_err(path))?;
+    Ok(())
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
+    // LeRobot's write_json: indent=4.
+    let mut buf = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+    value
+        .serialize(&mut ser)
+        .map_err(|source| DatasetError::Json {
+            path: path.to_owned(),
+            source,
+        })?;
+    buf.push(b'\n');
+    std::fs::write(path, buf).map_err(io_err(path))
+}
