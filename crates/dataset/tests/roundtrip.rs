@@ -219,3 +219,61 @@ fn sarm_progress_round_trip() {
     assert!(r.progress_dense.is_none());
     assert!(r.reward_model_path.is_none());
 }
+
+#[test]
+fn data_files_roll_over_at_the_size_limit() {
+    // Incompressible 256x256 images: ~0.4 MB per frame over two views, so each 3-frame episode passes the 1 MB
+    // limit and the next episode starts a new file.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut noise = |w: u32, h: u32| {
+        image::RgbImage::from_fn(w, h, |_, _| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            image::Rgb([seed as u8, (seed >> 8) as u8, (seed >> 16) as u8])
+        })
+    };
+    let mut info = info();
+    for v in &mut info.views {
+        v.width = 256;
+        v.height = 256;
+    }
+    info.data_files_size_in_mb = 1;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    let mut w = stagewise_dataset::DatasetWriter::create(&dir, info).unwrap();
+    let mut written = Vec::new();
+    for e in 0..3 {
+        let mut ep = episode(e, 3, false);
+        for f in &mut ep.frames {
+            f.views = vec![
+                stagewise_dataset::FrameImage::Rgb(noise(256, 256)),
+                stagewise_dataset::FrameImage::Rgb(noise(256, 256)),
+            ];
+        }
+        w.add_episode(&ep).unwrap();
+        written.push(ep);
+    }
+    let summary = w.finish().unwrap();
+    assert_eq!(summary.data_files, 3);
+    for f in 0..3 {
+        assert!(dir
+            .join(format!("data/chunk-000/file-{f:03}.parquet"))
+            .exists());
+    }
+    let ds = Dataset::open(&dir).unwrap();
+    for (e, ep) in written.iter().enumerate() {
+        assert_eq!(ds.episodes()[e].data_file_index, e as u64);
+        let got = ds.read_episode(e, Images::Decode).unwrap();
+        assert_eq!(
+            got.index,
+            [3 * e as i64, 3 * e as i64 + 1, 3 * e as i64 + 2]
+        );
+        for (f, frame) in ep.frames.iter().enumerate() {
+            let stagewise_dataset::FrameImage::Rgb(want) = &frame.views[1] else {
+                unreachable!()
+            };
+            assert_eq!(&got.images("observation.images.wrist").unwrap()[f], want);
+        }
+    }
+}
