@@ -1,6 +1,7 @@
 """Reads a dataset written by stagewise-dataset with pyarrow, the way LeRobot v3 does, and checks the contract.
 
 Usage: interop.py DATASET_DIR EXPECT_JSON
+       interop.py --write-like-lerobot DATASET_DIR   (write files the way LeRobot's Python does, for Rust to read)
 EXPECT_JSON (written by tests/interop.rs) holds the values the Rust side wrote: frame counts, stage names,
 reward_model_path and a few pixels to compare after decoding a PNG with this file's own decoder (no PIL/numpy).
 """
@@ -186,5 +187,40 @@ def main(root: Path, expect: dict):
     print(f"interop: {checks} checks passed")
 
 
+def write_like_lerobot(root: Path):
+    """Writes files the way LeRobot's Python does, for the Rust reader: sarm_progress.parquet as in
+    compute_rabc_weights.py (numpy int64/float32 columns, dense head too, schema metadata replaced by
+    reward_model_path), and the data file re-written with variable-length `list<float>` vectors and
+    `large_binary` image bytes (what pyarrow/pandas produce without HF features)."""
+    import numpy as np
+
+    n = json.loads((root / "meta/info.json").read_text())["total_frames"]
+    table = pa.table({
+        "index": np.arange(n, dtype=np.int64)[::-1].copy(),
+        "episode_index": np.zeros(n, dtype=np.int64),
+        "frame_index": np.arange(n, dtype=np.int64)[::-1].copy(),
+        "progress_sparse": np.linspace(1.0, 0.0, n, dtype=np.float32),
+        "progress_dense": np.full(n, np.nan, dtype=np.float32),
+    })
+    table = table.replace_schema_metadata({b"reward_model_path": b"pepijn223/sarm_single_uni4"})
+    pq.write_table(table, root / "sarm_progress.parquet")
+
+    path = root / "data/chunk-000/file-000.parquet"
+    data = pq.read_table(path)
+    cols = {}
+    for name in data.column_names:
+        col = data.column(name)
+        if pa.types.is_fixed_size_list(col.type):
+            col = pa.array(col.to_pylist(), type=pa.list_(pa.float32()))
+        elif pa.types.is_struct(col.type):
+            col = pa.array(col.to_pylist(), type=pa.struct([("bytes", pa.large_binary()), ("path", pa.string())]))
+        cols[name] = col
+    pq.write_table(pa.table(cols), path, compression="snappy")
+    print("interop: wrote LeRobot-style files")
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()))
+    if sys.argv[1] == "--write-like-lerobot":
+        write_like_lerobot(Path(sys.argv[2]))
+    else:
+        main(Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text()))

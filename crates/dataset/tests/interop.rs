@@ -94,3 +94,55 @@ fn pyarrow_reads_dataset_and_progress() {
     assert!(stdout.contains("checks passed"), "{stdout}");
     println!("{stdout}");
 }
+
+#[test]
+fn rust_reads_files_written_like_lerobot() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no .venv/bin/python (run scripts/setup.sh)");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    write_dataset(&dir);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop.py");
+    let out = Command::new(&py)
+        .arg(&script)
+        .arg("--write-like-lerobot")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "interop.py --write-like-lerobot failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let ds = Dataset::open(&dir).unwrap();
+    let p = SarmProgress::read(ds.sarm_progress_path()).unwrap();
+    assert_eq!(
+        p.reward_model_path.as_deref(),
+        Some("pepijn223/sarm_single_uni4")
+    );
+    assert_eq!(p.len(), 30);
+    assert_eq!(p.index[0], 29);
+    assert_eq!(p.progress_sparse[0], 1.0);
+    assert!(p
+        .progress_dense
+        .as_ref()
+        .unwrap()
+        .iter()
+        .all(|x| x.is_nan()));
+
+    // list<float> vectors and large_binary image bytes read the same as our fixed_size_list / binary.
+    for (e, &len) in LENGTHS.iter().enumerate() {
+        let ep = ds.read_episode(e, Images::Decode).unwrap();
+        for f in 0..len {
+            assert_eq!(ep.state(f), state(e, f).as_slice());
+            assert_eq!(
+                ep.images("observation.images.top").unwrap()[f],
+                image(e, f, 0)
+            );
+        }
+    }
+}
