@@ -542,6 +542,32 @@ impl DatasetWriter {
                 }
             }
         }
+        // LeRobot expects consecutive timestamps 1/fps apart (its `check_timestamps_sync`, tolerance 1e-4 s).
+        // Going backwards is refused; other deviations are logged, since a real robot's clock may jitter.
+        let dt = 1.0 / self.info.fps as f64;
+        let mut off_rate = 0usize;
+        for (i, pair) in ep.frames.windows(2).enumerate() {
+            let d = pair[1].timestamp as f64 - pair[0].timestamp as f64;
+            if d < 0.0 {
+                return bad(format!(
+                    "timestamps go backwards at frame {}: {} then {}",
+                    i + 1,
+                    pair[0].timestamp,
+                    pair[1].timestamp
+                ));
+            }
+            if (d - dt).abs() > 1e-4 {
+                off_rate += 1;
+            }
+        }
+        if off_rate > 0 {
+            tracing::warn!(
+                episode = n,
+                frames = off_rate,
+                fps = self.info.fps,
+                "timestamp steps differ from 1/fps by more than 1e-4 s (LeRobot's sync tolerance)"
+            );
+        }
         if ep.extras.len() != self.info.extra_columns.len() {
             return bad(format!(
                 "has {} extra columns, the dataset declares {}",
@@ -807,6 +833,11 @@ impl DatasetWriter {
         let open = self.open_file()?;
         open.writer.flush().map_err(pq_err(&open.path))?;
         if open.writer.bytes_written() >= limit {
+            tracing::debug!(
+                path = %open.path.display(),
+                bytes = open.writer.bytes_written(),
+                "data file reached data_files_size_in_mb; the next episode starts a new file"
+            );
             self.close_file()?;
         }
 
@@ -839,6 +870,12 @@ impl DatasetWriter {
     /// when any episode is annotated, temporal_proportions_sparse.json.
     pub fn finish(mut self) -> Result<DatasetSummary> {
         self.close_file()?;
+        tracing::debug!(
+            root = %self.root.display(),
+            episodes = self.episodes.len(),
+            frames = self.total_frames,
+            "writing dataset metadata"
+        );
 
         // Stage priors a_k = (1/M) sum_i L_ik / T_i over the M annotated episodes (DESIGN.md; SARM eq. 1).
         let mut stage_proportions = None;

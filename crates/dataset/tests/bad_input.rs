@@ -305,6 +305,9 @@ fn writer_refuses_bad_episodes() {
     ep.extras[0].1 = ColumnValues::I64(vec![0; 5]);
     check(&mut w, ep, "progress_gt");
     let mut ep = episode(0, 5, true);
+    ep.frames[3].timestamp = 0.0;
+    check(&mut w, ep, "timestamps go backwards at frame 3");
+    let mut ep = episode(0, 5, true);
     ep.frames.clear();
     check(&mut w, ep, "no frames");
     // A good episode still goes in, and a different stage vocabulary afterwards is refused.
