@@ -1,2 +1,28 @@
-//! Reference firmware for the Stagewise bridge (work in progress). Must not depend on std in its core.
+//! The reference firmware for the Stagewise bridge: the control loop a robot controller runs, as a `no_std`,
+//! no-alloc core ([`Firmware`] driving any [`Plant`]), and (feature `emulator`, on by default) a host emulator
+//! that runs the same core over UDP with the simulator as its plant (`stagewise-emulator`).
+//!
+//! Safety behaviour of the core:
+//! - nothing moves before a `Hello` with our protocol version and an `Arm`;
+//! - a command whose `seq` is not greater than the last seen one is ignored (stale or duplicate);
+//! - no valid frame for `link_timeout_us` -> [`FirmwareState::Hold`] (brake, hold position) at the first control
+//!   tick past the deadline; leaving `Hold` needs an explicit `Arm`, even after the link comes back;
+//! - `EStop` latches [`FirmwareState::EStopped`] until an `Arm`;
+//! - an armed command older than `command_timeout_us` stops motion (velocity 0 / hold the last target);
+//! - position, joint speed and end-effector speed limits are enforced here again, whatever the host checked.
+//!
+//! The core must not depend on `std`, an allocator, or Stagewise crates other than `stagewise-protocol`; the
+//! emulator (std) adds `stagewise-core` (the `Env` trait) and `stagewise-sim` (the plant). Never the runtime.
+// The crate is always `no_std` (the core cannot reach for std even when the emulator is built); the emulator
+// module brings std in explicitly.
 #![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "std")]
+extern crate std;
+
+mod core_loop;
+#[cfg(feature = "emulator")]
+pub mod emulator;
+
+pub use core_loop::*;

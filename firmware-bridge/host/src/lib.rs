@@ -1,1 +1,24 @@
-//! Stagewise host bridge (work in progress).
+//! The Stagewise host bridge: talks to robot firmware over UDP or serial with the `stagewise-protocol` wire
+//! format, enforces host-side limits before anything is sent, streams heartbeats, watches telemetry (no
+//! telemetry within the watchdog time -> e-stop and a latched fault), and offers [`RobotEnv`], a robot as a core
+//! `Env` with cameras from [`CameraSource`]s.
+//!
+//! Depends on `stagewise-protocol` and `stagewise-core` only (plus tokio). Must not depend on the model, stream,
+//! runtime or simulator crates (the simulator is a dev-dependency for tests against the emulator).
+// One `unsafe` block: registering the serial descriptor with tokio (see transport.rs).
+#![deny(unsafe_code)]
+
+pub mod bridge;
+pub mod camera;
+pub mod limits;
+pub mod robot_env;
+pub mod transport;
+
+pub use bridge::{
+    Bridge, BridgeConfig, BridgeError, BridgeStats, CommandReport, HostFault, TelemetrySample,
+};
+pub use camera::{CameraError, CameraSource, FnCamera, ImageDirCamera, V4l2Camera};
+pub use limits::{LimitError, LimitHit, LimitKind, LimitMode, LimitState, Limits, WorkspaceBox};
+pub use robot_env::{ActionMap, RobotEnv, RobotEnvConfig};
+pub use stagewise_protocol as protocol;
+pub use transport::{Endpoint, Transport, TransportError};

@@ -36,12 +36,15 @@ pub enum Role {
 }
 
 /// Opens a session. The host sends one; the firmware answers with its own (or with an [`Ack`] carrying
-/// [`AckStatus::VersionMismatch`] and refuses everything else). A `Hello` also resets the firmware's sequence
-/// window and disarms it.
+/// [`AckStatus::VersionMismatch`] and refuses everything else). A `Hello` with a new `session` id resets the
+/// firmware's sequence window and disarms it; a repeated one (a duplicate on the link) is answered again and
+/// changes nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {
     pub version: u16,
     pub role: Role,
+    /// Session id chosen by the host (the firmware echoes it).
+    pub session: u32,
     pub capabilities: Capabilities,
     /// Number of joints (firmware) or expected joints (host, 0 = any).
     pub n_joints: u8,
@@ -157,9 +160,16 @@ pub struct EStop {
 }
 
 /// Allows motion: from `Disarmed`, `Hold` (after link loss) or `EStopped`. Commands are ignored until then.
+///
+/// An arm must be fresh: `seen_telemetry` is the newest telemetry `seq` the host had when it armed, and the
+/// firmware refuses ([`AckStatus::StaleArm`]) an arm whose `seen_telemetry` is not newer than the telemetry it
+/// sent when it last stopped (so a delayed or duplicated arm from before a link loss cannot re-arm it). After an
+/// arm, only commands with `seq > command_floor` are followed (commands issued before the arm are not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Arm {
     pub seq: u32,
+    pub seen_telemetry: u32,
+    pub command_floor: u32,
 }
 
 /// Which message an [`Ack`] answers.
@@ -190,6 +200,8 @@ pub enum AckStatus {
     Stale,
     /// The setpoint does not fit this firmware (wrong joint count, non-finite values, unsupported mode).
     BadSetpoint,
+    /// An `Arm` that predates the firmware's last stop (see [`Arm`]).
+    StaleArm,
 }
 
 /// Answers a `Hello` (on refusal), `Arm`, `EStop`, or a refused `Command` (commands that are accepted are

@@ -26,6 +26,7 @@ fn samples() -> Vec<Message> {
         Message::Hello(Hello {
             version: PROTOCOL_VERSION,
             role: Role::Host,
+            session: 42,
             capabilities: Capabilities(Capabilities::EE_VELOCITY | Capabilities::GRIPPER),
             n_joints: 0,
             control_hz: 0,
@@ -48,7 +49,11 @@ fn samples() -> Vec<Message> {
             seq: 4,
             reason: StopReason::HostWatchdog,
         }),
-        Message::Arm(Arm { seq: 5 }),
+        Message::Arm(Arm {
+            seq: 5,
+            seen_telemetry: 9,
+            command_floor: 12,
+        }),
         Message::Ack(Ack {
             seq: 5,
             kind: MessageKind::Hello,
@@ -214,6 +219,7 @@ fn handshake_refuses_other_versions() {
     let mut h = Hello {
         version: PROTOCOL_VERSION,
         role: Role::Firmware,
+        session: 1,
         capabilities: Capabilities(0),
         n_joints: 3,
         control_hz: 1000,

@@ -1,0 +1,107 @@
+//! `stagewise-emulator`: the reference firmware on this machine, over UDP, with the simulator as the plant.
+//!
+//! ```text
+//! stagewise-emulator --bind 127.0.0.1:9100 --task pick-place --seed 0
+//! ```
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use stagewise_firmware::emulator::{sim_plant, Emulator, EmulatorConfig};
+use stagewise_firmware::{FirmwareConfig, KinematicPlant};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PlantKind {
+    /// The rapier3d simulator (stagewise-sim), headless.
+    Sim,
+    /// An ideal kinematic 3-axis stage (no physics).
+    Kinematic,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Stagewise reference firmware emulator (UDP) with the simulator as its plant"
+)]
+struct Args {
+    /// UDP address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9100")]
+    bind: SocketAddr,
+    /// Simulator task (pick-place, push-target, stack).
+    #[arg(long, default_value = "pick-place")]
+    task: String,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, value_enum, default_value = "sim")]
+    plant: PlantKind,
+    /// Firmware control rate, Hz.
+    #[arg(long, default_value_t = 1000)]
+    control_hz: u16,
+    /// Link timeout (no valid frame -> hold), milliseconds.
+    #[arg(long, default_value_t = 50)]
+    link_timeout_ms: u64,
+    /// Stop after this many seconds (0 = run until killed).
+    #[arg(long, default_value_t = 0.0)]
+    duration_s: f64,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let mut fw = FirmwareConfig::cartesian_1khz();
+    fw.control_hz = args.control_hz;
+    fw.link_timeout_us = args.link_timeout_ms * 1000;
+    let cfg = EmulatorConfig {
+        firmware: fw,
+        bind: args.bind,
+        record_commands: false,
+    };
+    let emu = match args.plant {
+        PlantKind::Sim => {
+            let task: stagewise_sim::Task = args
+                .task
+                .parse()
+                .map_err(|e| anyhow::anyhow!("{e}"))
+                .with_context(|| format!("--task {}", args.task))?;
+            let plant = sim_plant(task, args.control_hz, args.seed)
+                .context("building the simulator plant")?;
+            Emulator::spawn(cfg, plant)?
+        }
+        PlantKind::Kinematic => Emulator::spawn(cfg, KinematicPlant::new([0.0, 0.0, 0.2]))?,
+    };
+    tracing::info!(addr = %emu.local_addr(), plant = ?args.plant, "firmware emulator listening");
+    let start = Instant::now();
+    let mut last = 0u64;
+    loop {
+        std::thread::sleep(Duration::from_millis(1000));
+        let log = emu.log();
+        let c = log.counters;
+        if c.ticks / 5000 != last {
+            last = c.ticks / 5000;
+            tracing::info!(
+                ticks = c.ticks,
+                accepted = c.accepted_commands,
+                stale = c.stale_commands,
+                bad_frames = c.bad_frames,
+                link_losses = c.link_losses,
+                late_ticks = log.late_ticks,
+                "status"
+            );
+        }
+        if !emu.is_running() {
+            anyhow::bail!("the emulator loop stopped");
+        }
+        if args.duration_s > 0.0 && start.elapsed().as_secs_f64() >= args.duration_s {
+            break;
+        }
+    }
+    let log = emu.stop()?;
+    tracing::info!(ticks = log.counters.ticks, "stopped");
+    Ok(())
+}

@@ -1,0 +1,490 @@
+//! The firmware emulator: the no_std [`Firmware`] core on a host thread, talking UDP, with any [`Plant`] —
+//! normally an [`EnvPlant`] around the simulator, so the whole stack runs against "a robot" on one machine.
+//!
+//! Timing: a control tick every `1 / control_hz` seconds on a deadline schedule (late ticks catch up). The
+//! firmware clock is `ticks * period`, like a microcontroller's tick timer; frames that arrive between two ticks
+//! are handled at once with the current firmware time, and telemetry leaves after each tick.
+
+use std::format;
+use std::prelude::rust_2021::*;
+
+use crate::{Counters, Drive, Firmware, FirmwareConfig, Plant, PlantState};
+use stagewise_core::{Env, EnvError};
+use stagewise_protocol::{encode_frame, Command, FirmwareState, FrameDecoder, Message, MAX_FRAME};
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Errors of the emulator.
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorError {
+    #[error("cannot bind the emulator's UDP socket to {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("UDP socket setup failed: {0}")]
+    Socket(std::io::Error),
+    #[error("the plant environment failed: {0}")]
+    Plant(#[from] EnvError),
+    #[error("cannot build the simulator plant: {0}")]
+    Sim(String),
+    #[error("the emulator thread panicked")]
+    Panicked,
+}
+
+/// A link loss the firmware detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkLoss {
+    /// Firmware time of the last valid frame before the loss.
+    pub last_rx_us: u64,
+    /// Firmware time of the tick that switched to `Hold`.
+    pub detected_us: u64,
+    /// The configured link timeout.
+    pub timeout_us: u64,
+    pub period_us: u64,
+}
+
+impl LinkLoss {
+    /// Control periods between the watchdog deadline (`last_rx + timeout`) and the hold.
+    pub fn periods_late(&self) -> f64 {
+        (self.detected_us as f64 - (self.last_rx_us + self.timeout_us) as f64)
+            / self.period_us.max(1) as f64
+    }
+}
+
+/// What the emulator saw and did; tests read it to check the safety properties.
+#[derive(Debug, Clone, Default)]
+pub struct EmulatorLog {
+    /// Every command the firmware accepted (acted on), in order.
+    pub accepted: Vec<Command>,
+    pub link_losses: Vec<LinkLoss>,
+    /// Firmware state changes: (firmware time, new state).
+    pub states: Vec<(u64, FirmwareState)>,
+    /// Ticks in which the plant moved although the firmware was not armed.
+    pub moved_while_not_armed: u64,
+    /// Largest joint displacement of one such tick.
+    pub max_unarmed_step: f32,
+    pub datagrams: u64,
+    /// Datagrams from an address other than the session's peer (ignored unless they are a `Hello`).
+    pub foreign_datagrams: u64,
+    pub counters: Counters,
+    /// Ticks that started more than one period late (host scheduling).
+    pub late_ticks: u64,
+    pub send_errors: u64,
+}
+
+/// Emulator settings.
+#[derive(Debug, Clone)]
+pub struct EmulatorConfig {
+    pub firmware: FirmwareConfig,
+    /// Where to listen, e.g. `127.0.0.1:0`.
+    pub bind: SocketAddr,
+    /// Keep the full list of accepted commands (tests); off keeps memory flat for long runs.
+    pub record_commands: bool,
+}
+
+/// A running emulator thread.
+pub struct Emulator {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    log: Arc<Mutex<EmulatorLog>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Emulator {
+    /// Binds the socket and starts the control loop on its own thread.
+    pub fn spawn<P: Plant + Send + 'static>(
+        cfg: EmulatorConfig,
+        plant: P,
+    ) -> Result<Self, EmulatorError> {
+        let socket = UdpSocket::bind(cfg.bind).map_err(|source| EmulatorError::Bind {
+            addr: cfg.bind,
+            source,
+        })?;
+        let addr = socket.local_addr().map_err(EmulatorError::Socket)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(Mutex::new(EmulatorLog::default()));
+        let (s, l) = (stop.clone(), log.clone());
+        let thread = std::thread::Builder::new()
+            .name("stagewise-emulator".into())
+            .spawn(move || run(socket, cfg, plant, &s, &l))
+            .map_err(EmulatorError::Socket)?;
+        Ok(Self {
+            addr,
+            stop,
+            log,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A snapshot of the log so far.
+    pub fn log(&self) -> EmulatorLog {
+        match self.log.lock() {
+            Ok(l) => l.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// True while the control loop runs.
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Stops the loop and returns the final log.
+    pub fn stop(mut self) -> Result<EmulatorLog, EmulatorError> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().map_err(|_| EmulatorError::Panicked)?;
+        }
+        Ok(self.log())
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Loop<'a, P> {
+    fw: Firmware,
+    plant: P,
+    socket: UdpSocket,
+    peer: Option<SocketAddr>,
+    decoder: FrameDecoder,
+    log: &'a Mutex<EmulatorLog>,
+    local: EmulatorLog,
+    record: bool,
+}
+
+impl<P: Plant> Loop<'_, P> {
+    fn send(&mut self, msg: &Message, to: SocketAddr) {
+        let mut buf = [0u8; MAX_FRAME];
+        match encode_frame(msg, &mut buf) {
+            Ok(n) => {
+                if self.socket.send_to(&buf[..n], to).is_err() {
+                    self.local.send_errors += 1;
+                }
+            }
+            Err(_) => self.local.send_errors += 1,
+        }
+    }
+
+    fn datagram(&mut self, bytes: &[u8], from: SocketAddr, now_us: u64) {
+        self.local.datagrams += 1;
+        self.decoder.reset();
+        let mut msgs: Vec<Result<Message, ()>> = Vec::new();
+        self.decoder.feed(bytes, |r| msgs.push(r.map_err(|_| ())));
+        if self.decoder.pending() > 0 {
+            // A datagram must end on a delimiter; the unfinished tail is a malformed frame.
+            msgs.push(Err(()));
+            self.decoder.reset();
+        }
+        for m in msgs {
+            let Ok(m) = m else {
+                self.fw.bad_frame();
+                continue;
+            };
+            let is_hello = matches!(m, Message::Hello(_));
+            if !is_hello && self.peer != Some(from) {
+                self.local.foreign_datagrams += 1;
+                continue;
+            }
+            let h = self.fw.handle(&m, now_us);
+            if is_hello && matches!(h.reply, Some(Message::Hello(_))) {
+                self.peer = Some(from);
+            }
+            if h.accepted && self.record {
+                if let Message::Command(c) = &m {
+                    self.local.accepted.push(c.clone());
+                }
+            }
+            if let Some(r) = h.reply {
+                self.send(&r, from);
+            }
+        }
+    }
+
+    fn tick(&mut self, now_us: u64) {
+        let before = self.fw.state();
+        let last_rx = self.fw.last_rx_us();
+        let losses = self.fw.counters().link_losses;
+        let mut probe = PlantState::default();
+        self.plant.read(&mut probe);
+        let tel = self.fw.tick(now_us, &mut self.plant);
+        let after = self.fw.state();
+        if after != before {
+            self.local.states.push((now_us, after));
+        }
+        if self.fw.counters().link_losses > losses {
+            let cfg = self.fw.config();
+            self.local.link_losses.push(LinkLoss {
+                last_rx_us: last_rx,
+                detected_us: now_us,
+                timeout_us: cfg.link_timeout_us,
+                period_us: cfg.period_us(),
+            });
+        }
+        if after != FirmwareState::Armed {
+            let moved = probe
+                .positions
+                .iter()
+                .zip(self.fw.plant_state().positions.iter())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            if moved > 1e-6 {
+                self.local.moved_while_not_armed += 1;
+                self.local.max_unarmed_step = self.local.max_unarmed_step.max(moved);
+            }
+        }
+        if let (Some(t), Some(peer)) = (tel, self.peer) {
+            self.send(&Message::Telemetry(t), peer);
+        }
+    }
+
+    fn publish(&mut self) {
+        self.local.counters = self.fw.counters();
+        let mut g = match self.log.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        // Move the accumulated vectors over; keep the scalars cumulative.
+        g.accepted.append(&mut self.local.accepted);
+        g.link_losses.append(&mut self.local.link_losses);
+        g.states.append(&mut self.local.states);
+        g.moved_while_not_armed = self.local.moved_while_not_armed;
+        g.max_unarmed_step = self.local.max_unarmed_step;
+        g.datagrams = self.local.datagrams;
+        g.foreign_datagrams = self.local.foreign_datagrams;
+        g.counters = self.local.counters;
+        g.late_ticks = self.local.late_ticks;
+        g.send_errors = self.local.send_errors;
+    }
+}
+
+fn run<P: Plant>(
+    socket: UdpSocket,
+    cfg: EmulatorConfig,
+    plant: P,
+    stop: &AtomicBool,
+    log: &Mutex<EmulatorLog>,
+) {
+    let period_us = cfg.firmware.period_us();
+    let period = Duration::from_micros(period_us);
+    let mut lp = Loop {
+        fw: Firmware::new(cfg.firmware),
+        plant,
+        socket,
+        peer: None,
+        decoder: FrameDecoder::new(),
+        log,
+        local: EmulatorLog::default(),
+        record: cfg.record_commands,
+    };
+    let start = Instant::now();
+    let mut k: u64 = 0;
+    let mut buf = [0u8; 2048];
+    while !stop.load(Ordering::Relaxed) {
+        let deadline = start + Duration::from_micros((k + 1) * period_us);
+        let now_us = k * period_us;
+        // Drain what is queued first, even when this tick is late: a microcontroller's receive interrupt keeps
+        // running while its main loop catches up, so a host-side stall must not look like a silent link.
+        if lp.socket.set_nonblocking(true).is_ok() {
+            while let Ok((n, from)) = lp.socket.recv_from(&mut buf) {
+                let bytes = buf[..n].to_vec();
+                lp.datagram(&bytes, from, now_us);
+            }
+            let _ = lp.socket.set_nonblocking(false);
+        }
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let wait = (deadline - now).max(Duration::from_micros(20));
+            if lp.socket.set_read_timeout(Some(wait)).is_err() {
+                break;
+            }
+            match lp.socket.recv_from(&mut buf) {
+                Ok((n, from)) => {
+                    let bytes = buf[..n].to_vec();
+                    lp.datagram(&bytes, from, now_us);
+                }
+                Err(_) => break,
+            }
+        }
+        if Instant::now() > deadline + period {
+            lp.local.late_ticks += 1;
+        }
+        k += 1;
+        lp.tick(k * period_us);
+        if k.is_multiple_of(20) {
+            lp.publish();
+        }
+    }
+    lp.publish();
+}
+
+/// Runs any core [`Env`] whose action is `[vx, vy, vz, gripper]` (fractions of `max_speed`, gripper -1 closed ..
+/// +1 open) and whose state starts `[x, y, z, gripper_width, ...]` as a plant — the simulator's layout.
+/// The env steps at its own `control_hz` (the firmware usually ticks faster): the commanded velocity is averaged
+/// over the ticks of one env step (a zero-order hold of the mean, so the displacement is the integral of what the
+/// firmware commanded). When an episode ends the env is reset with the next seed.
+pub struct EnvPlant<E> {
+    env: E,
+    seed: u64,
+    episodes: u64,
+    ticks_per_step: u32,
+    tick: u32,
+    max_speed: f32,
+    max_width: f32,
+    acc: [f32; 3],
+    state: Vec<f32>,
+    prev: [f32; 3],
+    vel: [f32; 3],
+    errors: u64,
+}
+
+impl<E: Env> EnvPlant<E> {
+    /// Resets `env` with `seed` and wraps it. `firmware_hz` is the firmware's control rate.
+    pub fn new(
+        mut env: E,
+        firmware_hz: u16,
+        max_speed: f32,
+        max_width: f32,
+        seed: u64,
+    ) -> Result<Self, EnvError> {
+        let obs = env.reset(seed)?;
+        if obs.state.len() < 4 || env.spec().action.len() != 4 {
+            return Err(EnvError::Backend(format!(
+                "EnvPlant needs state [x, y, z, gripper_width, ..] and action [vx, vy, vz, gripper]; got {} state and {} action values",
+                obs.state.len(),
+                env.spec().action.len()
+            )));
+        }
+        let env_hz = env.spec().control_hz.max(1e-3);
+        let ticks_per_step = ((f64::from(firmware_hz) / env_hz).round() as u32).max(1);
+        let prev = [obs.state[0], obs.state[1], obs.state[2]];
+        Ok(Self {
+            env,
+            seed,
+            episodes: 0,
+            ticks_per_step,
+            tick: 0,
+            max_speed,
+            max_width,
+            acc: [0.0; 3],
+            state: obs.state,
+            prev,
+            vel: [0.0; 3],
+            errors: 0,
+        })
+    }
+
+    pub fn env(&self) -> &E {
+        &self.env
+    }
+
+    /// Episodes the plant went through (resets after termination or truncation).
+    pub fn episodes(&self) -> u64 {
+        self.episodes
+    }
+
+    /// Env errors swallowed (the plant then holds).
+    pub fn errors(&self) -> u64 {
+        self.errors
+    }
+}
+
+impl<E: Env> Plant for EnvPlant<E> {
+    fn apply(&mut self, drive: &Drive, gripper: f32, dt: f32) {
+        let v = match drive {
+            Drive::Hold => [0.0; 3],
+            Drive::EeVelocity(v) => *v,
+            Drive::Joints(q) => {
+                // Joints are x, y, z: the rate-limited goal becomes the velocity that reaches it this tick.
+                let mut v = [0.0; 3];
+                for (i, t) in q.iter().take(3).enumerate() {
+                    v[i] = (t - self.state[i]) / dt.max(1e-6);
+                }
+                v
+            }
+        };
+        for (a, v) in self.acc.iter_mut().zip(v) {
+            *a += v;
+        }
+        self.tick += 1;
+        if self.tick < self.ticks_per_step {
+            return;
+        }
+        let n = self.tick as f32;
+        self.tick = 0;
+        let mut action = [0.0f32; 4];
+        for (a, acc) in action.iter_mut().zip(self.acc) {
+            *a = (acc / n / self.max_speed).clamp(-1.0, 1.0);
+        }
+        self.acc = [0.0; 3];
+        action[3] = (gripper.clamp(0.0, 1.0) * 2.0 - 1.0).clamp(-1.0, 1.0);
+        let env_dt = dt * n;
+        self.prev = [self.state[0], self.state[1], self.state[2]];
+        match self.env.step(&action) {
+            Ok(r) => {
+                self.state = r.obs.state;
+                if r.terminated || r.truncated {
+                    self.episodes += 1;
+                    if let Ok(obs) = self.env.reset(self.seed.wrapping_add(self.episodes)) {
+                        self.state = obs.state;
+                    } else {
+                        self.errors += 1;
+                    }
+                }
+            }
+            Err(_) => self.errors += 1,
+        }
+        for i in 0..3 {
+            self.vel[i] = (self.state[i] - self.prev[i]) / env_dt.max(1e-6);
+        }
+    }
+
+    fn read(&mut self, out: &mut PlantState) {
+        out.positions.clear();
+        out.velocities.clear();
+        out.efforts.clear();
+        for i in 0..3 {
+            let _ = out.positions.push(self.state[i]);
+            let _ = out.velocities.push(self.vel[i]);
+            let _ = out.efforts.push(0.0);
+        }
+        out.ee = [self.state[0], self.state[1], self.state[2]];
+        out.gripper = (self.state[3] / self.max_width).clamp(0.0, 1.0);
+    }
+}
+
+/// The simulator as a plant: a headless [`stagewise_sim::SimEnv`] for `task` (50 Hz physics control, episodes
+/// never truncated by time), wrapped in an [`EnvPlant`].
+pub fn sim_plant(
+    task: stagewise_sim::Task,
+    firmware_hz: u16,
+    seed: u64,
+) -> Result<EnvPlant<stagewise_sim::SimEnv>, EmulatorError> {
+    let mut cfg = stagewise_sim::SimConfig::headless(task);
+    cfg.max_steps = u64::MAX;
+    let env = stagewise_sim::SimEnv::new(cfg).map_err(|e| EmulatorError::Sim(e.to_string()))?;
+    Ok(EnvPlant::new(
+        env,
+        firmware_hz,
+        stagewise_sim::world::MAX_SPEED,
+        stagewise_sim::world::MAX_WIDTH,
+        seed,
+    )?)
+}

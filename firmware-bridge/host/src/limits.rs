@@ -1,0 +1,272 @@
+//! Host-side limits, enforced on every command before it is encoded: joint position, velocity and acceleration,
+//! end-effector speed and acceleration, and a workspace box. The firmware enforces its own limits again.
+
+use stagewise_protocol::{joints, Setpoint, Telemetry};
+
+/// What to do with a command that breaks a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitMode {
+    /// Send the nearest command inside the limits and report what was clamped.
+    Clamp,
+    /// Refuse the command (nothing is sent).
+    Reject,
+}
+
+/// An axis-aligned box for the end effector, metres in the base frame.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkspaceBox {
+    pub min: [f32; 3],
+    pub max: [f32; 3],
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    pub pos_min: Vec<f32>,
+    pub pos_max: Vec<f32>,
+    /// Joint speed, units per second.
+    pub vel_max: Vec<f32>,
+    /// Joint acceleration, units per second squared.
+    pub acc_max: Vec<f32>,
+    /// End-effector speed per axis, m/s.
+    pub ee_vel_max: f32,
+    /// End-effector acceleration per axis, m/s^2.
+    pub ee_acc_max: f32,
+    pub workspace: Option<WorkspaceBox>,
+    /// The first three joints are the end-effector x, y, z (a Cartesian robot): the workspace box then applies
+    /// to joint targets as well.
+    pub cartesian_joints: bool,
+    pub mode: LimitMode,
+}
+
+impl Limits {
+    /// The emulated 3-axis Cartesian robot (the simulator's workspace, 0.3 m/s, 3 m/s^2), clamping.
+    pub fn cartesian_default() -> Self {
+        let lo = [-0.52, -0.52, 0.022];
+        let hi = [0.52, 0.52, 0.35];
+        Self {
+            pos_min: lo.to_vec(),
+            pos_max: hi.to_vec(),
+            vel_max: vec![0.3; 3],
+            acc_max: vec![3.0; 3],
+            ee_vel_max: 0.3,
+            ee_acc_max: 3.0,
+            workspace: Some(WorkspaceBox { min: lo, max: hi }),
+            cartesian_joints: true,
+            mode: LimitMode::Clamp,
+        }
+    }
+}
+
+/// Which limit changed a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    Position,
+    Velocity,
+    Acceleration,
+    Workspace,
+    Gripper,
+}
+
+/// A clamp that was applied (or, in `Reject` mode, the reason for refusal).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitHit {
+    pub kind: LimitKind,
+    /// Joint or axis index.
+    pub axis: usize,
+    pub requested: f32,
+    pub allowed: f32,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LimitError {
+    #[error("setpoint value {index} is {value}: setpoints must be finite")]
+    NotFinite { index: usize, value: f32 },
+    #[error("joint setpoint has {got} values, the limits cover {expected} joints")]
+    JointCount { expected: usize, got: usize },
+    #[error("{:?} limit on axis {}: requested {}, allowed {}", .0.kind, .0.axis, .0.requested, .0.allowed)]
+    Violation(LimitHit),
+}
+
+/// What the limiter remembers between commands.
+#[derive(Debug, Clone, Default)]
+pub struct LimitState {
+    last_joint_target: Option<Vec<f32>>,
+    last_joint_vel: Vec<f32>,
+    last_ee_vel: [f32; 3],
+}
+
+impl LimitState {
+    /// Forgets history (after a stop or re-arm: motion starts from rest).
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+impl Limits {
+    /// Applies the limits to `setpoint` sent `dt` seconds after the previous command (clamped to at least 1 ms).
+    /// `telemetry` gives the current position (joint reference before any target was sent, end-effector
+    /// position for the workspace). Returns the command to send and the clamps applied.
+    pub fn apply(
+        &self,
+        state_out: &mut LimitState,
+        setpoint: &Setpoint,
+        gripper: f32,
+        telemetry: Option<&Telemetry>,
+        dt: f32,
+    ) -> Result<(Setpoint, f32, Vec<LimitHit>), LimitError> {
+        let dt = dt.max(1e-3);
+        let mut scratch = state_out.clone();
+        let state = &mut scratch;
+        let mut hits = Vec::new();
+        if !gripper.is_finite() {
+            return Err(LimitError::NotFinite {
+                index: usize::MAX,
+                value: gripper,
+            });
+        }
+        let g = gripper.clamp(0.0, 1.0);
+        if g != gripper {
+            hits.push(LimitHit {
+                kind: LimitKind::Gripper,
+                axis: 0,
+                requested: gripper,
+                allowed: g,
+            });
+        }
+        let out = match setpoint {
+            Setpoint::Joints(q) => {
+                if let Some((i, v)) = q.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+                    return Err(LimitError::NotFinite {
+                        index: i,
+                        value: *v,
+                    });
+                }
+                let n = self.pos_min.len();
+                if q.len() != n
+                    || self.pos_max.len() != n
+                    || self.vel_max.len() != n
+                    || self.acc_max.len() != n
+                {
+                    return Err(LimitError::JointCount {
+                        expected: n,
+                        got: q.len(),
+                    });
+                }
+                let reference: Vec<f32> = match (&state.last_joint_target, telemetry) {
+                    (Some(t), _) => t.clone(),
+                    (None, Some(t)) if t.positions.len() == n => t.positions.to_vec(),
+                    _ => q.to_vec(),
+                };
+                if state.last_joint_vel.len() != n {
+                    state.last_joint_vel = vec![0.0; n];
+                }
+                let mut target = Vec::with_capacity(n);
+                let mut vels = Vec::with_capacity(n);
+                for i in 0..n {
+                    let mut lo = self.pos_min[i];
+                    let mut hi = self.pos_max[i];
+                    if let (true, Some(ws)) = (self.cartesian_joints && i < 3, self.workspace) {
+                        lo = lo.max(ws.min[i]);
+                        hi = hi.min(ws.max[i]);
+                    }
+                    let p = clamp_hit(&mut hits, LimitKind::Position, i, q[i], lo, hi);
+                    let v_req = (p - reference[i]) / dt;
+                    let v = clamp_hit(
+                        &mut hits,
+                        LimitKind::Velocity,
+                        i,
+                        v_req,
+                        -self.vel_max[i],
+                        self.vel_max[i],
+                    );
+                    let prev = state.last_joint_vel[i];
+                    let dv = self.acc_max[i] * dt;
+                    let v = clamp_hit(
+                        &mut hits,
+                        LimitKind::Acceleration,
+                        i,
+                        v,
+                        prev - dv,
+                        prev + dv,
+                    );
+                    vels.push(v);
+                    target.push(reference[i] + v * dt);
+                }
+                state.last_joint_vel = vels;
+                state.last_joint_target = Some(target.clone());
+                // n == pos_min.len() and the Setpoint came in with n <= MAX_JOINTS values.
+                Setpoint::Joints(joints(&target).ok_or(LimitError::JointCount {
+                    expected: n,
+                    got: target.len(),
+                })?)
+            }
+            Setpoint::EeVelocity(v) => {
+                if let Some((i, x)) = v.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+                    return Err(LimitError::NotFinite {
+                        index: i,
+                        value: *x,
+                    });
+                }
+                let mut out = [0.0f32; 3];
+                for i in 0..3 {
+                    let x = clamp_hit(
+                        &mut hits,
+                        LimitKind::Velocity,
+                        i,
+                        v[i],
+                        -self.ee_vel_max,
+                        self.ee_vel_max,
+                    );
+                    let prev = state.last_ee_vel[i];
+                    let dv = self.ee_acc_max * dt;
+                    let mut x = clamp_hit(
+                        &mut hits,
+                        LimitKind::Acceleration,
+                        i,
+                        x,
+                        prev - dv,
+                        prev + dv,
+                    );
+                    if let (Some(ws), Some(t)) = (self.workspace, telemetry) {
+                        // Never command a velocity that leaves the box within this period.
+                        let p = t.ee[i];
+                        let lo = ((ws.min[i] - p) / dt).min(0.0);
+                        let hi = ((ws.max[i] - p) / dt).max(0.0);
+                        x = clamp_hit(&mut hits, LimitKind::Workspace, i, x, lo, hi);
+                    }
+                    out[i] = x;
+                }
+                state.last_ee_vel = out;
+                Setpoint::EeVelocity(out)
+            }
+        };
+        if self.mode == LimitMode::Reject {
+            if let Some(h) = hits.first() {
+                // Nothing is sent; the history stays as it was before this command.
+                return Err(LimitError::Violation(*h));
+            }
+        }
+        *state_out = scratch;
+        Ok((out, g, hits))
+    }
+}
+
+fn clamp_hit(
+    hits: &mut Vec<LimitHit>,
+    kind: LimitKind,
+    axis: usize,
+    v: f32,
+    lo: f32,
+    hi: f32,
+) -> f32 {
+    let c = v.clamp(lo.min(hi), hi.max(lo));
+    if c != v {
+        hits.push(LimitHit {
+            kind,
+            axis,
+            requested: v,
+            allowed: c,
+        });
+    }
+    c
+}

@@ -1,0 +1,366 @@
+//! [`RobotEnv`]: a robot behind the bridge as a core [`Env`], so the runtime drives it exactly like the simulator.
+
+use crate::bridge::{Bridge, BridgeConfig, BridgeError};
+use crate::camera::CameraSource;
+use crate::transport::Endpoint;
+use stagewise_core::{BoxSpec, Env, EnvError, EnvSpec, Observation, StepInfo, StepResult};
+use stagewise_protocol::{joints, FirmwareState, Setpoint, Telemetry};
+use std::time::{Duration, Instant};
+
+/// How an action maps to a command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionMap {
+    /// `[vx, vy, vz, gripper]` in [-1, 1]: end-effector velocity as a fraction of `max_speed` (m/s) and the
+    /// gripper (-1 closed, +1 open). The simulator's action layout.
+    EeVelocity { max_speed: f32 },
+    /// `[q_0 .. q_{n-1}, gripper]`: absolute joint targets, and the gripper in [-1, 1].
+    JointPositions { n: usize },
+}
+
+/// Everything [`RobotEnv::connect`] needs.
+#[derive(Debug, Clone)]
+pub struct RobotEnvConfig {
+    pub endpoint: Endpoint,
+    pub bridge: BridgeConfig,
+    /// Task name reported in the spec (e.g. `pick-place`).
+    pub task: String,
+    pub stage_names: Vec<String>,
+    /// Env steps per second (the bridge streams commands and heartbeats in between).
+    pub control_hz: f64,
+    pub max_steps: u64,
+    pub action: ActionMap,
+    /// Gripper opening in state is `telemetry.gripper * gripper_scale` (0.08 = metres of the sim's gripper).
+    pub gripper_scale: f32,
+    /// Joint targets to move to at reset (None: start where the robot is).
+    pub home: Option<Vec<f32>>,
+    /// Time allowed to reach `home`.
+    pub home_timeout: Duration,
+    /// Tolerance for `home`, per joint.
+    pub home_tolerance: f32,
+}
+
+impl RobotEnvConfig {
+    /// The emulated 3-axis robot with the simulator's action and state layout (`[dx, dy, dz, gripper]`;
+    /// state `[ee_x, ee_y, ee_z, gripper_width]`), 50 Hz, 400 steps.
+    pub fn sim_like(endpoint: Endpoint, task: &str, stage_names: Vec<String>) -> Self {
+        Self {
+            endpoint,
+            bridge: BridgeConfig::default(),
+            task: task.to_string(),
+            stage_names,
+            control_hz: 50.0,
+            max_steps: 400,
+            action: ActionMap::EeVelocity { max_speed: 0.3 },
+            gripper_scale: 0.08,
+            home: None,
+            home_timeout: Duration::from_secs(5),
+            home_tolerance: 0.005,
+        }
+    }
+}
+
+/// A robot as an [`Env`]. It owns a small tokio runtime for the bridge; `reset` arms the firmware (and clears a
+/// latched host fault), `step` sends one command through the host limits, waits for the control period, and
+/// returns the newest telemetry (plus one frame per camera) as the observation. Rewards come from the reward
+/// model, so `reward` is 0 and episodes end only by `max_steps` (truncation).
+pub struct RobotEnv {
+    rt: tokio::runtime::Runtime,
+    bridge: Bridge,
+    cfg: RobotEnvConfig,
+    spec: EnvSpec,
+    cameras: Vec<Box<dyn CameraSource>>,
+    step: u64,
+    started: Instant,
+    next_tick: Instant,
+    done: bool,
+}
+
+fn backend(e: impl std::fmt::Display) -> EnvError {
+    EnvError::Backend(e.to_string())
+}
+
+impl RobotEnv {
+    /// Connects to the firmware (handshake) and prepares the spec. The robot does not move until `reset`.
+    pub fn connect(
+        cfg: RobotEnvConfig,
+        cameras: Vec<Box<dyn CameraSource>>,
+    ) -> Result<Self, BridgeError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("stagewise-bridge")
+            .enable_all()
+            .build()?;
+        let bridge = rt.block_on(Bridge::connect(&cfg.endpoint, cfg.bridge.clone()))?;
+        if let ActionMap::JointPositions { n } = cfg.action {
+            let fw = usize::from(bridge.firmware().n_joints);
+            if n != fw {
+                return Err(BridgeError::JointMismatch {
+                    firmware: bridge.firmware().n_joints,
+                    host: n,
+                });
+            }
+        }
+        let (action, state) = spaces(&cfg);
+        let spec = EnvSpec {
+            task: cfg.task.clone(),
+            action,
+            state,
+            views: cameras.iter().map(|c| c.spec().clone()).collect(),
+            stage_names: cfg.stage_names.clone(),
+            control_hz: cfg.control_hz,
+            max_steps: cfg.max_steps,
+        };
+        let now = Instant::now();
+        Ok(Self {
+            rt,
+            bridge,
+            cfg,
+            spec,
+            cameras,
+            step: 0,
+            started: now,
+            next_tick: now,
+            done: true,
+        })
+    }
+
+    pub fn bridge(&self) -> &Bridge {
+        &self.bridge
+    }
+
+    /// Emergency stop now (the next `reset` re-arms).
+    pub fn estop(&mut self) -> Result<(), BridgeError> {
+        self.done = true;
+        self.rt.block_on(self.bridge.estop())
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.cfg.control_hz.max(1e-3))
+    }
+
+    fn observe(&mut self, t: &Telemetry) -> Result<Observation, EnvError> {
+        let mut views = Vec::with_capacity(self.cameras.len());
+        for c in &mut self.cameras {
+            views.push(c.capture(self.step).map_err(backend)?);
+        }
+        let mut state: Vec<f32> = match self.cfg.action {
+            ActionMap::EeVelocity { .. } => t.ee.to_vec(),
+            ActionMap::JointPositions { .. } => t.positions.to_vec(),
+        };
+        state.push(t.gripper * self.cfg.gripper_scale);
+        Ok(Observation {
+            step: self.step,
+            time: self.started.elapsed().as_secs_f64(),
+            views,
+            state,
+        })
+    }
+
+    fn fresh_telemetry(&self) -> Result<Telemetry, EnvError> {
+        let after = self
+            .bridge
+            .telemetry()
+            .map(|s| s.telemetry.seq)
+            .unwrap_or(0);
+        let wait = self.cfg.bridge.watchdog;
+        self.rt
+            .block_on(self.bridge.next_telemetry(after, wait))
+            .map(|s| s.telemetry)
+            .map_err(backend)
+    }
+}
+
+fn spaces(cfg: &RobotEnvConfig) -> (BoxSpec, BoxSpec) {
+    let l = &cfg.bridge.limits;
+    match &cfg.action {
+        ActionMap::EeVelocity { .. } => {
+            let (lo, hi) = match l.workspace {
+                Some(w) => (w.min.to_vec(), w.max.to_vec()),
+                None => (vec![f32::NEG_INFINITY; 3], vec![f32::INFINITY; 3]),
+            };
+            (
+                BoxSpec {
+                    names: ["dx", "dy", "dz", "gripper"].map(String::from).to_vec(),
+                    low: vec![-1.0; 4],
+                    high: vec![1.0; 4],
+                },
+                BoxSpec {
+                    names: ["ee_x", "ee_y", "ee_z", "gripper_width"]
+                        .map(String::from)
+                        .to_vec(),
+                    low: [lo, vec![0.0]].concat(),
+                    high: [hi, vec![cfg.gripper_scale]].concat(),
+                },
+            )
+        }
+        ActionMap::JointPositions { n } => {
+            let n = *n;
+            let mut names: Vec<String> = (0..n).map(|i| format!("q{i}")).collect();
+            names.push("gripper".into());
+            let mut low = l.pos_min.clone();
+            low.resize(n, f32::NEG_INFINITY);
+            low.push(-1.0);
+            let mut high = l.pos_max.clone();
+            high.resize(n, f32::INFINITY);
+            high.push(1.0);
+            let mut snames: Vec<String> = (0..n).map(|i| format!("q{i}")).collect();
+            snames.push("gripper_width".into());
+            let mut slow = low.clone();
+            slow[n] = 0.0;
+            let mut shigh = high.clone();
+            shigh[n] = cfg.gripper_scale;
+            (
+                BoxSpec { names, low, high },
+                BoxSpec {
+                    names: snames,
+                    low: slow,
+                    high: shigh,
+                },
+            )
+        }
+    }
+}
+
+impl Env for RobotEnv {
+    fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    /// Arms the firmware (clearing a latched host fault), moves to `home` if configured, and returns the first
+    /// observation. `seed` is unused: a robot's initial state is what it is.
+    fn reset(&mut self, _seed: u64) -> Result<Observation, EnvError> {
+        self.rt.block_on(self.bridge.arm()).map_err(backend)?;
+        if let Some(home) = self.cfg.home.clone() {
+            let sp = Setpoint::Joints(
+                joints(&home)
+                    .ok_or_else(|| backend(format!("home has {} joints, too many", home.len())))?,
+            );
+            let deadline = Instant::now() + self.cfg.home_timeout;
+            loop {
+                self.rt
+                    .block_on(self.bridge.command(&sp, 1.0))
+                    .map_err(backend)?;
+                let t = self.fresh_telemetry()?;
+                let err = t
+                    .positions
+                    .iter()
+                    .zip(&home)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                if err <= self.cfg.home_tolerance {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(backend(format!(
+                        "did not reach home within {:?} (error {err})",
+                        self.cfg.home_timeout
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let t = self.fresh_telemetry()?;
+        if t.state != FirmwareState::Armed {
+            return Err(backend(format!("firmware is {:?} after arming", t.state)));
+        }
+        self.step = 0;
+        self.started = Instant::now();
+        self.next_tick = self.started + self.period();
+        self.done = false;
+        self.observe(&t)
+    }
+
+    fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError> {
+        if self.done {
+            return Err(EnvError::NeedsReset);
+        }
+        let spec = &self.spec.action;
+        if action.len() != spec.len() {
+            return Err(EnvError::ActionSize {
+                expected: spec.len(),
+                got: action.len(),
+                names: spec.names.join(", "),
+            });
+        }
+        let mut a = action.to_vec();
+        let mut clipped = false;
+        for (i, v) in a.iter_mut().enumerate() {
+            if !v.is_finite() {
+                return Err(EnvError::ActionNotFinite {
+                    index: i,
+                    name: spec.names[i].clone(),
+                    value: *v,
+                });
+            }
+            let c = v.clamp(spec.low[i], spec.high[i]);
+            clipped |= c != *v;
+            *v = c;
+        }
+        let g = (a[a.len() - 1] + 1.0) * 0.5;
+        let setpoint = match self.cfg.action {
+            ActionMap::EeVelocity { max_speed } => {
+                Setpoint::EeVelocity([a[0] * max_speed, a[1] * max_speed, a[2] * max_speed])
+            }
+            ActionMap::JointPositions { .. } => Setpoint::Joints(
+                joints(&a[..a.len() - 1])
+                    .ok_or_else(|| backend("too many joints for the protocol"))?,
+            ),
+        };
+        let report = match self.rt.block_on(self.bridge.command(&setpoint, g)) {
+            Ok(r) => r,
+            Err(BridgeError::Faulted(f)) => {
+                self.done = true;
+                return Err(backend(format!("robot stopped: {f:?}; reset to re-arm")));
+            }
+            Err(e) => return Err(backend(e)),
+        };
+        // Hold the control rate.
+        let now = Instant::now();
+        if self.next_tick > now {
+            std::thread::sleep(self.next_tick - now);
+        }
+        self.next_tick = self.next_tick.max(now) + self.period();
+        let t = self
+            .bridge
+            .telemetry()
+            .map(|s| s.telemetry)
+            .ok_or_else(|| backend(BridgeError::NoTelemetry))?;
+        if let Some(f) = self.bridge.fault() {
+            self.done = true;
+            return Err(backend(format!("robot stopped: {f:?}; reset to re-arm")));
+        }
+        if matches!(t.state, FirmwareState::Hold | FirmwareState::EStopped) {
+            self.done = true;
+            return Err(backend(format!(
+                "firmware is {:?} (faults {:#06x}); reset to re-arm",
+                t.state, t.faults.0
+            )));
+        }
+        self.step += 1;
+        let obs = self.observe(&t)?;
+        let truncated = self.step >= self.cfg.max_steps;
+        self.done = truncated;
+        Ok(StepResult {
+            obs,
+            reward: 0.0,
+            terminated: false,
+            truncated,
+            info: StepInfo {
+                stage: None,
+                progress_oracle: None,
+                success: false,
+                action_clipped: clipped || !report.hits.is_empty(),
+            },
+        })
+    }
+}
+
+impl Drop for RobotEnv {
+    fn drop(&mut self) {
+        // Best effort: tell the firmware we are gone so it brakes at once rather than at its link timeout.
+        let bridge = &self.bridge;
+        self.rt.block_on(async {
+            let _ = tokio::time::timeout(Duration::from_millis(100), bridge.estop()).await;
+        });
+    }
+}

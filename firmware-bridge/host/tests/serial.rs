@@ -1,0 +1,125 @@
+//! The serial transport over a pty pair: the firmware core runs on the master side, the bridge opens the slave.
+
+use nix::pty::openpty;
+use stagewise_bridge::protocol::{
+    encode_frame, FirmwareState, FrameDecoder, Message, Setpoint, MAX_FRAME,
+};
+use stagewise_bridge::{Bridge, BridgeConfig, Endpoint};
+use stagewise_firmware::{Firmware, FirmwareConfig, KinematicPlant};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Runs the firmware on the pty master until `stop`; every 7th telemetry frame is preceded by line noise.
+fn firmware_on_master(master: OwnedFd, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
+    std::thread::spawn(move || {
+        let mut f = File::from(master);
+        nix::fcntl::fcntl(
+            &f,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .expect("nonblocking master");
+        let mut fw = Firmware::new(FirmwareConfig::cartesian_1khz());
+        let mut plant = KinematicPlant::new([0.0, 0.0, 0.2]);
+        let mut dec = FrameDecoder::new();
+        let t0 = Instant::now();
+        let mut k = 0u64;
+        let mut buf = [0u8; 1024];
+        let mut out = [0u8; MAX_FRAME];
+        while !stop.load(Ordering::Relaxed) {
+            let now_us = t0.elapsed().as_micros() as u64;
+            while let Ok(n) = f.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let mut frames = Vec::new();
+                dec.feed(&buf[..n], |r| frames.push(r));
+                for r in frames {
+                    let Ok(m) = r else {
+                        fw.bad_frame();
+                        continue;
+                    };
+                    if let Some(r) = fw.handle(&m, now_us).reply {
+                        if let Ok(n) = encode_frame(&r, &mut out) {
+                            let _ = f.write_all(&out[..n]);
+                        }
+                    }
+                }
+            }
+            k += 1;
+            if let Some(t) = fw.tick(now_us.max(k), &mut plant) {
+                if t.seq % 7 == 0 {
+                    let _ = f.write_all(&[0x42, 0x13, 0x00, 0x99, 0x01]);
+                }
+                if let Ok(n) = encode_frame(&Message::Telemetry(t), &mut out) {
+                    let _ = f.write_all(&out[..n]);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        fw.counters().accepted_commands as u32
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bridge_over_a_pty_pair() {
+    let pty = openpty(None, None).expect("openpty");
+    let path = nix::unistd::ttyname(&pty.slave).expect("slave name");
+    let stop = Arc::new(AtomicBool::new(false));
+    let fw = firmware_on_master(pty.master, stop.clone());
+    let endpoint = Endpoint::Serial {
+        path,
+        baud: 921_600,
+    };
+    let bridge = Bridge::connect(&endpoint, BridgeConfig::default())
+        .await
+        .expect("handshake over serial");
+    assert_eq!(bridge.firmware().n_joints, 3);
+    bridge.arm().await.expect("arm over serial");
+    let start = bridge.telemetry().expect("telemetry").telemetry.ee;
+    let mut iv = tokio::time::interval(Duration::from_millis(1));
+    for _ in 0..300 {
+        iv.tick().await;
+        bridge
+            .command(&Setpoint::EeVelocity([0.1, 0.0, 0.0]), 1.0)
+            .await
+            .expect("command");
+    }
+    let s = bridge
+        .next_telemetry(0, Duration::from_secs(1))
+        .await
+        .expect("telemetry");
+    assert_eq!(s.telemetry.state, FirmwareState::Armed);
+    assert!(
+        s.telemetry.ee[0] > start[0] + 0.005,
+        "moved over serial: {:?} -> {:?}",
+        start,
+        s.telemetry.ee
+    );
+    let st = bridge.stats();
+    assert!(st.telemetry_received > 100, "{st:?}");
+    assert!(
+        st.bad_frames > 0,
+        "line noise was injected and dropped: {st:?}"
+    );
+    bridge.close().await;
+    stop.store(true, Ordering::SeqCst);
+    let accepted = fw.join().expect("firmware thread");
+    assert!(
+        accepted > 200,
+        "firmware accepted {accepted} of 300 commands"
+    );
+    drop(pty.slave);
+}
+
+#[test]
+fn opening_a_missing_device_names_it() {
+    let e =
+        stagewise_bridge::Transport::serial(std::path::Path::new("/dev/nonexistent-tty"), 115_200)
+            .err()
+            .expect("fails");
+    assert!(e.to_string().contains("/dev/nonexistent-tty"), "{e}");
+}
