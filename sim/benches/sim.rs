@@ -80,7 +80,7 @@ fn vectorised(c: &mut Criterion) {
                         experts[i]
                             .lock()
                             .map(|mut e| e.act_env(env).to_vec())
-                            .unwrap_or(vec![0.0; 4])
+                            .unwrap_or_else(|_| vec![0.0; 4])
                     })
                     .expect("step");
                 for (i, r) in res.iter().enumerate() {

@@ -181,8 +181,7 @@ impl Camera {
         let mut dep = if depth { vec![0f32; w * h] } else { Vec::new() };
         let threads = threads.clamp(1, h.max(1));
         if threads == 1 {
-            let rows: Vec<(usize, &mut [u8], Option<&mut [f32]>)> =
-                split_rows(&mut rgb, &mut dep, w, depth);
+            let rows: Vec<Row<'_>> = split_rows(&mut rgb, &mut dep, w, depth);
             self.render_rows(world, origin, rows);
         } else {
             let rows = split_rows(&mut rgb, &mut dep, w, depth);

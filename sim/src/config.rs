@@ -150,21 +150,12 @@ impl CameraConfig {
 }
 
 /// Domain randomisation options (all off by default except the task's own layout randomisation).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Randomization {
     /// Standard deviation (metres) of the per-episode jitter of fixed camera eyes and targets.
     pub camera_jitter: f32,
     /// Randomise table and object colours beyond the default palette.
     pub colors: bool,
-}
-
-impl Default for Randomization {
-    fn default() -> Self {
-        Self {
-            camera_jitter: 0.0,
-            colors: false,
-        }
-    }
 }
 
 /// Everything a [`crate::SimEnv`] needs.
@@ -246,6 +237,8 @@ pub enum ConfigError {
     Camera { name: String, what: String },
     #[error("max_steps must be >= 1")]
     MaxSteps,
+    #[error("could not start the thread pool: {0}")]
+    ThreadPool(String),
 }
 
 impl SimConfig {

@@ -131,7 +131,7 @@ impl Expert {
 
     /// An expert whose degradations draw from `seed`.
     pub fn with_seed(task: Task, degradation: Degradation, seed: u64) -> Self {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_e4be_27u64);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ede4_be27_u64);
         let freeze_at = rng.random_range(15..70);
         Self {
             task,

@@ -21,10 +21,7 @@ impl VecEnv {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
-            .map_err(|e| ConfigError::Camera {
-                name: String::new(),
-                what: format!("thread pool: {e}"),
-            })?;
+            .map_err(|e| ConfigError::ThreadPool(e.to_string()))?;
         Ok(Self { envs, pool })
     }
 
