@@ -290,7 +290,7 @@ fn main() {
     };
 
     println!("stagewise-stream loopback bench: progress message {p_len} B, transition (3 x 96x96 RGB + state) {t_len} B");
-    println!("two zenoh peers in one process over tcp/127.0.0.1; median of 3 interleaved runs");
+    println!("two zenoh peers in one process over tcp/127.0.0.1; median of 5 interleaved runs");
     println!();
     println!(
         "{:<11} {:<10} {:>12} {:>10} {:>11} {:>10} {:>10}",
@@ -303,7 +303,7 @@ fn main() {
         };
         let mut rates: [Vec<(f64, u64, u64)>; 2] = [Vec::new(), Vec::new()];
         let mut lats: [(f64, f64); 2] = [(0.0, 0.0); 2];
-        for rep in 0..3 {
+        for rep in 0..5 {
             for (i, (rx, send)) in [
                 (&raw_tr, &raw_send as &dyn Fn(Kind)),
                 (&sw_tr, &sw_send as &dyn Fn(Kind)),
@@ -345,7 +345,7 @@ fn main() {
         let mut medians = [0.0f64; 2];
         for (i, path) in ["zenoh raw", "stagewise"].iter().enumerate() {
             rates[i].sort_by(|x, y| x.0.total_cmp(&y.0));
-            let (rate, delivered, sent) = rates[i][1];
+            let (rate, delivered, sent) = rates[i][rates[i].len() / 2];
             medians[i] = rate;
             println!(
                 "{:<11} {:<10} {:>12.0} {:>10.1} {:>5}/{:<5} {:>10.1} {:>10.1}",
@@ -366,6 +366,32 @@ fn main() {
             medians[1] / medians[0].max(1e-9)
         );
     }
+    // Codec cost alone (no zenoh): encode and decode per message.
+    let codec = |n: u32, enc: &dyn Fn() -> Vec<u8>, dec: &dyn Fn(&[u8]) -> bool| {
+        let bytes = enc();
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(enc());
+        }
+        let e = t.elapsed().as_nanos() as f64 / f64::from(n);
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(dec(&bytes));
+        }
+        (e, t.elapsed().as_nanos() as f64 / f64::from(n))
+    };
+    let (pe, pd) = codec(200_000, &|| encode(&pmsg).expect("encode"), &|b| {
+        decode::<ProgressMsg>(b).is_ok()
+    });
+    let (te, td) = codec(2_000, &|| encode(&tmsg).expect("encode"), &|b| {
+        decode::<TransitionMsg>(b).is_ok()
+    });
+    println!();
+    println!(
+        "codec alone: progress encode {pe:.0} ns, decode {pd:.0} ns; transition encode {:.1} us, decode {:.1} us",
+        te / 1e3,
+        td / 1e3
+    );
     let c = publisher.counters();
     println!();
     println!(

@@ -29,3 +29,19 @@ pub use wire::{
     ProgressMsg, ResetReply, ResetRequest, Schema, StepInfoMsg, StepReply, StepRequest,
     TransitionMsg, ViewSpecMsg, WireError, WireMessage, SCHEMA_VERSION,
 };
+
+#[cfg(test)]
+mod tests {
+    fn send_sync<T: Send + Sync>() {}
+
+    /// The runtime shares these across its env threads.
+    #[test]
+    fn handles_are_send_and_sync() {
+        send_sync::<super::Node>();
+        send_sync::<super::RobotPublisher>();
+        send_sync::<super::Subscription>();
+        send_sync::<super::EnvServer>();
+        send_sync::<super::EnvClient>();
+        send_sync::<super::Counters>();
+    }
+}

@@ -294,6 +294,22 @@ impl Node {
         })
     }
 
+    /// Like [`Node::subscribe_policy`], delivering into an unbounded channel (the actor polls it between
+    /// episodes with `try_recv`).
+    pub fn subscribe_policy_channel(
+        &self,
+        keys: &Keys,
+    ) -> Result<(Subscription, mpsc::Receiver<Result<PolicyMsg, WireError>>), StreamError> {
+        let (tx, rx) = mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        let sub = self.subscribe_policy(keys, move |r| {
+            if let Ok(tx) = tx.lock() {
+                let _ = tx.send(r);
+            }
+        })?;
+        Ok((sub, rx))
+    }
+
     /// Waits until at least one subscriber matches `key` (true) or `timeout` passes (false).
     pub fn wait_for_subscribers(&self, key: &str, timeout: Duration) -> Result<bool, StreamError> {
         let publisher = self

@@ -65,45 +65,63 @@ pub trait WireMessage: Serialize + DeserializeOwned {
 
 /// Encodes a message as a msgpack map with named fields.
 pub fn encode<M: WireMessage>(msg: &M) -> Result<Vec<u8>, WireError> {
-    rmp_serde::to_vec_named(msg).map_err(|e| WireError::Encode {
+    let mut out = Vec::with_capacity(256);
+    rmp_serde::encode::write_named(&mut out, msg).map_err(|e| WireError::Encode {
         kind: M::KIND,
         reason: e.to_string(),
-    })
+    })?;
+    Ok(out)
 }
 
 #[derive(Deserialize)]
-struct Header {
+struct Header<'a> {
     schema: u64,
-    kind: String,
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
 }
 
-/// Decodes and validates a message: checks `kind` and `schema` first (so that a newer sender gets a
-/// schema error, not a missing-field error), then the fields, then [`WireMessage::validate`]. Never panics.
+/// Decodes and validates a message. Never panics. Errors say, in this order of precedence: not a message
+/// (no `schema`/`kind`), wrong `kind`, unsupported `schema` (so that a newer sender gets a schema error, not a
+/// missing-field error), malformed fields, then [`WireMessage::validate`] failures.
 pub fn decode<M: WireMessage>(bytes: &[u8]) -> Result<M, WireError> {
-    let header: Header = rmp_serde::from_slice(bytes).map_err(|e| WireError::NotAMessage {
-        expected: M::KIND,
-        len: bytes.len(),
-        reason: e.to_string(),
-    })?;
-    if header.kind != M::KIND {
-        return Err(WireError::WrongKind {
-            expected: M::KIND,
-            got: header.kind,
-        });
-    }
-    if header.schema == 0 || header.schema > u64::from(SCHEMA_VERSION) {
-        return Err(WireError::UnsupportedSchema {
-            kind: header.kind,
-            got: header.schema,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    let msg: M = rmp_serde::from_slice(bytes).map_err(|e| WireError::Malformed {
-        kind: M::KIND,
-        reason: e.to_string(),
-    })?;
+    // Happy path: one pass (the `schema` and `kind` markers check their values as they are read).
+    let msg: M = match rmp_serde::from_slice(bytes) {
+        Ok(m) => m,
+        Err(e) => return Err(classify::<M>(bytes, e)),
+    };
     msg.validate()?;
     Ok(msg)
+}
+
+/// Explains a failed decode: looks at `schema` and `kind` alone.
+fn classify<M: WireMessage>(bytes: &[u8], err: rmp_serde::decode::Error) -> WireError {
+    let header: Header = match rmp_serde::from_slice(bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            return WireError::NotAMessage {
+                expected: M::KIND,
+                len: bytes.len(),
+                reason: e.to_string(),
+            }
+        }
+    };
+    if header.kind != M::KIND {
+        return WireError::WrongKind {
+            expected: M::KIND,
+            got: header.kind.into_owned(),
+        };
+    }
+    if header.schema == 0 || header.schema > u64::from(SCHEMA_VERSION) {
+        return WireError::UnsupportedSchema {
+            kind: header.kind.into_owned(),
+            got: header.schema,
+            supported: SCHEMA_VERSION,
+        };
+    }
+    WireError::Malformed {
+        kind: M::KIND,
+        reason: err.to_string(),
+    }
 }
 
 /// Nanoseconds since the Unix epoch (0 if the clock is before it).
@@ -760,7 +778,7 @@ impl WireMessage for StepReply {
 pub fn peek_header(bytes: &[u8]) -> Option<(u64, String)> {
     rmp_serde::from_slice::<Header>(bytes)
         .ok()
-        .map(|h| (h.schema, h.kind))
+        .map(|h| (h.schema, h.kind.into_owned()))
 }
 
 #[cfg(test)]

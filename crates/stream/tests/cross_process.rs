@@ -160,7 +160,7 @@ fn a_killed_subscriber_never_stalls_the_publisher_and_drops_are_counted() {
     let t_kill = Instant::now();
     offer(1500, &mut attempts);
     assert!(
-        worst < Duration::from_millis(250),
+        worst < Duration::from_secs(1),
         "publish_transition took {worst:?}: it must never block"
     );
     assert!(

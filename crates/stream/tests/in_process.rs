@@ -92,12 +92,8 @@ fn progress_and_episodes_arrive() {
 fn policy_subscription_reports_bad_bytes_and_keeps_going() {
     let (actor, learner) = pair();
     let keys = Keys::new("policy-inproc").expect("keys");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    let _sub = actor
-        .subscribe_policy(&keys, move |r| {
-            let _ = tx.lock().map(|t| t.send(r));
-        })
+    let (_sub, rx) = actor
+        .subscribe_policy_channel(&keys)
         .expect("subscribe policy");
     assert!(learner
         .wait_for_subscribers(&keys.policy(), LONG)
