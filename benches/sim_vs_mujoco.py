@@ -54,7 +54,8 @@ MJCF = """
 """
 
 
-def mujoco_steps_per_s(control_steps: int, substeps: int = 10) -> tuple[float, str]:
+def mujoco_steps_per_s(control_steps: int, substeps: int = 10) -> tuple[float, float, str]:
+    """(wall-clock steps/s, steps per CPU second, version)."""
     import mujoco
 
     model = mujoco.MjModel.from_xml_string(MJCF)
@@ -62,55 +63,71 @@ def mujoco_steps_per_s(control_steps: int, substeps: int = 10) -> tuple[float, s
     data.qpos[0:3] = [0.0, 0.0, 0.15]
     mujoco.mj_forward(model, data)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     for k in range(control_steps):
         t = k * 0.02
         data.ctrl[:] = [0.12 * math.cos(t * 1.5), 0.12 * math.sin(t * 1.5), 0.15 + 0.03 * math.sin(t * 0.7)]
         for _ in range(substeps):
             mujoco.mj_step(model, data)
     dt = time.perf_counter() - t0
-    return control_steps * substeps / dt, mujoco.__version__
+    dc = max(time.process_time() - c0, 1e-9)
+    n = control_steps * substeps
+    return n / dt, n / dc, mujoco.__version__
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=3000, help="control steps per measurement")
+    ap.add_argument("--exe", help="a prebuilt sim_throughput example (skips the cargo build)")
     args = ap.parse_args()
 
     env = dict(os.environ)
     target = env.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    subprocess.run(
-        ["cargo", "build", "--release", "-p", "stagewise-sim", "--example", "sim_throughput"],
-        cwd=ROOT,
-        check=True,
-        env=env,
-    )
-    exe = os.path.join(target, "release", "examples", "sim_throughput")
+    exe = args.exe or os.path.join(target, "release", "examples", "sim_throughput")
+    if not args.exe:
+        subprocess.run(
+            ["cargo", "build", "--release", "-p", "stagewise-sim", "--example", "sim_throughput"],
+            cwd=ROOT,
+            check=True,
+            env=env,
+        )
     out = subprocess.run([exe, str(args.steps)], cwd=ROOT, check=True, capture_output=True, text=True)
     rust = json.loads(out.stdout.strip().splitlines()[-1])
 
-    mj, version = mujoco_steps_per_s(args.steps)
+    mj_wall, mj, version = mujoco_steps_per_s(args.steps)
 
     cores = rust["cores"]
-    print(f"scene: table + 2 free boxes + 3-DoF gripper, dt 2 ms, 10 substeps / 50 Hz control, 1 thread ({cores} cores seen)")
-    print(f"{'measure':58} {'value':>12}")
-    print(f"{'MuJoCo ' + version + ' physics steps/s':58} {mj:12.0f}")
+    n = rust["n_envs"]
+    print(f"scene: table + 2 free boxes + 3-DoF gripper, dt 2 ms, 10 substeps per 50 Hz control step, 1 thread")
+    print("rates per CPU second (fair on a shared machine); wall-clock rates in brackets")
+    w = 60
+
+    def row(label, key, extra=""):
+        print(f"{label:{w}} {rust[key + '_per_cpu_s']:10.0f}  [{rust[key]:10.0f}]{extra}")
+
+    print(f"{'MuJoCo ' + version + ' physics steps/s':{w}} {mj:10.0f}  [{mj_wall:10.0f}]")
     for key, label in [
         ("physics_steps_per_s_sleeping", "stagewise-sim physics steps/s (sleeping allowed)"),
         ("physics_steps_per_s_no_sleeping", "stagewise-sim physics steps/s (sleeping off)"),
     ]:
-        print(f"{label:58} {rust[key]:12.0f}   ratio vs MuJoCo {rust[key] / mj:5.2f}x")
-    r1 = rust["control_steps_per_s_3x96_1env"]
-    rn = rust["control_steps_per_s_3x96_nenv"]
-    print(f"{'control steps/s, no rendering, 1 env':58} {rust['control_steps_per_s_headless_1env']:12.0f}")
-    print(f"{'control steps/s, no rendering, ' + str(rust['n_envs']) + ' envs':58} {rust['control_steps_per_s_headless_nenv']:12.0f}")
-    print(f"{'control steps/s, 3 views 96x96, 1 env (1 core)':58} {r1:12.0f}   vs 200/core target {r1 / 200:5.2f}x")
-    print(
-        f"{'control steps/s, 3 views 96x96, ' + str(rust['n_envs']) + ' envs (' + str(cores) + ' cores)':58} {rn:12.0f}"
-        f"   per core {rn / cores:6.0f} = {rn / cores / 200:5.2f}x target"
-    )
-    print(json.dumps({"mujoco_steps_per_s": mj, "mujoco_version": version, **rust,
-                      "physics_ratio_sleeping": rust["physics_steps_per_s_sleeping"] / mj,
-                      "physics_ratio_no_sleeping": rust["physics_steps_per_s_no_sleeping"] / mj}))
+        row(label, key, f"   ratio vs MuJoCo {rust[key + '_per_cpu_s'] / mj:5.2f}x")
+    row("control steps/s, no rendering, 1 env", "control_steps_per_s_headless_1env")
+    row(f"control steps/s, no rendering, {n} envs ({cores} cores)", "control_steps_per_s_headless_nenv")
+    r1 = rust["control_steps_per_s_3x96_1env_per_cpu_s"]
+    rn = rust["control_steps_per_s_3x96_nenv_per_cpu_s"]
+    row("control steps/s, 3 views 96x96, 1 env", "control_steps_per_s_3x96_1env", f"   vs 200/core target {r1 / 200:5.2f}x")
+    row(f"control steps/s, 3 views 96x96, {n} envs ({cores} cores)", "control_steps_per_s_3x96_nenv",
+        f"   vs 200/core target {rn / 200:5.2f}x")
+    summary = {
+        "mujoco_version": version,
+        "mujoco_steps_per_cpu_s": mj,
+        "mujoco_steps_per_s": mj_wall,
+        **rust,
+        "physics_ratio_sleeping": rust["physics_steps_per_s_sleeping_per_cpu_s"] / mj,
+        "physics_ratio_no_sleeping": rust["physics_steps_per_s_no_sleeping_per_cpu_s"] / mj,
+        "render_ratio_vs_200_per_core": r1 / 200,
+    }
+    print(json.dumps(summary))
     return 0
 
 
