@@ -4,7 +4,7 @@
 //! build writes [`SCHEMA_VERSION`]) and `kind` (str, e.g. `"transition"`). Decoders ignore keys they do not
 //! know and reject schema versions newer than their own.
 
-use crate::tensor::{ObservationMsg, TensorError};
+use crate::tensor::ObservationMsg;
 use serde::de::{self, DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
@@ -239,8 +239,15 @@ fn check_obs(
         reason,
     };
     for (name, t) in obs.images.iter() {
-        t.to_rgb()
-            .map_err(|e: TensorError| invalid(format!("images[{name:?}]: {e}")))?;
+        let hwc = t.dtype() == crate::DType::Uint8
+            && matches!(t.shape(), [h, w, 3] if u32::try_from(*h).is_ok() && u32::try_from(*w).is_ok());
+        if !hwc {
+            return Err(invalid(format!(
+                "images[{name:?}]: expected uint8 [height, width, 3], got {} {:?}",
+                t.dtype(),
+                t.shape()
+            )));
+        }
     }
     for (name, t) in obs.depth.iter() {
         if t.dtype() != crate::DType::Float32 {
