@@ -328,7 +328,11 @@ impl Node {
                 .session
                 .liveliness()
                 .get(keys.alive())
-                .timeout(Duration::from_millis(500))
+                .timeout(
+                    deadline
+                        .saturating_duration_since(Instant::now())
+                        .clamp(Duration::from_millis(50), Duration::from_millis(500)),
+                )
                 .wait()
                 .map_err(zerr(format!("liveliness query on `{}`", keys.alive())))?;
             if replies.recv().is_ok() {
