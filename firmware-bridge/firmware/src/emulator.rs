@@ -45,6 +45,9 @@ pub struct LinkLoss {
     /// The configured link timeout.
     pub timeout_us: u64,
     pub period_us: u64,
+    /// The same in wall-clock time on this host: microseconds from (arrival of the last valid frame + timeout)
+    /// to the end of the tick that switched to `Hold` (includes host scheduling delays of the emulator thread).
+    pub wall_late_us: i64,
 }
 
 impl LinkLoss {
@@ -165,6 +168,8 @@ struct Loop<'a, P> {
     log: &'a Mutex<EmulatorLog>,
     local: EmulatorLog,
     record: bool,
+    /// Wall-clock arrival of the last frame that fed the firmware's link watchdog.
+    last_rx_wall: Instant,
 }
 
 impl<P: Plant> Loop<'_, P> {
@@ -201,6 +206,12 @@ impl<P: Plant> Loop<'_, P> {
                 continue;
             }
             let h = self.fw.handle(&m, now_us);
+            // The firmware stamps `last_rx_us = now_us` exactly when a frame feeds its link watchdog.
+            if self.fw.last_rx_us() == now_us
+                && !matches!(m, Message::Telemetry(_) | Message::Ack(_))
+            {
+                self.last_rx_wall = Instant::now();
+            }
             if is_hello && matches!(h.reply, Some(Message::Hello(_))) {
                 self.peer = Some(from);
             }
@@ -228,11 +239,19 @@ impl<P: Plant> Loop<'_, P> {
         }
         if self.fw.counters().link_losses > losses {
             let cfg = self.fw.config();
+            let deadline = self.last_rx_wall + Duration::from_micros(cfg.link_timeout_us);
+            let now = Instant::now();
+            let wall_late_us = if now >= deadline {
+                now.duration_since(deadline).as_micros() as i64
+            } else {
+                -(deadline.duration_since(now).as_micros() as i64)
+            };
             self.local.link_losses.push(LinkLoss {
                 last_rx_us: last_rx,
                 detected_us: now_us,
                 timeout_us: cfg.link_timeout_us,
                 period_us: cfg.period_us(),
+                wall_late_us,
             });
         }
         if after != FirmwareState::Armed {
@@ -290,6 +309,7 @@ fn run<P: Plant>(
         log,
         local: EmulatorLog::default(),
         record: cfg.record_commands,
+        last_rx_wall: Instant::now(),
     };
     let start = Instant::now();
     let mut k: u64 = 0;

@@ -37,6 +37,8 @@ struct Trial {
     not_armed: u32,
     link_losses: usize,
     max_periods_late: f64,
+    /// Wall clock: worst delay from (last valid frame + timeout) to the hold, microseconds.
+    max_wall_late_us: i64,
     re_arms: u32,
     host_bad_frames: u64,
     moved_after_rearm: f32,
@@ -247,10 +249,21 @@ async fn trial(seed: u64) -> Trial {
         not_armed: log.counters.not_armed_commands,
         link_losses: log.link_losses.len(),
         max_periods_late: max_late,
+        max_wall_late_us: log
+            .link_losses
+            .iter()
+            .map(|l| l.wall_late_us)
+            .max()
+            .unwrap_or(0),
         re_arms,
         host_bad_frames,
         moved_after_rearm,
     }
+}
+
+fn median(mut v: Vec<i64>) -> i64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
 fn run_trials(first_seed: u64) {
@@ -267,10 +280,10 @@ fn run_trials(first_seed: u64) {
     for t in &all {
         println!(
             "trial seed={:>4} loss={:.2}/{:.2} corrupt={:.3}/{:.3} dup={:.3}/{:.3} proxy[drop={} corrupt={} dup={} reorder={} spikes={} cut={}] \
-             sent={} acted={} after_rearm={} fw[bad_frames={} stale={} not_armed={} link_losses={} max_late={:.2}p] re_arms={} host_bad_frames={} moved_after_rearm={:.4}",
+             sent={} acted={} after_rearm={} fw[bad_frames={} stale={} not_armed={} link_losses={} max_late={:.2}p wall_late={}us] re_arms={} host_bad_frames={} moved_after_rearm={:.4}",
             t.seed, t.to_emu.loss, t.to_host.loss, t.to_emu.corrupt, t.to_host.corrupt, t.to_emu.duplicate, t.to_host.duplicate,
             t.proxy.dropped, t.proxy.corrupted, t.proxy.duplicated, t.proxy.reordered, t.proxy.spikes, t.proxy.blackout_dropped,
-            t.sent, t.accepted, t.accepted_after_rearm, t.bad_frames, t.stale, t.not_armed, t.link_losses, t.max_periods_late,
+            t.sent, t.accepted, t.accepted_after_rearm, t.bad_frames, t.stale, t.not_armed, t.link_losses, t.max_periods_late, t.max_wall_late_us,
             t.re_arms, t.host_bad_frames, t.moved_after_rearm
         );
     }
@@ -280,10 +293,12 @@ fn run_trials(first_seed: u64) {
     let dups: u64 = all.iter().map(|t| t.proxy.duplicated).sum();
     println!(
         "SUMMARY trials={} corrupted_injected={corrupted} bad_frames_dropped={bad} duplicates_injected={dups} stale_ignored={stale} \
-         link_losses={} max_late={:.2} periods, violations=0",
+         link_losses={} max_late={:.2} periods (firmware clock), wall-clock hold delay p50={}us max={}us, violations=0",
         all.len(),
         all.iter().map(|t| t.link_losses).sum::<usize>(),
-        all.iter().map(|t| t.max_periods_late).fold(0.0, f64::max)
+        all.iter().map(|t| t.max_periods_late).fold(0.0, f64::max),
+        median(all.iter().map(|t| t.max_wall_late_us).collect()),
+        all.iter().map(|t| t.max_wall_late_us).max().unwrap_or(0),
     );
     if n >= 4 {
         assert!(bad > 0, "corruption was injected but no bad frame was seen");

@@ -337,3 +337,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn wire_sizes() {
+    assert_eq!(MAX_FRAME, 246);
+    let cmd = Message::Command(Command {
+        seq: 1_000_000,
+        time_us: 1_000_000_000,
+        setpoint: Setpoint::EeVelocity([0.1, 0.2, 0.3]),
+        gripper: 1.0,
+    });
+    let sizes = (encode(&cmd).len(), encode(&full_telemetry()).len());
+    println!(
+        "command {} bytes, largest telemetry {} bytes",
+        sizes.0, sizes.1
+    );
+    assert!(sizes.0 <= 32 && sizes.1 <= 160, "{sizes:?}");
+}
