@@ -170,6 +170,19 @@ async fn trial(seed: u64) -> Trial {
     let before = in_c.telemetry.ee;
     d.arm().await;
     d.drive(Duration::from_millis(200), true).await;
+    // Liveness: on a loaded machine the firmware may hold again (a real 50 ms silence); re-arm until a command
+    // issued after the re-arm is acted on (bounded).
+    for _ in 0..10 {
+        let acked = bridge
+            .telemetry()
+            .map(|s| s.telemetry.last_command_seq)
+            .unwrap_or(0);
+        if acked > floor {
+            break;
+        }
+        d.arm().await;
+        d.drive(Duration::from_millis(100), true).await;
+    }
     let after = bridge.telemetry().expect("telemetry").telemetry.ee;
     let host_bad_frames = bridge.stats().bad_frames;
     let sent = std::mem::take(&mut d.sent);
