@@ -27,6 +27,8 @@ enum Command {
     Models(cmd::models::ModelsArgs),
     /// Measure reward-model latency and batched throughput on synthetic frames.
     Bench(cmd::bench::BenchArgs),
+    /// Run a scripted expert in the simulator and write the episode as PNG frames per view.
+    Sim(cmd::sim::SimArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +41,6 @@ fn main() -> anyhow::Result<()> {
         Command::Score(a) => cmd::score::run(a),
         Command::Models(a) => cmd::models::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Sim(a) => cmd::sim::run(a),
     }
 }

@@ -4,3 +4,4 @@ pub mod bench;
 pub mod models;
 pub mod ort_args;
 pub mod score;
+pub mod sim;
