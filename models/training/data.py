@@ -1,0 +1,108 @@
+"""Reads a dataset written by `stagewise record` (LeRobot v3 layout) into numpy arrays.
+
+Every frame: uint8 images per view (H, W, 3), the state vector, the ground-truth columns `progress_gt` and
+`stage_gt`, `degraded`, and per episode the SARM `sparse_subtask_*` annotation and `success`.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow.parquet as pq
+from PIL import Image
+
+
+@dataclass
+class Episode:
+    index: int
+    images: np.ndarray  # uint8 [T, V, H, W, 3]
+    state: np.ndarray  # f32 [T, S]
+    progress: np.ndarray  # f32 [T] oracle phi
+    stage: np.ndarray  # int64 [T] oracle stage
+    degraded: bool
+    success: bool
+    start_frames: list[int] | None = None
+    end_frames: list[int] | None = None
+
+
+@dataclass
+class Dataset:
+    root: str
+    views: list[str]
+    state_names: list[str]
+    stage_names: list[str]
+    proportions: list[float]
+    episodes: list[Episode] = field(default_factory=list)
+
+
+def _decode(b: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
+
+
+def load(root: str, stage_names: list[str] | None = None, proportions: list[float] | None = None) -> Dataset:
+    with open(os.path.join(root, "meta", "info.json")) as f:
+        info = json.load(f)
+    feats = info["features"]
+    views = [k[len("observation.images."):] for k in feats if k.startswith("observation.images.")]
+    state_names = feats["observation.state"]["names"]
+    # episode metadata: success and annotations
+    meta = {}
+    for p in sorted(glob.glob(os.path.join(root, "meta", "episodes", "chunk-*", "file-*.parquet"))):
+        t = pq.read_table(p).to_pylist()
+        for row in t:
+            meta[int(row["episode_index"])] = row
+    props_path = os.path.join(root, "meta", "temporal_proportions_sparse.json")
+    if stage_names is None:
+        with open(props_path) as f:
+            pj = json.load(f)
+        stage_names = list(pj.keys())
+        proportions = [float(v) for v in pj.values()]
+    ds = Dataset(root, views, state_names, stage_names, list(proportions or []))
+    files = sorted(glob.glob(os.path.join(root, "data", "chunk-*", "file-*.parquet")))
+    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+    for p in files:
+        t = pq.read_table(p)
+        ep_idx = np.asarray(t.column("episode_index").to_numpy())
+        state = np.stack(t.column("observation.state").to_pylist()).astype(np.float32)
+        prog = np.asarray(t.column("progress_gt").to_numpy(), dtype=np.float32)
+        stage = np.asarray(t.column("stage_gt").to_numpy(), dtype=np.int64)
+        degr = np.asarray(t.column("degraded").to_numpy(), dtype=np.int64)
+        imgs = []
+        for v in views:
+            col = t.column(f"observation.images.{v}").combine_chunks()
+            raw = col.field("bytes").to_pylist()
+            imgs.append(np.stack(list(pool.map(_decode, raw))))
+        imgs = np.stack(imgs, axis=1)  # [rows, V, H, W, 3]
+        for e in np.unique(ep_idx):
+            m = ep_idx == e
+            row = meta.get(int(e), {})
+            sf = row.get("sparse_subtask_start_frames")
+            ef = row.get("sparse_subtask_end_frames")
+            ds.episodes.append(
+                Episode(
+                    index=int(e),
+                    images=imgs[m],
+                    state=state[m],
+                    progress=prog[m],
+                    stage=stage[m],
+                    degraded=bool(degr[m][0]),
+                    success=bool(row.get("success", False)),
+                    start_frames=list(sf) if sf is not None else None,
+                    end_frames=list(ef) if ef is not None else None,
+                )
+            )
+    pool.shutdown()
+    ds.episodes.sort(key=lambda e: e.index)
+    return ds
+
+
+def window_indices(t: int, frames: int, stride: int) -> list[int]:
+    """Frame indices of the window ending at t (oldest first), clamped at the episode start like the runtime's
+    ring buffer (which fills with the first frame)."""
+    return [max(0, t - (frames - 1 - i) * stride) for i in range(frames)]

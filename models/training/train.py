@@ -1,0 +1,492 @@
+"""Trains a stage-aware multi-view progress model (or a pairwise hop model) on a dataset written by
+`stagewise record`, exports it to ONNX (opset 17, dynamic batch axis) and writes its manifest.
+
+    .venv/bin/python models/training/train.py --task pick-place --train data/pick-place-train \
+        --val data/pick-place-val --out models/pick-place
+
+Progress model (kind = "stage_progress"): images f32 [N, V, F, 3, H, W] (normalised with the manifest's mean/std),
+state f32 [N, S] -> stage_logits [N, K], tau [N, K] (sigmoid; one per stage; hard progress).
+A shared conv encoder embeds every frame of every view; the embeddings of all views and frames and an MLP
+embedding of the (standardised) state go through an MLP trunk to the stage head and the tau head. In training a
+view is blanked (all zeros after normalisation = the mean colour) with probability --view-dropout, so a missing
+camera (fed as a mean-colour frame) degrades gracefully; frames are shifted by up to --shift pixels per view.
+
+Hop model (kind = "hop", --kind hop): images f32 [N, V, 2, 3, H, W] (frame 0 = s_p, frame 1 = s_q), state
+f32 [N, 2, S] -> hop [N, 1] = H(s_p, s_q) in [-1, 1] (tanh). Label (Robo-Dopamine's relative hop, from the oracle
+progress): d = phi_q - phi_p; H = d / (1 - phi_p) when d >= 0, else d / phi_p.
+
+Targets (progress model): frames of clean expert episodes that carry a SARM annotation use DESIGN.md's
+formula (stage = annotated stage k, tau = clip((t - s_k) / (e_k - s_k), 0, 1)); frames of degraded episodes
+(pauses, regressions, failures: time-linear targets would be wrong there) use the per-frame oracle
+(stage_gt, tau = (progress_gt - P_k) / a_k). `--targets oracle` uses the oracle everywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data as dsmod  # noqa: E402
+
+# The simulator's stage proportions (sim/src/config.rs `Task::stage_proportions`): the oracle's phi uses them,
+# so the model's hard progress is on the same scale as the ground truth.
+PROPORTIONS = {
+    "pick-place": [0.35, 0.08, 0.12, 0.19, 0.20, 0.06],
+    "stack": [0.34, 0.07, 0.16, 0.19, 0.19, 0.05],
+    "push-target": [0.20, 0.15, 0.65],
+}
+MEAN = [0.5, 0.5, 0.5]
+STD = [0.25, 0.25, 0.25]
+
+
+class Encoder(nn.Module):
+    """Per-frame conv encoder: [B, 3, H, W] -> [B, E]; stride-2 3x3 convs down to 4x4, then a linear layer."""
+
+    def __init__(self, h: int, w: int, emb: int):
+        super().__init__()
+        chans, layers, c_in, size = [16, 32, 32, 32, 32], [], 3, min(h, w)
+        while size > 4:
+            c = chans[min(len(layers) // 2, len(chans) - 1)]
+            layers += [nn.Conv2d(c_in, c, 3, 2, 1), nn.ReLU()]
+            c_in, size, h, w = c, size // 2, (h + 1) // 2, (w + 1) // 2
+        self.conv = nn.Sequential(*layers)
+        self.fc = nn.Linear(c_in * h * w, emb)
+
+    def forward(self, x):
+        return F.relu(self.fc(self.conv(x).flatten(1)))
+
+
+class ProgressNet(nn.Module):
+    def __init__(self, views, frames, h, w, state_mean, state_std, k, emb=64, hidden=256):
+        super().__init__()
+        self.v, self.f, self.h, self.w, self.emb = views, frames, h, w, emb
+        self.enc = Encoder(h, w, emb)
+        self.register_buffer("s_mean", torch.tensor(state_mean, dtype=torch.float32))
+        self.register_buffer("s_std", torch.tensor(state_std, dtype=torch.float32))
+        s = len(state_mean)
+        self.state_mlp = nn.Sequential(nn.Linear(s, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+        self.trunk = nn.Sequential(
+            nn.Linear(views * frames * emb + 64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU()
+        )
+        self.stage = nn.Linear(hidden, k)
+        self.tau = nn.Linear(hidden, k)
+
+    def forward(self, images, state):
+        x = images.reshape(-1, 3, self.h, self.w)
+        e = self.enc(x).reshape(-1, self.v * self.f * self.emb)
+        s = self.state_mlp((state - self.s_mean) / self.s_std)
+        z = self.trunk(torch.cat([e, s], dim=1))
+        return self.stage(z), torch.sigmoid(self.tau(z))
+
+
+class HopNet(nn.Module):
+    def __init__(self, views, h, w, state_mean, state_std, emb=64, hidden=256):
+        super().__init__()
+        self.v, self.h, self.w, self.emb = views, h, w, emb
+        self.enc = Encoder(h, w, emb)
+        self.register_buffer("s_mean", torch.tensor(state_mean, dtype=torch.float32))
+        self.register_buffer("s_std", torch.tensor(state_std, dtype=torch.float32))
+        s = len(state_mean)
+        self.state_mlp = nn.Sequential(nn.Linear(s, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+        self.embed = nn.Sequential(nn.Linear(views * emb + 64, hidden), nn.ReLU(), nn.Linear(hidden, 64))
+        self.head = nn.Sequential(nn.Linear(3 * 64, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, images, state):
+        # images [N, V, 2, 3, H, W] -> per (pair member, view) embeddings
+        x = images.transpose(1, 2).reshape(-1, 3, self.h, self.w)  # [N*2*V, 3, H, W]
+        e = self.enc(x).reshape(-1, self.v * self.emb)  # [N*2, V*E]
+        s = self.state_mlp((state.reshape(-1, self.s_mean.shape[0]) - self.s_mean) / self.s_std)
+        z = self.embed(torch.cat([e, s], dim=1)).reshape(-1, 2, 64)
+        zp, zq = z[:, 0], z[:, 1]
+        return torch.tanh(self.head(torch.cat([zp, zq, zq - zp], dim=1)))
+
+
+class Flat:
+    """All frames of a dataset in flat arrays, with per-frame episode start/end for window gathering."""
+
+    def __init__(self, ds: dsmod.Dataset, proportions, targets: str):
+        self.images = np.concatenate([e.images for e in ds.episodes])  # [G, V, H, W, 3] uint8
+        self.state = np.concatenate([e.state for e in ds.episodes])
+        self.phi_gt = np.concatenate([e.progress for e in ds.episodes])
+        starts, ends, stage, tau, phi, succ, ep_id = [], [], [], [], [], [], []
+        P = np.concatenate([[0.0], np.cumsum(proportions)[:-1]])
+        a = np.asarray(proportions)
+        off = 0
+        for i, e in enumerate(ds.episodes):
+            T = len(e.progress)
+            starts.append(np.full(T, off))
+            ends.append(np.full(T, off + T))
+            succ.append(np.full(T, e.success))
+            ep_id.append(np.full(T, i))
+            k_or = np.clip(e.stage, 0, len(a) - 1)
+            tau_or = np.clip((e.progress - P[k_or]) / a[k_or], 0, 1)
+            use_ann = targets == "hybrid" and not e.degraded and e.start_frames is not None
+            if use_ann:
+                t = np.arange(T)
+                k = np.zeros(T, dtype=np.int64)
+                ta = np.zeros(T)
+                for j, (s, en) in enumerate(zip(e.start_frames, e.end_frames)):
+                    m = (t >= s) & (t < en)
+                    k[m] = j
+                    ta[m] = np.clip((t[m] - s) / max(en - s, 1), 0, 1)
+                # the final (success) frame: the end of the last stage
+                if e.success:
+                    ta[-1] = 1.0
+                stage.append(k)
+                tau.append(ta)
+            else:
+                stage.append(k_or)
+                tau.append(tau_or)
+            phi.append(P[stage[-1]] + a[stage[-1]] * tau[-1])
+            off += T
+        self.start = np.concatenate(starts)
+        self.end = np.concatenate(ends)
+        self.stage = np.concatenate(stage).astype(np.int64)
+        self.tau = np.concatenate(tau).astype(np.float32)
+        self.phi = np.concatenate(phi).astype(np.float32)
+        self.success = np.concatenate(succ)
+        self.ep = np.concatenate(ep_id)
+        self.n = len(self.stage)
+
+    def window(self, g: np.ndarray, frames: int, stride: int) -> np.ndarray:
+        idx = np.stack([np.maximum(self.start[g], g - (frames - 1 - i) * stride) for i in range(frames)], 1)
+        return self.images[idx]  # [B, F, V, H, W, 3]
+
+
+def to_tensor(imgs: np.ndarray) -> torch.Tensor:
+    """uint8 [B, F, V, H, W, 3] -> normalised f32 [B, V, F, 3, H, W]."""
+    x = torch.from_numpy(imgs).permute(0, 2, 1, 5, 3, 4).float().div_(255.0)
+    mean = torch.tensor(MEAN).view(1, 1, 1, 3, 1, 1)
+    std = torch.tensor(STD).view(1, 1, 1, 3, 1, 1)
+    return (x - mean) / std
+
+
+def augment(x: torch.Tensor, shift: int, view_dropout: float, rng: np.random.Generator) -> torch.Tensor:
+    b, v = x.shape[0], x.shape[1]
+    if shift > 0:
+        h, w = x.shape[-2], x.shape[-1]
+        pad = F.pad(x.reshape(b * v, -1, h, w), (shift, shift, shift, shift), mode="replicate").reshape(
+            b, v, x.shape[2], 3, h + 2 * shift, w + 2 * shift
+        )
+        out = torch.empty_like(x)
+        dx = rng.integers(0, 2 * shift + 1, size=(b, v))
+        dy = rng.integers(0, 2 * shift + 1, size=(b, v))
+        for i in range(b):
+            for j in range(v):
+                out[i, j] = pad[i, j, :, :, dy[i, j]:dy[i, j] + h, dx[i, j]:dx[i, j] + w]
+        x = out
+    if view_dropout > 0:
+        drop = rng.random((b, v)) < view_dropout
+        drop[drop.all(axis=1), 0] = False  # keep at least one view
+        x = x * torch.from_numpy(~drop).float().view(b, v, 1, 1, 1, 1)
+    # brightness jitter
+    x = x + torch.from_numpy(rng.normal(0, 0.1, size=(b, v, 1, 1, 1, 1)).astype(np.float32))
+    return x
+
+
+def sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read())
+    return h.hexdigest()
+
+
+def toml_list(xs, fmt="{:.6g}"):
+    return "[" + ", ".join(fmt.format(x) for x in xs) + "]"
+
+
+def write_manifest(path, kind, onnx_name, views, frames, stride, state_size, h, w, outputs, stages, description):
+    lines = [
+        f'kind = "{kind}"',
+        f'onnx = "{onnx_name}"',
+        f'sha256 = "{sha256(os.path.join(os.path.dirname(path), onnx_name))}"',
+        "views = [" + ", ".join(f'"{v}"' for v in views) + "]",
+        f"frames = {frames}",
+        f"stride = {stride}",
+        f"state_size = {state_size}",
+        f'description = """{description}"""',
+        "",
+        "[image]",
+        f"width = {w}",
+        f"height = {h}",
+        f"mean = {toml_list(MEAN)}",
+        f"std = {toml_list(STD)}",
+        "",
+        "[inputs]",
+        'images = "images"',
+        'state = "state"',
+        "",
+        "[outputs]",
+    ] + [f'{k} = "{v}"' for k, v in outputs]
+    if stages is not None:
+        names, props = stages
+        lines += [
+            "",
+            "[stages]",
+            "names = [" + ", ".join(f'"{n}"' for n in names) + "]",
+            f"proportions = {toml_list(props)}",
+            'progress = "hard"',
+        ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def progress_phi(logits, tau, P, a):
+    k = logits.argmax(1)
+    return P[k] + a[k] * tau.gather(1, k[:, None])[:, 0]
+
+
+def evaluate_progress(model, flat, frames, stride, P, a, batch=512):
+    model.eval()
+    phis, ks = [], []
+    with torch.no_grad():
+        for s in range(0, flat.n, batch):
+            g = np.arange(s, min(s + batch, flat.n))
+            x = to_tensor(flat.window(g, frames, stride))
+            st = torch.from_numpy(flat.state[g])
+            logits, tau = model(x, st)
+            phis.append(progress_phi(logits, tau, P, a).numpy())
+            ks.append(logits.argmax(1).numpy())
+    phi = np.concatenate(phis)
+    k = np.concatenate(ks)
+    mae = float(np.abs(phi - flat.phi_gt).mean())
+    acc = float((k == flat.stage).mean())
+    return mae, acc
+
+
+def export(model, example, path, input_names, output_names):
+    model.eval()
+    dyn = {n: {0: "batch"} for n in input_names + output_names}
+    torch.onnx.export(
+        model, example, path, input_names=input_names, output_names=output_names, dynamic_axes=dyn,
+        opset_version=17, dynamo=False,
+    )
+
+
+def check_onnx(path, example, model):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.numpy() for i, t in zip(sess.get_inputs(), example)}
+    got = sess.run(None, feeds)
+    with torch.no_grad():
+        ref = model(*example)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    err = max(float(np.abs(g - r.numpy()).max()) for g, r in zip(got, ref))
+    print(f"onnx vs torch max abs diff: {err:.2e}")
+    if err > 1e-4:
+        raise SystemExit(f"exported graph disagrees with torch: {err}")
+
+
+def train_progress(args, train, val, proportions, names):
+    rng = np.random.default_rng(args.seed)
+    torch.manual_seed(args.seed)
+    V = train.images.shape[1]
+    H, W = train.images.shape[2], train.images.shape[3]
+    K = len(proportions)
+    sm = train.state.mean(0)
+    ss = np.maximum(train.state.std(0), 1e-3)
+    model = ProgressNet(V, args.frames, H, W, sm, ss, K)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    steps = args.epochs * (min(train.n, args.samples_per_epoch) // args.batch)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=max(steps, 1))
+    P = torch.tensor(np.concatenate([[0.0], np.cumsum(proportions)[:-1]]), dtype=torch.float32)
+    a = torch.tensor(proportions, dtype=torch.float32)
+    t0 = time.time()
+    for ep in range(args.epochs):
+        model.train()
+        order = rng.permutation(train.n)[: args.samples_per_epoch]
+        tot = 0.0
+        for b in range(0, len(order) - args.batch + 1, args.batch):
+            g = order[b:b + args.batch]
+            x = augment(to_tensor(train.window(g, args.frames, args.stride)), args.shift, args.view_dropout, rng)
+            st = torch.from_numpy(train.state[g])
+            st = st + torch.randn_like(st) * 0.002 * torch.from_numpy(ss.astype(np.float32))
+            k = torch.from_numpy(train.stage[g])
+            tau_t = torch.from_numpy(train.tau[g])
+            phi_t = torch.from_numpy(train.phi[g])
+            logits, tau = model(x, st)
+            ce = F.cross_entropy(logits, k)
+            tau_k = tau.gather(1, k[:, None])[:, 0]
+            l_tau = F.mse_loss(tau_k, tau_t)
+            p = logits.softmax(1)
+            phi_soft = (p * (P[None] + a[None] * tau)).sum(1)
+            l_phi = F.mse_loss(phi_soft, phi_t)
+            loss = ce + 5.0 * l_tau + 20.0 * l_phi
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            tot += float(loss) * len(g)
+        msg = f"epoch {ep + 1}/{args.epochs} loss {tot / max(len(order), 1):.4f} ({time.time() - t0:.0f}s)"
+        if val is not None and (ep + 1 == args.epochs or (ep + 1) % args.eval_every == 0):
+            mae, acc = evaluate_progress(model, val, args.frames, args.stride, P, a)
+            msg += f" | val MAE {mae:.4f} stage acc {acc:.3f}"
+        print(msg, flush=True)
+    return model, time.time() - t0
+
+
+def hop_label(pp, pq):
+    d = pq - pp
+    h = np.where(d >= 0, d / np.maximum(1 - pp, 1e-3), d / np.maximum(pp, 1e-3))
+    return np.clip(h, -1, 1).astype(np.float32)
+
+
+def sample_pairs(flat: Flat, n: int, rng):
+    q = rng.integers(0, flat.n, size=n)
+    kind = rng.random(n)
+    s, e = flat.start[q], flat.end[q]
+    p = s + (rng.random(n) * (e - s)).astype(np.int64)  # same episode, random
+    m = kind < 0.2  # start anchor
+    p[m] = s[m]
+    m = (kind >= 0.2) & (kind < 0.4)  # small gaps (incremental estimate)
+    gap = rng.integers(-4, 5, size=n)
+    p[m] = np.clip(q[m] + gap[m], s[m], e[m] - 1)
+    # goal anchor: the last frame of a successful episode (any episode)
+    goals = np.unique(flat.end[flat.success] - 1)
+    m = (kind >= 0.4) & (kind < 0.6)
+    if len(goals):
+        p[m] = goals[rng.integers(0, len(goals), size=int(m.sum()))]
+    # random cross-episode pairs
+    m = kind >= 0.9
+    p[m] = rng.integers(0, flat.n, size=int(m.sum()))
+    return p, q
+
+
+def hop_batch(flat: Flat, p, q):
+    imgs = np.stack([flat.images[p], flat.images[q]], axis=1)  # [B, 2, V, H, W, 3]
+    x = to_tensor(imgs)  # [B, V, 2, 3, H, W]
+    st = torch.from_numpy(np.stack([flat.state[p], flat.state[q]], 1))
+    y = torch.from_numpy(hop_label(flat.phi_gt[p], flat.phi_gt[q]))
+    return x, st, y
+
+
+def train_hop(args, train, val):
+    rng = np.random.default_rng(args.seed)
+    torch.manual_seed(args.seed)
+    V, H, W = train.images.shape[1], train.images.shape[2], train.images.shape[3]
+    sm = train.state.mean(0)
+    ss = np.maximum(train.state.std(0), 1e-3)
+    model = HopNet(V, H, W, sm, ss)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    per = args.samples_per_epoch // args.batch
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.epochs * per)
+    t0 = time.time()
+    for ep in range(args.epochs):
+        model.train()
+        tot = 0.0
+        for _ in range(per):
+            p, q = sample_pairs(train, args.batch, rng)
+            x, st, y = hop_batch(train, p, q)
+            x = augment(x, args.shift, args.view_dropout, rng)
+            h = model(x, st)[:, 0]
+            loss = F.mse_loss(h, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            tot += float(loss)
+        msg = f"epoch {ep + 1}/{args.epochs} loss {tot / per:.5f} ({time.time() - t0:.0f}s)"
+        if val is not None:
+            model.eval()
+            with torch.no_grad():
+                p, q = sample_pairs(val, 1024, np.random.default_rng(0))
+                x, st, y = hop_batch(val, p, q)
+                msg += f" | val MAE {float((model(x, st)[:, 0] - y).abs().mean()):.4f}"
+        print(msg, flush=True)
+    return model, time.time() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", required=True, choices=sorted(PROPORTIONS))
+    ap.add_argument("--train", required=True, nargs="+", help="dataset dir(s) from `stagewise record`")
+    ap.add_argument("--val", help="held-out dataset dir (reporting only)")
+    ap.add_argument("--out", required=True, help="output directory, e.g. models/pick-place")
+    ap.add_argument("--kind", default="progress", choices=["progress", "hop"])
+    ap.add_argument("--name", help="file stem (default: <task>-progress or <task>-hop)")
+    ap.add_argument("--frames", type=int, default=2)
+    ap.add_argument("--stride", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--samples-per-epoch", type=int, default=8192)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--view-dropout", type=float, default=0.15)
+    ap.add_argument("--shift", type=int, default=2)
+    ap.add_argument("--targets", default="hybrid", choices=["hybrid", "oracle"])
+    ap.add_argument("--eval-every", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    proportions = PROPORTIONS[args.task]
+    t0 = time.time()
+    dss = [dsmod.load(d) for d in args.train]
+    names = dss[0].stage_names
+    if len(names) != len(proportions):
+        raise SystemExit(f"dataset has {len(names)} stages, {args.task} has {len(proportions)}")
+    train_ds = dss[0]
+    for d in dss[1:]:
+        train_ds.episodes += d.episodes
+    train = Flat(train_ds, proportions, args.targets)
+    val = Flat(dsmod.load(args.val), proportions, args.targets) if args.val else None
+    print(f"loaded {len(train_ds.episodes)} episodes, {train.n} frames in {time.time() - t0:.0f}s", flush=True)
+    V = len(train_ds.views)
+    H, W = train.images.shape[2], train.images.shape[3]
+    S = train.state.shape[1]
+    os.makedirs(args.out, exist_ok=True)
+    stem = args.name or f"{args.task}-{args.kind}"
+    onnx_path = os.path.join(args.out, stem + ".onnx")
+    seeds = f"{len(train_ds.episodes)} episodes ({', '.join(args.train)})"
+    if args.kind == "progress":
+        model, secs = train_progress(args, train, val, proportions, names)
+        example = (torch.zeros(1, V, args.frames, 3, H, W), torch.from_numpy(train.state[:1]))
+        export(model, example, onnx_path, ["images", "state"], ["stage_logits", "tau"])
+        check_onnx(onnx_path, example, model)
+        desc = (
+            f"Stage-aware multi-view progress model for the sim task {args.task}, trained by "
+            f"models/training/train.py on {seeds} for {args.epochs} epochs x {args.samples_per_epoch} samples "
+            f"({secs:.0f} s on {args.threads} CPU threads). Targets: {args.targets}. View dropout "
+            f"{args.view_dropout}, shift {args.shift}px. A missing camera: feed a mean-colour frame."
+        )
+        write_manifest(
+            os.path.join(args.out, stem + ".toml"), "stage_progress", stem + ".onnx", train_ds.views,
+            args.frames, args.stride, S, H, W, [("stage_logits", "stage_logits"), ("tau", "tau")],
+            (names, proportions), desc,
+        )
+    else:
+        model, secs = train_hop(args, train, val)
+        example = (torch.zeros(1, V, 2, 3, H, W), torch.from_numpy(np.stack([train.state[:1]] * 2, 1)))
+        export(model, example, onnx_path, ["images", "state"], ["hop"])
+        check_onnx(onnx_path, example, model)
+        desc = (
+            f"Pairwise hop model H(s_p, s_q) in [-1, 1] (Robo-Dopamine-style) for the sim task {args.task}: "
+            f"images [N, views, 2, 3, H, W] (frame 0 = s_p, frame 1 = s_q), state [N, 2, state_size], "
+            f"output hop [N, 1]. Trained by models/training/train.py --kind hop on {seeds}, {args.epochs} epochs "
+            f"x {args.samples_per_epoch} pairs ({secs:.0f} s on {args.threads} CPU threads)."
+        )
+        write_manifest(
+            os.path.join(args.out, stem + ".toml"), "hop", stem + ".onnx", train_ds.views, 2, 1, S, H, W,
+            [("hop", "hop")], None, desc,
+        )
+    size = os.path.getsize(onnx_path)
+    info = {"task": args.task, "kind": args.kind, "train_seconds": round(secs, 1), "onnx_bytes": size,
+            "args": vars(args)}
+    with open(os.path.join(args.out, stem + ".train.json"), "w") as f:
+        json.dump(info, f, indent=2)
+    print(f"wrote {onnx_path} ({size / 1e6:.2f} MB), trained in {secs:.0f}s")
+
+
+if __name__ == "__main__":
+    main()
