@@ -29,6 +29,10 @@ enum Command {
     Bench(cmd::bench::BenchArgs),
     /// Run a scripted expert in the simulator and write the episode as PNG frames per view.
     Sim(cmd::sim::SimArgs),
+    /// Record expert and degraded sim demonstrations as a LeRobot-layout dataset with stage annotations.
+    Record(cmd::record::RecordArgs),
+    /// Score a recorded dataset with a reward model: VOC, VROC, stage accuracy, MAE, AUROC, and PNG plots.
+    Eval(Box<cmd::eval::EvalArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +46,7 @@ fn main() -> anyhow::Result<()> {
         Command::Models(a) => cmd::models::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
+        Command::Record(a) => cmd::record::run(a),
+        Command::Eval(a) => cmd::eval::run(*a),
     }
 }

@@ -6,6 +6,7 @@
 //! `Session::run` takes `&mut self`, so a [`RewardModel`] is owned by one worker thread; make one per thread.
 
 mod error;
+pub mod hop;
 pub mod manifest;
 pub mod policy;
 pub mod preprocess;
@@ -15,6 +16,7 @@ pub mod synthetic;
 pub mod window;
 
 pub use error::ModelError;
+pub use hop::HopModel;
 pub use manifest::{Manifest, ModelKind, ProgressMode};
 pub use policy::PolicyModel;
 pub use reward::{RewardModel, StepTiming};

@@ -1,0 +1,211 @@
+//! Pairwise "hop" models (Robo-Dopamine-style): `H(s_p, s_q)` in [-1, 1], how far `s_q` moved toward the goal
+//! from `s_p` relative to what was left (negative: back toward the start). Fuse the scores into a progress with
+//! `stagewise_core::HopFusion`.
+//!
+//! Graph contract (`kind = "hop"`): `images` f32 `[N, views, 2, 3, H, W]` (frame 0 is `s_p`, frame 1 is `s_q`,
+//! each normalised like a stage-progress model's frames), `state` f32 `[N, 2, state_size]` (when
+//! `state_size > 0`), output `hop` f32 `[N]` or `[N, 1]`. The manifest's `frames` must be 2.
+
+use crate::manifest::{Manifest, ModelKind};
+use crate::preprocess::Normaliser;
+use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::ModelError;
+use ort::session::Session;
+use ort::value::TensorRef;
+use stagewise_core::Observation;
+use std::path::Path;
+
+/// A pairwise hop model. Owned by one thread (`Session::run` needs `&mut`).
+pub struct HopModel {
+    manifest: Manifest,
+    session: Session,
+    provider: Provider,
+    normaliser: Normaliser,
+    images: Vec<f32>,
+    state: Vec<f32>,
+}
+
+impl HopModel {
+    /// Loads a `kind = "hop"` manifest and checks the graph's inputs and output names.
+    pub fn load(
+        manifest_path: &Path,
+        runtime: &OrtRuntime,
+        opts: &SessionOptions,
+    ) -> Result<Self, ModelError> {
+        let manifest = Manifest::load(manifest_path)?;
+        if manifest.kind != ModelKind::Hop {
+            return Err(ModelError::WrongKind {
+                kind: manifest.kind.to_string(),
+                wanted: "a hop model",
+            });
+        }
+        let field = |field: &str, reason: String| ModelError::ManifestField {
+            path: manifest.path.clone(),
+            field: field.into(),
+            reason,
+        };
+        let image = manifest
+            .image
+            .clone()
+            .ok_or_else(|| field("image", "missing (a hop model takes images)".into()))?;
+        if manifest.frames != 2 {
+            return Err(field(
+                "frames",
+                format!("is {}: a hop model takes a pair (2)", manifest.frames),
+            ));
+        }
+        if manifest.views.is_empty() {
+            return Err(field("views", "a hop model needs at least one view".into()));
+        }
+        let (session, provider) = runtime.session(&manifest.onnx, opts)?;
+        let mismatch = |field: &str, reason: String| ModelError::GraphMismatch {
+            path: manifest.onnx.clone(),
+            field: field.into(),
+            reason,
+        };
+        let inputs: Vec<String> = session
+            .inputs()
+            .iter()
+            .map(|i| i.name().to_string())
+            .collect();
+        let outputs: Vec<String> = session
+            .outputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
+        let mut wanted = vec![manifest.inputs.images.clone()];
+        if manifest.state_size > 0 {
+            wanted.push(manifest.inputs.state.clone());
+        }
+        for (name, what) in wanted.iter().zip(["inputs.images", "inputs.state"]) {
+            match name {
+                Some(n) if inputs.contains(n) => {}
+                Some(n) => {
+                    return Err(mismatch(
+                        what,
+                        format!("`{n}` is not a graph input (inputs: {inputs:?})"),
+                    ))
+                }
+                None => return Err(field(what, "missing".into())),
+            }
+        }
+        if inputs.len() != wanted.len() {
+            return Err(mismatch(
+                "inputs",
+                format!("the graph takes {inputs:?}, the manifest names {wanted:?}"),
+            ));
+        }
+        let hop = manifest.outputs.hop.clone().unwrap_or_default();
+        if !outputs.contains(&hop) {
+            return Err(mismatch(
+                "outputs.hop",
+                format!("`{hop}` is not a graph output (outputs: {outputs:?})"),
+            ));
+        }
+        Ok(Self {
+            normaliser: Normaliser::new(&image),
+            manifest,
+            session,
+            provider,
+            images: Vec::new(),
+            state: Vec::new(),
+        })
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
+    /// Scores pairs `(s_p, s_q)` in one batched run; returns `H(s_p, s_q)` per pair, clamped to [-1, 1]. Views
+    /// are matched to the manifest by name. NaN outputs are refused.
+    pub fn score_pairs(
+        &mut self,
+        pairs: &[(&Observation, &Observation)],
+    ) -> Result<Vec<f32>, ModelError> {
+        let n = pairs.len();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let views = self.manifest.views.len();
+        let fl = self.normaliser.frame_len();
+        let s = self.manifest.state_size;
+        self.images.resize(n * views * 2 * fl, 0.0);
+        self.state.resize(n * 2 * s, 0.0);
+        for (row, (p, q)) in pairs.iter().enumerate() {
+            for (member, o) in [p, q].into_iter().enumerate() {
+                let bad = |reason: String| ModelError::BadObservation { env: row, reason };
+                if o.state.len() != s {
+                    return Err(bad(format!(
+                        "state has {} values, the model takes {s}",
+                        o.state.len()
+                    )));
+                }
+                if let Some(i) = o.state.iter().position(|x| !x.is_finite()) {
+                    return Err(bad(format!("state[{i}] is not finite")));
+                }
+                let at = (row * 2 + member) * s;
+                self.state[at..at + s].copy_from_slice(&o.state);
+                for (v, name) in self.manifest.views.iter().enumerate() {
+                    let view = o
+                        .views
+                        .iter()
+                        .find(|x| &x.name == name)
+                        .ok_or_else(|| bad(format!("has no view named {name:?}")))?;
+                    let at = ((row * views + v) * 2 + member) * fl;
+                    self.normaliser
+                        .write_chw(&view.rgb, &mut self.images[at..at + fl])
+                        .map_err(bad)?;
+                }
+            }
+        }
+        let m = &self.manifest;
+        let img = m
+            .image
+            .as_ref()
+            .map(|i| (i.height as usize, i.width as usize))
+            .unwrap_or_default();
+        let run_err = |e: ort::Error| ModelError::Run {
+            path: m.onnx.clone(),
+            reason: e.to_string(),
+        };
+        let images = TensorRef::from_array_view((
+            [n, views, 2, 3, img.0, img.1],
+            &self.images[..n * views * 2 * fl],
+        ))
+        .map_err(run_err)?;
+        let images_name = m.inputs.images.clone().unwrap_or_default();
+        let hop_name = m.outputs.hop.clone().unwrap_or_default();
+        let outputs = match (&m.inputs.state, s) {
+            (Some(state_name), s) if s > 0 => {
+                let state = TensorRef::from_array_view(([n, 2, s], &self.state[..n * 2 * s]))
+                    .map_err(run_err)?;
+                self.session
+                    .run(ort::inputs![images_name => images, state_name.clone() => state])
+            }
+            _ => self.session.run(ort::inputs![images_name => images]),
+        }
+        .map_err(run_err)?;
+        let bad_out = |reason: String| ModelError::BadOutput {
+            path: m.onnx.clone(),
+            tensor: hop_name.clone(),
+            reason,
+        };
+        let v = outputs
+            .get(hop_name.as_str())
+            .ok_or_else(|| bad_out("missing from the run's outputs".into()))?;
+        let (_, data) = v
+            .try_extract_tensor::<f32>()
+            .map_err(|e| bad_out(e.to_string()))?;
+        if data.len() != n {
+            return Err(bad_out(format!("has {} values for {n} pairs", data.len())));
+        }
+        if let Some(i) = data.iter().position(|x| !x.is_finite()) {
+            return Err(bad_out(format!("value {i} is {}", data[i])));
+        }
+        Ok(data.iter().map(|x| x.clamp(-1.0, 1.0)).collect())
+    }
+}

@@ -1,0 +1,344 @@
+//! `stagewise record`: run the scripted experts (clean and degraded) in the simulator and write the episodes as
+//! a LeRobot v3-layout dataset (stagewise-dataset) with SARM stage annotations and per-frame ground truth.
+//!
+//! Per frame, besides the images, state and action: `progress_gt` (the oracle's phi), `stage_gt` (the oracle's
+//! stage) and `degraded` (1 when the episode was recorded with a degradation preset). Per episode: `success`,
+//! and `sparse_subtask_*` annotations (monotone: stage `k` starts the first time the oracle reaches a stage
+//! `>= k`) for every episode that reached the last stage. `meta/stagewise_record.json` lists each episode's seed,
+//! degradation preset and outcome.
+//!
+//! Rollouts run in parallel (rayon, one episode per task); episodes are written in order, so the same seeds give
+//! the same dataset for any thread count.
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+use stagewise_dataset::{
+    ColumnValues, DatasetInfo, DatasetWriter, EpisodeData, ExtraColumnSpec, ExtraDtype, FrameData,
+    FrameImage, StageAnnotation, ViewSpec,
+};
+use stagewise_sim::{rollout_with, Degradation, EpisodeRecord, SimConfig, Task};
+use std::path::PathBuf;
+
+/// Degradation presets cycled over the degraded episodes: the failure modes first (AUROC needs failures), then
+/// the ones that still succeed.
+pub const DEGRADED_PRESETS: [&str; 8] = [
+    "miss-grasp",
+    "wrong-place",
+    "freeze",
+    "off-table",
+    "noisy",
+    "pauses",
+    "regress",
+    "mixed",
+];
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct RecordArgs {
+    /// Task: pick-place, push-target or stack.
+    #[arg(long)]
+    pub task: String,
+    /// Number of episodes.
+    #[arg(long)]
+    pub episodes: usize,
+    /// Share of episodes recorded with a degradation preset (failures and imperfect successes), in [0, 1].
+    #[arg(long, default_value_t = 0.3)]
+    pub degraded: f64,
+    /// Seed of the first episode; episode i uses seed + i.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Image width of every view.
+    #[arg(long, default_value_t = 64)]
+    pub width: u32,
+    /// Image height of every view.
+    #[arg(long, default_value_t = 64)]
+    pub height: u32,
+    /// Camera-pose jitter in metres (std of the per-episode eye/target offset of fixed cameras; 0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub camera_jitter: f32,
+    /// Randomise object and table colours.
+    #[arg(long)]
+    pub random_colors: bool,
+    /// Worker threads for the rollouts (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Output dataset directory (must not exist yet, or be empty).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// The degradation preset of episode `i` of `n` when a share `fraction` is degraded (spread evenly).
+pub fn preset_for(i: usize, fraction: f64) -> &'static str {
+    let before = (i as f64 * fraction).floor() as usize;
+    let after = ((i + 1) as f64 * fraction).floor() as usize;
+    if after > before {
+        DEGRADED_PRESETS[before % DEGRADED_PRESETS.len()]
+    } else {
+        "none"
+    }
+}
+
+/// Monotone SARM annotation from the oracle's per-state stages: stage `k` starts at the first frame whose running
+/// maximum stage is `>= k`. `None` when the episode never reached the last stage.
+pub fn monotone_annotation(stages: &[usize], names: &[String]) -> Option<StageAnnotation> {
+    let k = names.len();
+    if k == 0 || stages.is_empty() {
+        return None;
+    }
+    let mut starts = vec![None; k];
+    let mut max = 0usize;
+    for (t, &s) in stages.iter().enumerate() {
+        max = max.max(s.min(k - 1));
+        for slot in starts.iter_mut().take(max + 1) {
+            if slot.is_none() {
+                *slot = Some(t as i64);
+            }
+        }
+    }
+    let starts: Vec<i64> = starts.into_iter().collect::<Option<Vec<_>>>()?;
+    let len = stages.len() as i64;
+    let ends: Vec<i64> = (0..k)
+        .map(|i| if i + 1 < k { starts[i + 1] } else { len })
+        .collect();
+    Some(StageAnnotation {
+        names: names.to_vec(),
+        start_frames: starts,
+        end_frames: ends,
+    })
+}
+
+fn to_episode(rec: &EpisodeRecord, views: usize, degraded: bool) -> anyhow::Result<EpisodeData> {
+    let frames = rec
+        .frames
+        .as_ref()
+        .context("the rollout recorded no frames")?;
+    let n = frames.len();
+    if rec.states.len() != n || rec.progress.len() != n || rec.stages.len() != n {
+        bail!(
+            "episode seed {}: {} frames, {} states, {} progress values, {} stages",
+            rec.seed,
+            n,
+            rec.states.len(),
+            rec.progress.len(),
+            rec.stages.len()
+        );
+    }
+    let action_len = rec.actions.first().map_or(4, |a| a.len());
+    let fps = 50.0f32;
+    let mut out = Vec::with_capacity(n);
+    for (t, f) in frames.iter().enumerate() {
+        if f.len() != views {
+            bail!(
+                "episode seed {} frame {t}: {} views, expected {views}",
+                rec.seed,
+                f.len()
+            );
+        }
+        out.push(FrameData {
+            views: f.iter().map(|v| FrameImage::Rgb(v.rgb.clone())).collect(),
+            state: rec.states[t].clone(),
+            // The last state has no action: the episode ended there.
+            action: rec
+                .actions
+                .get(t)
+                .cloned()
+                .unwrap_or_else(|| vec![0.0; action_len]),
+            timestamp: t as f32 / fps,
+        });
+    }
+    Ok(EpisodeData {
+        task: rec.task.name().to_string(),
+        frames: out,
+        stages: monotone_annotation(&rec.stages, &rec.stage_names),
+        success: rec.success,
+        extras: vec![
+            (
+                "progress_gt".into(),
+                ColumnValues::F32(rec.progress.clone()),
+            ),
+            (
+                "stage_gt".into(),
+                ColumnValues::I64(rec.stages.iter().map(|&s| s as i64).collect()),
+            ),
+            (
+                "degraded".into(),
+                ColumnValues::I64(vec![i64::from(degraded); n]),
+            ),
+        ],
+    })
+}
+
+pub fn run(args: RecordArgs) -> anyhow::Result<()> {
+    let task: Task = args.task.parse()?;
+    if args.episodes == 0 {
+        bail!("--episodes must be at least 1");
+    }
+    if !(0.0..=1.0).contains(&args.degraded) {
+        bail!("--degraded is {}: it must be in [0, 1]", args.degraded);
+    }
+    if args.width == 0 || args.height == 0 {
+        bail!("--width and --height must be positive");
+    }
+    if args.out.exists()
+        && std::fs::read_dir(&args.out)
+            .with_context(|| format!("reading {}", args.out.display()))?
+            .next()
+            .is_some()
+    {
+        bail!("{} exists and is not empty", args.out.display());
+    }
+    let mut cfg = SimConfig::new(task).with_resolution(args.width, args.height);
+    cfg.depth = false;
+    cfg.render_threads = 1;
+    cfg.randomization.camera_jitter = args.camera_jitter;
+    cfg.randomization.colors = args.random_colors;
+    cfg.validate()?;
+
+    let info = DatasetInfo {
+        fps: cfg.control_hz.round() as u32,
+        robot_type: Some("stagewise-sim-cartesian-gripper".into()),
+        state_names: stagewise_sim::state_spec(task).names,
+        action_names: stagewise_sim::ACTION_NAMES
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        views: cfg
+            .cameras
+            .iter()
+            .map(|c| ViewSpec {
+                name: c.name.clone(),
+                height: c.height,
+                width: c.width,
+            })
+            .collect(),
+        tasks: vec![task.name().to_string()],
+        extra_columns: vec![
+            ExtraColumnSpec {
+                name: "progress_gt".into(),
+                dtype: ExtraDtype::Float32,
+            },
+            ExtraColumnSpec {
+                name: "stage_gt".into(),
+                dtype: ExtraDtype::Int64,
+            },
+            ExtraColumnSpec {
+                name: "degraded".into(),
+                dtype: ExtraDtype::Int64,
+            },
+        ],
+        stage_names: Some(task.stage_names().iter().map(|s| s.to_string()).collect()),
+        ..Default::default()
+    };
+    let views = info.views.len();
+    let mut writer = DatasetWriter::create(&args.out, info)
+        .with_context(|| format!("creating dataset {}", args.out.display()))?;
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build()
+        .context("building the rollout thread pool")?;
+    let bar = ProgressBar::new(args.episodes as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} episodes (eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message(format!("recording {task}"));
+
+    let batch = pool.current_num_threads().max(1) * 2;
+    let mut log = Vec::with_capacity(args.episodes);
+    let (mut successes, mut degraded_count) = (0usize, 0usize);
+    for chunk_start in (0..args.episodes).step_by(batch) {
+        let ids: Vec<usize> = (chunk_start..(chunk_start + batch).min(args.episodes)).collect();
+        let recs: Vec<anyhow::Result<(usize, &'static str, EpisodeRecord)>> = pool.install(|| {
+            ids.par_iter()
+                .map(|&i| {
+                    let preset = preset_for(i, args.degraded);
+                    let deg = Degradation::preset(preset)
+                        .with_context(|| format!("unknown preset {preset}"))?;
+                    let seed = args.seed + i as u64;
+                    let rec = rollout_with(&cfg, seed, deg)
+                        .with_context(|| format!("{task} episode {i} (seed {seed}, {preset})"))?;
+                    bar.inc(1);
+                    Ok((i, preset, rec))
+                })
+                .collect()
+        });
+        for r in recs {
+            let (i, preset, rec) = r?;
+            let degraded = preset != "none";
+            let ep = to_episode(&rec, views, degraded)?;
+            writer
+                .add_episode(&ep)
+                .with_context(|| format!("writing episode {i}"))?;
+            successes += usize::from(rec.success);
+            degraded_count += usize::from(degraded);
+            log.push(serde_json::json!({
+                "episode_index": i,
+                "seed": rec.seed,
+                "degradation": preset,
+                "success": rec.success,
+                "terminated": rec.terminated,
+                "truncated": rec.truncated,
+                "frames": rec.states.len(),
+            }));
+        }
+    }
+    bar.finish();
+    let summary = writer.finish().context("finishing the dataset")?;
+    let meta = serde_json::json!({
+        "task": task.name(),
+        "seed": args.seed,
+        "degraded_fraction": args.degraded,
+        "camera_jitter": args.camera_jitter,
+        "random_colors": args.random_colors,
+        "width": args.width,
+        "height": args.height,
+        "episodes": log,
+    });
+    let meta_path = args.out.join("meta").join("stagewise_record.json");
+    std::fs::write(&meta_path, serde_json::to_string_pretty(&meta)?)
+        .with_context(|| format!("writing {}", meta_path.display()))?;
+    println!(
+        "{}: {} episodes ({} degraded, {} successful), {} frames, {} data file(s)",
+        summary.root.display(),
+        summary.episodes,
+        degraded_count,
+        successes,
+        summary.frames,
+        summary.data_files
+    );
+    if let Some(p) = summary.stage_proportions {
+        let s: Vec<String> = p.iter().map(|(n, a)| format!("{n} {a:.3}")).collect();
+        println!("stage proportions: {}", s.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_spread() {
+        let n = (0..100).filter(|&i| preset_for(i, 0.3) != "none").count();
+        assert_eq!(n, 30);
+        assert_eq!((0..10).filter(|&i| preset_for(i, 0.0) != "none").count(), 0);
+        assert_eq!(
+            (0..10).filter(|&i| preset_for(i, 1.0) != "none").count(),
+            10
+        );
+    }
+
+    #[test]
+    fn annotation_is_monotone() {
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let a = monotone_annotation(&[0, 0, 1, 0, 1, 2, 2], &names).expect("reached");
+        assert_eq!(a.start_frames, vec![0, 2, 5]);
+        assert_eq!(a.end_frames, vec![2, 5, 7]);
+        assert!(monotone_annotation(&[0, 1, 1], &names).is_none());
+        let skip = monotone_annotation(&[0, 2, 2], &names).expect("reached");
+        assert_eq!(skip.start_frames, vec![0, 1, 1]);
+    }
+}
