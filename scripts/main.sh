@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine, with defaults that need nothing else (CPU provider, no GPU, no router).
-# Extra arguments go to `stagewise score`.
+# The main job on a fresh machine, with defaults that need nothing else (CPU provider, an embedded zenoh peer, no
+# router, no GPU): the simulator (pick-place, 4 envs, 3 camera views), a reward model, potential-based shaping and
+# zenoh streaming, with a replayable episode log in out/run.swlog. Extra arguments go to `stagewise run`.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 ./scripts/setup.sh
 cargo build --release --bin stagewise
-exec ./target/release/stagewise score --model models/test/tiny3v.toml --envs 4 --steps 200 --out out/scores.csv "$@"
+exec ./target/release/stagewise run --task pick-place --envs 4 --episodes 20 "$@"

@@ -21,6 +21,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// The main job: simulated envs + reward model + shaping + policy, streamed over zenoh and logged.
+    Run(Box<cmd::run::RunArgs>),
+    /// Serve one simulated env as zenoh queryables (env/reset, env/step) for remote learners.
+    Serve(cmd::serve::ServeArgs),
+    /// Push a policy to a running actor, or make a signing key pair.
+    Policy(cmd::policy::PolicyArgs),
+    /// Put an episode log back on the stream, byte for byte.
+    Replay(cmd::replay::ReplayArgs),
     /// Score a frame sequence (recorded PNGs or generated) with a reward model and print its progress.
     Score(cmd::score::ScoreArgs),
     /// Reward-model tools: `models check <manifest>`.
@@ -42,6 +50,10 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match cli.command {
+        Command::Run(a) => cmd::run::run(*a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Policy(a) => cmd::policy::run(a),
         Command::Score(a) => cmd::score::run(a),
         Command::Models(a) => cmd::models::run(a),
         Command::Bench(a) => cmd::bench::run(a),

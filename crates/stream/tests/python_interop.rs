@@ -1,6 +1,6 @@
 //! Python reads what Rust writes, and Rust reads what Python writes, following docs/wire.md. Runs
-//! `tests/python/check_wire.py` with `$STAGEWISE_PYTHON` (default `python3`); skipped, with a note, when that
-//! Python lacks `msgpack` or `numpy`.
+//! `tests/python/check_wire.py` with `$STAGEWISE_PYTHON` (default: the project's `.venv`, which
+//! scripts/setup.sh fills with msgpack and numpy); fails when that Python lacks them.
 
 mod common;
 
@@ -12,7 +12,10 @@ use stagewise_stream::{
 use std::process::Command;
 
 fn python() -> String {
-    std::env::var("STAGEWISE_PYTHON").unwrap_or_else(|_| "python3".into())
+    std::env::var("STAGEWISE_PYTHON").unwrap_or_else(|_| {
+        let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+        venv.display().to_string()
+    })
 }
 
 #[test]
@@ -23,10 +26,10 @@ fn python_decodes_rust_and_rust_decodes_python() {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false);
-    if !has_deps {
-        eprintln!("skipped: `{py}` cannot import msgpack and numpy (set STAGEWISE_PYTHON)");
-        return;
-    }
+    assert!(
+        has_deps,
+        "`{py}` cannot import msgpack and numpy: run scripts/setup.sh (or set STAGEWISE_PYTHON)"
+    );
     let dir = std::env::temp_dir().join(format!("stagewise-wire-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let write = |name: &str, bytes: Vec<u8>| std::fs::write(dir.join(name), bytes).expect("write");

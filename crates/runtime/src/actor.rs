@@ -1,0 +1,488 @@
+//! The actor loop: step N environments with a policy, read progress from a reward model (or the simulator's
+//! oracle), shape the reward, publish transitions/progress/episodes and log them.
+
+use crate::clock::{Clock, ClockStats, Ticker};
+use crate::log::EpisodeLog;
+use crate::policy::{Policy, PolicyError, PolicyGate};
+use crate::RuntimeError;
+use rayon::prelude::*;
+use stagewise_core::{Env, Observation, Progress, ShapingConfig, StepResult, VecShaper};
+use stagewise_model::{OrtRuntime, RewardModel};
+use stagewise_stream::wire::{
+    encode, kind, now_ns, EpisodeMsg, ProgressMsg, Schema, TransitionMsg,
+};
+use stagewise_stream::{Counters, Keys, ObservationMsg, PolicyMsg, RobotPublisher};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+
+/// Where the shaping potential comes from.
+pub enum ProgressSource {
+    /// A stage-aware ONNX reward model on the observations.
+    Model(Box<RewardModel>),
+    /// The environment's ground-truth progress (`info.progress_oracle`): the simulator's upper bound.
+    Oracle,
+}
+
+#[derive(Debug, Clone)]
+pub struct ActorConfig {
+    pub robot: String,
+    /// Seed of the first episode of env 0; every reset takes the next seed, in env order.
+    pub base_seed: u64,
+    pub shaping: ShapingConfig,
+    pub clock: Clock,
+    /// Stop after this many finished episodes (all envs together).
+    pub max_episodes: Option<u64>,
+    /// Stop after this many env-steps (all envs together).
+    pub max_steps: Option<u64>,
+    /// Put the next observation's frames and state on every transition (off: state only).
+    pub stream_images: bool,
+}
+
+/// One finished episode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeSummary {
+    pub env: usize,
+    pub episode: u64,
+    pub seed: u64,
+    pub episode_return: f64,
+    pub task_return: f64,
+    pub length: u64,
+    pub success: bool,
+    pub terminated: bool,
+    pub truncated: bool,
+    pub final_phi: f64,
+    pub policy: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunStats {
+    pub env_steps: u64,
+    pub episodes: u64,
+    pub successes: u64,
+    pub policy_swaps: u64,
+    pub policy_rejections: u64,
+    pub clock: ClockStats,
+    pub stream: Option<Counters>,
+    pub log_records: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct EpisodeAcc {
+    episode: u64,
+    seed: u64,
+    ret: f64,
+    task_ret: f64,
+    length: u64,
+    success: bool,
+}
+
+/// Policies in use: each env runs the policy it started its episode with; a new policy takes over env by env
+/// at episode boundaries.
+struct Policies {
+    slots: Vec<Option<Box<dyn Policy>>>,
+    of_env: Vec<usize>,
+    latest: usize,
+}
+
+impl Policies {
+    fn new(policy: Box<dyn Policy>, n: usize) -> Self {
+        Self {
+            slots: vec![Some(policy)],
+            of_env: vec![0; n],
+            latest: 0,
+        }
+    }
+
+    fn install(&mut self, policy: Box<dyn Policy>) {
+        self.slots.push(Some(policy));
+        self.latest = self.slots.len() - 1;
+    }
+
+    /// Env `env` starts an episode: it moves to the latest policy; policies nobody runs are dropped.
+    fn start_episode(&mut self, env: usize, seed: u64) {
+        self.of_env[env] = self.latest;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if i != self.latest && !self.of_env.contains(&i) {
+                *slot = None;
+            }
+        }
+        if let Some(p) = self.slots[self.latest].as_mut() {
+            p.reset(env, seed);
+        }
+    }
+
+    fn name_of(&self, env: usize) -> String {
+        self.slots[self.of_env[env]]
+            .as_ref()
+            .map_or_else(|| "?".into(), |p| p.name())
+    }
+
+    fn act(&mut self, obs: &[Observation]) -> Result<Vec<Vec<f32>>, RuntimeError> {
+        let mut actions = vec![Vec::new(); obs.len()];
+        for (idx, slot) in self.slots.iter_mut().enumerate() {
+            let Some(policy) = slot.as_mut() else {
+                continue;
+            };
+            let envs: Vec<usize> = (0..obs.len()).filter(|&e| self.of_env[e] == idx).collect();
+            if envs.is_empty() {
+                continue;
+            }
+            let refs: Vec<&Observation> = envs.iter().map(|&e| &obs[e]).collect();
+            let out = policy.act(&envs, &refs).map_err(|e| RuntimeError::Policy {
+                policy: policy.name(),
+                reason: e.to_string(),
+            })?;
+            if out.len() != envs.len() {
+                return Err(RuntimeError::Policy {
+                    policy: policy.name(),
+                    reason: format!("returned {} actions for {} envs", out.len(), envs.len()),
+                });
+            }
+            for (e, a) in envs.into_iter().zip(out) {
+                actions[e] = a;
+            }
+        }
+        Ok(actions)
+    }
+}
+
+/// Policy updates from learners: decoded messages (or decode errors) arrive on `inbox`; the gate checks them.
+pub struct PolicyUpdates {
+    pub inbox: Receiver<Result<PolicyMsg, String>>,
+    pub gate: PolicyGate,
+    pub runtime: &'static OrtRuntime,
+}
+
+pub struct Actor {
+    envs: Vec<Box<dyn Env>>,
+    progress: ProgressSource,
+    shaper: VecShaper,
+    policies: Policies,
+    updates: Option<PolicyUpdates>,
+    publisher: Option<RobotPublisher>,
+    log: Option<EpisodeLog>,
+    keys: Keys,
+    config: ActorConfig,
+    obs: Vec<Observation>,
+    acc: Vec<EpisodeAcc>,
+    next_seed: u64,
+    stats: RunStats,
+}
+
+impl Actor {
+    pub fn new(
+        envs: Vec<Box<dyn Env>>,
+        progress: ProgressSource,
+        policy: Box<dyn Policy>,
+        config: ActorConfig,
+    ) -> Result<Self, RuntimeError> {
+        if envs.is_empty() {
+            return Err(RuntimeError::Config(
+                "the actor needs at least one environment".into(),
+            ));
+        }
+        let keys =
+            Keys::new(config.robot.clone()).map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let n = envs.len();
+        Ok(Self {
+            shaper: VecShaper::new(n, config.shaping)?,
+            policies: Policies::new(policy, n),
+            envs,
+            progress,
+            updates: None,
+            publisher: None,
+            log: None,
+            keys,
+            next_seed: config.base_seed,
+            config,
+            obs: Vec::new(),
+            acc: vec![EpisodeAcc::default(); n],
+            stats: RunStats::default(),
+        })
+    }
+
+    pub fn with_publisher(mut self, publisher: RobotPublisher) -> Self {
+        self.publisher = Some(publisher);
+        self
+    }
+
+    pub fn with_log(mut self, log: EpisodeLog) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    pub fn with_policy_updates(mut self, updates: PolicyUpdates) -> Self {
+        self.updates = Some(updates);
+        self
+    }
+
+    pub fn stats(&self) -> &RunStats {
+        &self.stats
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Runs until `stop` is set or a configured limit is reached, calling `on_episode` for every finished
+    /// episode. On stop, the log is flushed and the publisher drained, so no record is cut in half.
+    pub fn run(
+        &mut self,
+        stop: &AtomicBool,
+        mut on_episode: impl FnMut(&EpisodeSummary, &RunStats),
+    ) -> Result<RunStats, RuntimeError> {
+        let n = self.envs.len();
+        let mut ticker = Ticker::new(self.config.clock);
+        let all: Vec<usize> = (0..n).collect();
+        self.obs = self.reset_envs(&all)?;
+        loop {
+            if stop.load(Ordering::Relaxed) || self.limit_reached() {
+                break;
+            }
+            ticker.tick();
+            self.poll_policy_updates();
+            let actions = self.policies.act(&self.obs)?;
+            let results: Vec<Result<StepResult, _>> = self
+                .envs
+                .par_iter_mut()
+                .zip(actions.par_iter())
+                .map(|(env, a)| env.step(a))
+                .collect();
+            let mut steps = Vec::with_capacity(n);
+            for (env, r) in results.into_iter().enumerate() {
+                steps.push(r.map_err(|source| RuntimeError::Env { env, source })?);
+            }
+            let progress = self.read_progress(
+                &all,
+                &steps.iter().map(|s| &s.obs).collect::<Vec<_>>(),
+                Some(&steps),
+            )?;
+            let mut done = Vec::new();
+            for (env, (step, p)) in steps.iter().zip(&progress).enumerate() {
+                let shaped = self.shaper.step(
+                    env,
+                    p.phi as f64,
+                    step.reward,
+                    step.terminated,
+                    step.truncated,
+                )?;
+                let mut t = shaped.to_transition(actions[env].clone(), Some(p.stage as u32));
+                t.success = shaped.success || step.info.success;
+                let mut msg = TransitionMsg::from_transition(self.keys.robot(), &t);
+                if self.config.stream_images {
+                    msg = msg.with_next_obs(ObservationMsg::from_observation(&step.obs));
+                }
+                self.emit(Emitted::Transition(msg))?;
+                let pmsg = ProgressMsg::new(
+                    self.keys.robot(),
+                    env as u32,
+                    shaped.episode,
+                    shaped.step + 1,
+                    p,
+                );
+                self.emit(Emitted::Progress(pmsg))?;
+                let acc = &mut self.acc[env];
+                acc.ret += t.reward;
+                acc.task_ret += t.task_reward;
+                acc.length += 1;
+                acc.success |= t.success;
+                self.stats.env_steps += 1;
+                if shaped.done() {
+                    let summary = EpisodeSummary {
+                        env,
+                        episode: acc.episode,
+                        seed: acc.seed,
+                        episode_return: acc.ret,
+                        task_return: acc.task_ret,
+                        length: acc.length,
+                        success: acc.success,
+                        terminated: shaped.terminated,
+                        truncated: shaped.truncated,
+                        final_phi: shaped.phi_next_observed,
+                        policy: self.policies.name_of(env),
+                    };
+                    let emsg = EpisodeMsg {
+                        schema: Schema,
+                        kind: kind::Episode,
+                        robot: self.keys.robot().to_string(),
+                        env: env as u32,
+                        episode: summary.episode,
+                        episode_return: summary.episode_return,
+                        task_return: summary.task_return,
+                        length: summary.length,
+                        success: summary.success,
+                        terminated: summary.terminated,
+                        truncated: summary.truncated,
+                        final_phi: summary.final_phi,
+                        stamp_ns: now_ns(),
+                    };
+                    self.emit(Emitted::Episode(emsg))?;
+                    self.stats.episodes += 1;
+                    self.stats.successes += summary.success as u64;
+                    if let Some(log) = self.log.as_mut() {
+                        log.flush()?;
+                    }
+                    self.refresh_stats(&ticker);
+                    on_episode(&summary, &self.stats);
+                    done.push(env);
+                }
+            }
+            for (env, step) in steps.into_iter().enumerate() {
+                self.obs[env] = step.obs;
+            }
+            if !done.is_empty() {
+                let fresh = self.reset_envs(&done)?;
+                for (env, o) in done.into_iter().zip(fresh) {
+                    self.obs[env] = o;
+                }
+            }
+        }
+        if let Some(log) = self.log.as_mut() {
+            log.flush()?;
+        }
+        if let Some(p) = self.publisher.as_ref() {
+            p.flush(std::time::Duration::from_secs(5));
+        }
+        self.refresh_stats(&ticker);
+        Ok(self.stats.clone())
+    }
+
+    fn limit_reached(&self) -> bool {
+        self.config
+            .max_episodes
+            .is_some_and(|m| self.stats.episodes >= m)
+            || self
+                .config
+                .max_steps
+                .is_some_and(|m| self.stats.env_steps >= m)
+    }
+
+    fn refresh_stats(&mut self, ticker: &Ticker) {
+        self.stats.clock = ticker.stats();
+        self.stats.stream = self.publisher.as_ref().map(RobotPublisher::counters);
+        self.stats.log_records = self.log.as_ref().map_or(0, EpisodeLog::records);
+    }
+
+    /// Resets `envs` (each with the next seed), starts their episodes in the policies and the shaper.
+    fn reset_envs(&mut self, envs: &[usize]) -> Result<Vec<Observation>, RuntimeError> {
+        let mut obs = Vec::with_capacity(envs.len());
+        for &env in envs {
+            let seed = self.next_seed;
+            self.next_seed += 1;
+            let o = self.envs[env]
+                .reset(seed)
+                .map_err(|source| RuntimeError::Env { env, source })?;
+            self.policies.start_episode(env, seed);
+            obs.push((env, seed, o));
+        }
+        let refs: Vec<&Observation> = obs.iter().map(|(_, _, o)| o).collect();
+        let progress = self.read_progress(envs, &refs, None)?;
+        for ((env, seed, _), p) in obs.iter().zip(&progress) {
+            let episode = self.shaper.reset(*env, p.phi as f64)?;
+            self.acc[*env] = EpisodeAcc {
+                episode,
+                seed: *seed,
+                ..Default::default()
+            };
+        }
+        Ok(obs.into_iter().map(|(_, _, o)| o).collect())
+    }
+
+    /// Progress for `obs[i]` of env `envs[i]`; `steps` carries the oracle when the observations came from a step.
+    fn read_progress(
+        &mut self,
+        envs: &[usize],
+        obs: &[&Observation],
+        steps: Option<&[StepResult]>,
+    ) -> Result<Vec<Progress>, RuntimeError> {
+        match &mut self.progress {
+            ProgressSource::Model(m) => Ok(m.score_envs(envs, obs)?),
+            ProgressSource::Oracle => envs
+                .iter()
+                .enumerate()
+                .map(|(i, &env)| {
+                    // At reset no step has happened: progress is 0 by definition of the oracle.
+                    let (phi, stage) = match steps {
+                        None => (Some(0.0), Some(0)),
+                        Some(s) => (s[i].info.progress_oracle, s[i].info.stage),
+                    };
+                    let phi = phi.ok_or_else(|| {
+                        RuntimeError::Config(format!(
+                            "env {env} reports no oracle progress: use a reward model"
+                        ))
+                    })?;
+                    Ok(Progress {
+                        stage: stage.unwrap_or(0),
+                        stage_probs: Vec::new(),
+                        tau: 0.0,
+                        phi,
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    fn poll_policy_updates(&mut self) {
+        let Some(up) = self.updates.as_mut() else {
+            return;
+        };
+        while let Ok(msg) = up.inbox.try_recv() {
+            let result = match msg {
+                Ok(m) => up.gate.admit(&m, up.runtime),
+                Err(reason) => Err(PolicyError::Act(format!(
+                    "malformed policy message: {reason}"
+                ))),
+            };
+            match result {
+                Ok(policy) => {
+                    tracing::info!(policy = %policy.name(), "policy accepted; envs switch at their next episode");
+                    self.policies.install(Box::new(policy));
+                    self.stats.policy_swaps += 1;
+                }
+                Err(e) => {
+                    tracing::warn!(reason = %e, "policy rejected; the running policy keeps going");
+                    self.stats.policy_rejections += 1;
+                }
+            }
+        }
+    }
+
+    /// Logs (as the exact wire bytes) and publishes one message.
+    fn emit(&mut self, msg: Emitted) -> Result<(), RuntimeError> {
+        if let Some(log) = self.log.as_mut() {
+            let (key, bytes) = match &msg {
+                Emitted::Transition(m) => (self.keys.transition(), encode(m)),
+                Emitted::Progress(m) => (self.keys.progress(), encode(m)),
+                Emitted::Episode(m) => (self.keys.episode(), encode(m)),
+            };
+            let bytes = bytes
+                .map_err(|e| RuntimeError::Config(format!("encoding a message for {key}: {e}")))?;
+            log.append(&key, &bytes)?;
+        }
+        if let Some(p) = self.publisher.as_ref() {
+            // Transitions and episodes go through the bounded queue (drops are counted by the publisher);
+            // progress is best-effort and dropped under congestion.
+            match msg {
+                Emitted::Transition(m) => {
+                    p.publish_transition(m);
+                }
+                Emitted::Episode(m) => {
+                    p.publish_episode(m);
+                }
+                Emitted::Progress(m) => {
+                    if let Err(e) = p.publish_progress(&m) {
+                        tracing::debug!(error = %e, "progress message not sent");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The messages the actor emits, so one function logs and publishes them all.
+enum Emitted {
+    Transition(TransitionMsg),
+    Progress(ProgressMsg),
+    Episode(EpisodeMsg),
+}

@@ -1,0 +1,262 @@
+//! `stagewise run`: the main job. Steps N simulated envs with a policy, reads progress from a reward model,
+//! shapes the reward, streams transitions/progress/episodes over zenoh, writes a replayable episode log, and
+//! takes new policies from learners between episodes.
+
+use super::ort_args::OrtArgs;
+use super::sim_args::{ExpertPolicy, SharedSim, SimArgs};
+use super::zenoh_args::ZenohArgs;
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use stagewise_core::{Env, RewardMode, ShapingConfig, SuccessDetection};
+use stagewise_model::PolicyModel;
+use stagewise_runtime::actor::PolicyUpdates;
+use stagewise_runtime::{
+    Actor, ActorConfig, Clock, EpisodeLog, OnnxPolicy, Policy, PolicyGate, ProgressSource,
+    RandomPolicy,
+};
+use stagewise_sim::SimEnv;
+use stagewise_stream::{Node, PublisherOptions};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub sim: SimArgs,
+    /// Reward model manifest, or `oracle` for the simulator's ground-truth progress (the upper bound).
+    #[arg(long, default_value = "models/test/tiny3v.toml")]
+    pub model: String,
+    /// Policy: `expert` (scripted), `random`, or an ONNX policy file (state in, action out).
+    #[arg(long, default_value = "expert")]
+    pub policy: String,
+    /// Environments stepped together.
+    #[arg(long, default_value_t = 4)]
+    pub envs: usize,
+    /// Stop after this many episodes (0 = run until Ctrl-C).
+    #[arg(long, default_value_t = 20)]
+    pub episodes: u64,
+    /// Control rate in Hz; 0 = as fast as possible (simulation). A robot runs at a fixed rate; missed deadlines
+    /// are counted.
+    #[arg(long, default_value_t = 0.0)]
+    pub hz: f64,
+    /// Seed of the first episode; each reset takes the next one.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Discount: must equal the learner's (potential-based shaping is policy-invariant only then).
+    #[arg(long, default_value_t = 0.99)]
+    pub gamma: f64,
+    /// Shaping scale c in r = r_task + c (gamma phi' - phi).
+    #[arg(long, default_value_t = 1.0)]
+    pub shaping_scale: f64,
+    /// Reward mode: potential (policy-invariant), naive (phi' - phi: rewards stalling), rank:W (windowed
+    /// Spearman). See docs/shaping.md.
+    #[arg(long, default_value = "potential", value_parser = parse_mode)]
+    pub reward: RewardMode,
+    /// Success detection: terminate with r_task = 1 once phi >= 1 - delta for --success-steps steps.
+    #[arg(long)]
+    pub success_delta: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    pub success_steps: usize,
+    /// Episode log (every published message, replayable with `stagewise replay`).
+    #[arg(long, default_value = "out/run.swlog")]
+    pub log_file: PathBuf,
+    /// Put each next observation's frames and state on the transitions (default: state only).
+    #[arg(long)]
+    pub stream_images: bool,
+    /// Do not open a zenoh session (score and log only).
+    #[arg(long)]
+    pub no_stream: bool,
+    /// Seconds to wait for a transition subscriber before the first step (0 = start at once; messages put before
+    /// a subscriber is matched are lost).
+    #[arg(long, default_value_t = 0.0)]
+    pub wait_subscribers: f64,
+    /// Hex ed25519 public key: learner policies must be signed with its private key.
+    #[arg(long, value_name = "HEX")]
+    pub policy_key: Option<String>,
+    #[command(flatten)]
+    pub zenoh: ZenohArgs,
+    #[command(flatten)]
+    pub ort: OrtArgs,
+}
+
+fn parse_mode(s: &str) -> Result<RewardMode, String> {
+    match s {
+        "potential" => Ok(RewardMode::Potential),
+        "naive" => Ok(RewardMode::NaiveDelta),
+        _ => match s.strip_prefix("rank:").map(str::parse) {
+            Some(Ok(window)) => Ok(RewardMode::WindowedRank { window }),
+            _ => Err(format!(
+                "unknown reward mode {s:?}: potential, naive or rank:W"
+            )),
+        },
+    }
+}
+
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    if a.envs == 0 {
+        bail!("--envs must be >= 1");
+    }
+    let cfg = a.sim.config();
+    let sims: Vec<SharedSim> = (0..a.envs)
+        .map(|_| SimEnv::new(cfg.clone()).map(SharedSim::new))
+        .collect::<Result<_, _>>()
+        .context("building the simulator")?;
+    let spec = sims[0].spec().clone();
+
+    let progress = if a.model == "oracle" {
+        ProgressSource::Oracle
+    } else {
+        ProgressSource::Model(Box::new(
+            a.ort.load_reward_model(std::path::Path::new(&a.model))?,
+        ))
+    };
+    let policy: Box<dyn Policy> = match a.policy.as_str() {
+        "expert" => Box::new(ExpertPolicy::new(a.sim.task, &sims)),
+        "random" => Box::new(RandomPolicy::new(&spec.action, a.seed)),
+        path => {
+            let (rt, opts) = (a.ort.runtime()?, a.ort.session_options());
+            let (s, n) = (spec.state.len(), spec.action.len());
+            let m = if path.ends_with(".toml") {
+                PolicyModel::load(std::path::Path::new(path), s, n, rt, &opts)
+            } else {
+                let bytes =
+                    std::fs::read(path).with_context(|| format!("reading policy {path}"))?;
+                PolicyModel::from_bytes(&bytes, path, s, n, rt, &opts)
+            }
+            .with_context(|| format!("loading policy {path}"))?;
+            Box::new(OnnxPolicy::new(m, path, 0))
+        }
+    };
+    let mut shaping = ShapingConfig::new(a.gamma, a.shaping_scale)?.with_mode(a.reward);
+    if let Some(delta) = a.success_delta {
+        shaping = shaping.with_success(SuccessDetection {
+            delta,
+            consecutive: a.success_steps,
+        });
+    }
+    shaping.validate()?;
+    let config = ActorConfig {
+        robot: a.zenoh.robot.clone(),
+        base_seed: a.seed,
+        shaping,
+        clock: Clock::from_hz(a.hz),
+        max_episodes: (a.episodes > 0).then_some(a.episodes),
+        max_steps: None,
+        stream_images: a.stream_images,
+    };
+    let envs: Vec<Box<dyn Env>> = sims
+        .into_iter()
+        .map(|s| Box::new(s) as Box<dyn Env>)
+        .collect();
+    let mut actor =
+        Actor::new(envs, progress, policy, config)?.with_log(EpisodeLog::create(&a.log_file)?);
+
+    // Keep the zenoh session and subscription alive for the whole run.
+    let mut _subscription = None;
+    let node = if a.no_stream {
+        None
+    } else {
+        Some(Node::open(&a.zenoh.config()).context("opening the zenoh session")?)
+    };
+    if let Some(node) = &node {
+        let keys = actor.keys().clone();
+        let publisher = node.publisher(&keys, PublisherOptions::default())?;
+        if a.wait_subscribers > 0.0
+            && !publisher.wait_for_subscribers(Duration::from_secs_f64(a.wait_subscribers))
+        {
+            tracing::warn!(
+                "no subscriber on {} after {} s; starting anyway",
+                keys.transition(),
+                a.wait_subscribers
+            );
+        }
+        actor = actor.with_publisher(publisher);
+        let (tx, rx) = std::sync::mpsc::channel();
+        _subscription = Some(node.subscribe_policy(&keys, move |m| {
+            let _ = tx.send(m.map_err(|e| e.to_string()));
+        })?);
+        let key = a
+            .policy_key
+            .as_deref()
+            .map(PolicyGate::parse_key)
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
+        let gate = PolicyGate::new(
+            key,
+            spec.state.len(),
+            spec.action.len(),
+            a.ort.session_options(),
+        );
+        actor = actor.with_policy_updates(PolicyUpdates {
+            inbox: rx,
+            gate,
+            runtime: a.ort.runtime()?,
+        });
+        tracing::info!(robot = %keys.robot(), zid = %node.zid(), "streaming on stagewise/{}/*", keys.robot());
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
+            .context("installing the Ctrl-C handler")?;
+    }
+    let bar = if a.episodes > 0 {
+        ProgressBar::new(a.episodes)
+    } else {
+        ProgressBar::new_spinner()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {bar:30} {pos}/{len} episodes {elapsed_precise} {msg}",
+        )?
+        .progress_chars("=> "),
+    );
+    let mut returns = Vec::new();
+    let stats = actor.run(&stop, |ep, stats| {
+        returns.push(ep.episode_return);
+        let recent = &returns[returns.len().saturating_sub(20)..];
+        let mean = recent.iter().sum::<f64>() / recent.len() as f64;
+        bar.set_message(format!(
+            "return {mean:+.3} (last 20)  success {:.0}%  steps {}  policy {}",
+            100.0 * stats.successes as f64 / stats.episodes.max(1) as f64,
+            stats.env_steps,
+            ep.policy
+        ));
+        bar.set_position(stats.episodes);
+    })?;
+    bar.finish();
+    let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
+    println!(
+        "{} episodes, {} env-steps, success rate {:.1}%, mean return {mean:+.4}",
+        stats.episodes,
+        stats.env_steps,
+        100.0 * stats.successes as f64 / stats.episodes.max(1) as f64
+    );
+    if let Clock::Fixed { hz } = Clock::from_hz(a.hz) {
+        println!(
+            "clock {hz} Hz: {} deadline misses, worst step {:?}",
+            stats.clock.deadline_misses, stats.clock.worst_step
+        );
+    }
+    if let Some(c) = stats.stream {
+        println!(
+            "stream: {} transitions sent, {} dropped, {} progress sent, {} episodes sent; policies: {} accepted, {} rejected",
+            c.transitions_sent, c.transitions_dropped, c.progress_sent, c.episodes_sent, stats.policy_swaps, stats.policy_rejections
+        );
+    }
+    println!(
+        "episode log: {} ({} records; replay with `stagewise replay {}`)",
+        a.log_file.display(),
+        stats.log_records,
+        a.log_file.display()
+    );
+    if let Some(node) = node {
+        drop(actor);
+        std::thread::sleep(Duration::from_millis(100));
+        node.close().ok();
+    }
+    Ok(())
+}

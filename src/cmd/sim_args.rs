@@ -1,0 +1,122 @@
+//! Simulator flags shared by run and serve, and the scripted expert as a runtime policy.
+
+use stagewise_core::{Env, EnvError, EnvSpec, Observation, StepResult};
+use stagewise_runtime::{Policy, PolicyError};
+use stagewise_sim::{Degradation, Expert, Randomization, SimConfig, SimEnv, Task};
+use std::sync::{Arc, Mutex};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SimArgs {
+    /// Task: pick-place, push-target or stack.
+    #[arg(long, default_value = "pick-place", value_parser = parse_task)]
+    pub task: Task,
+    /// Camera resolution (every view).
+    #[arg(long, default_value_t = 96)]
+    pub width: u32,
+    #[arg(long, default_value_t = 96)]
+    pub height: u32,
+    /// Steps after which an episode is truncated (default: the task's).
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Camera-pose jitter in metres (domain randomisation; 0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub camera_jitter: f32,
+    /// Randomise object and table colours.
+    #[arg(long)]
+    pub random_colors: bool,
+}
+
+fn parse_task(s: &str) -> Result<Task, String> {
+    s.parse()
+        .map_err(|e: stagewise_sim::UnknownTask| e.to_string())
+}
+
+impl SimArgs {
+    pub fn config(&self) -> SimConfig {
+        let mut cfg = SimConfig::new(self.task).with_resolution(self.width, self.height);
+        if let Some(m) = self.max_steps {
+            cfg.max_steps = m;
+        }
+        cfg.render_threads = 1;
+        cfg.randomization = Randomization {
+            camera_jitter: self.camera_jitter,
+            colors: self.random_colors,
+        };
+        cfg
+    }
+}
+
+/// A simulator env shared with the scripted expert, which reads the world (not just the observation).
+#[derive(Clone)]
+pub struct SharedSim(pub Arc<Mutex<SimEnv>>, EnvSpec);
+
+impl SharedSim {
+    pub fn new(env: SimEnv) -> Self {
+        let spec = env.spec().clone();
+        Self(Arc::new(Mutex::new(env)), spec)
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, SimEnv>, EnvError> {
+        self.0
+            .lock()
+            .map_err(|_| EnvError::Backend("simulator lock poisoned".into()))
+    }
+}
+
+impl Env for SharedSim {
+    fn spec(&self) -> &EnvSpec {
+        &self.1
+    }
+    fn reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
+        self.lock()?.reset(seed)
+    }
+    fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError> {
+        self.lock()?.step(action)
+    }
+}
+
+/// The task's scripted expert driving each env.
+pub struct ExpertPolicy {
+    envs: Vec<SharedSim>,
+    experts: Vec<Expert>,
+}
+
+impl ExpertPolicy {
+    pub fn new(task: Task, envs: &[SharedSim]) -> Self {
+        Self {
+            envs: envs.to_vec(),
+            experts: envs
+                .iter()
+                .map(|_| Expert::new(task, Degradation::none()))
+                .collect(),
+        }
+    }
+}
+
+impl Policy for ExpertPolicy {
+    fn name(&self) -> String {
+        "expert".into()
+    }
+
+    fn act(&mut self, envs: &[usize], _obs: &[&Observation]) -> Result<Vec<Vec<f32>>, PolicyError> {
+        envs.iter()
+            .map(|&e| {
+                let sim = self
+                    .envs
+                    .get(e)
+                    .ok_or_else(|| PolicyError::Act(format!("no simulator for env {e}")))?;
+                let env = sim
+                    .0
+                    .lock()
+                    .map_err(|_| PolicyError::Act("simulator lock poisoned".into()))?;
+                Ok(self.experts[e].act_env(&env).to_vec())
+            })
+            .collect()
+    }
+
+    fn reset(&mut self, env: usize, seed: u64) {
+        if let Some(x) = self.experts.get_mut(env) {
+            *x = Expert::with_seed(x.task(), Degradation::none(), seed);
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! The main job across real processes: `stagewise run` publishes over zenoh; this test process (a separate
+//! zenoh peer) subscribes, pushes policies, and replays the episode log. Loopback only, multicast off.
+
+use stagewise_runtime::LogReader;
+use stagewise_stream::wire::decode;
+use stagewise_stream::{EpisodeMsg, Keys, Mode, Node, PolicyMsg, StreamConfig, TransitionMsg};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use zenoh::Wait;
+
+fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_stagewise")
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A peer in this process that connects to the actor's listening endpoint.
+fn node(port: u16) -> Node {
+    Node::open(&StreamConfig {
+        mode: Some(Mode::Peer),
+        connect: vec![format!("tcp/127.0.0.1:{port}")],
+        listen: vec![],
+        config_file: None,
+        multicast_scouting: Some(false),
+    })
+    .expect("zenoh session")
+}
+
+/// `stagewise run` on the simulator with oracle progress (no ONNX needed), small frames, fast episodes.
+fn spawn_run(robot: &str, port: u16, log: &Path, extra: &[&str]) -> Child {
+    let mut cmd = Command::new(exe());
+    cmd.current_dir(root())
+        .args([
+            "--log", "info", "run", "--model", "oracle", "--width", "32", "--height", "32",
+        ])
+        .args([
+            "--robot",
+            robot,
+            "--listen",
+            &format!("tcp/127.0.0.1:{port}"),
+            "--no-multicast",
+        ])
+        .arg("--log-file")
+        .arg(log)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.spawn().expect("spawn stagewise run")
+}
+
+fn finish(child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    let mut child = child;
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "stagewise run did not finish in {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Raw payloads received on `key`, in arrival order.
+fn collect_raw(
+    node: &Node,
+    key: &str,
+) -> (Arc<Mutex<Vec<Vec<u8>>>>, zenoh::pubsub::Subscriber<()>) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let sink = got.clone();
+    let sub = node
+        .session()
+        .declare_subscriber(key.to_string())
+        .callback(move |s| sink.lock().unwrap().push(s.payload().to_bytes().to_vec()))
+        .wait()
+        .expect("subscriber");
+    (got, sub)
+}
+
+fn log_payloads(log: &Path, key: &str) -> Vec<Vec<u8>> {
+    let mut r = LogReader::open(log).expect("episode log");
+    let mut out = Vec::new();
+    while let Some(rec) = r.next_record().expect("record") {
+        if rec.key == key {
+            out.push(rec.payload);
+        }
+    }
+    out
+}
+
+fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+#[test]
+fn transitions_reach_another_process_and_replay_is_bit_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.swlog");
+    let port = free_port();
+    let robot = "e2e-stream";
+    let keys = Keys::new(robot).unwrap();
+    let child = spawn_run(
+        robot,
+        port,
+        &log,
+        &[
+            "--envs",
+            "2",
+            "--episodes",
+            "4",
+            "--max-steps",
+            "25",
+            "--wait-subscribers",
+            "30",
+            "--gamma",
+            "0.97",
+        ],
+    );
+    let n = node(port);
+    let (live, sub) = collect_raw(&n, &keys.transition());
+    let (episodes, esub) = collect_raw(&n, &keys.episode());
+    let out = finish(child, Duration::from_secs(240));
+    assert!(out.status.success(), "{}", text(&out));
+    let logged = log_payloads(&log, &keys.transition());
+    assert!(!logged.is_empty());
+    assert!(wait_until(Duration::from_secs(10), || live
+        .lock()
+        .unwrap()
+        .len()
+        >= logged.len()));
+    let live_bytes = live.lock().unwrap().clone();
+    // What went on the wire is exactly what was logged.
+    assert_eq!(live_bytes, logged, "live stream and log differ");
+    // Fields: decode every transition and check them against the run's configuration.
+    let msgs: Vec<TransitionMsg> = live_bytes
+        .iter()
+        .map(|b| decode(b).expect("decode"))
+        .collect();
+    for m in &msgs {
+        assert_eq!(m.robot, robot);
+        assert!(m.env < 2);
+        assert_eq!(m.action.len(), 4);
+        assert_eq!(m.gamma, 0.97);
+        assert!(m.reward.is_finite() && (0.0..=1.0).contains(&m.phi));
+        if m.terminated {
+            assert_eq!(m.phi_next, 0.0, "terminated transitions use Phi(s') = 0");
+        }
+    }
+    let ends = msgs.iter().filter(|m| m.terminated || m.truncated).count();
+    assert!(wait_until(Duration::from_secs(5), || episodes
+        .lock()
+        .unwrap()
+        .len()
+        >= 4));
+    let eps: Vec<EpisodeMsg> = episodes
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| decode(b).unwrap())
+        .collect();
+    assert_eq!(ends, eps.len());
+    assert_eq!(eps.iter().map(|e| e.length).sum::<u64>(), msgs.len() as u64);
+    drop((sub, esub));
+
+    // Replay the log onto the stream: the same bytes arrive again. The actor (and its listening endpoint) is
+    // gone, so this process listens and `replay` connects to it.
+    let port3 = free_port();
+    let n3 = node_listen(port3);
+    let (replayed, _rsub) = collect_raw(&n3, &keys.transition());
+    let out = Command::new(exe())
+        .current_dir(root())
+        .args([
+            "replay",
+            "--robot",
+            robot,
+            "--no-multicast",
+            "--connect",
+            &format!("tcp/127.0.0.1:{port3}"),
+        ])
+        .arg(&log)
+        .output()
+        .expect("replay");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(wait_until(Duration::from_secs(10), || replayed
+        .lock()
+        .unwrap()
+        .len()
+        >= logged.len()));
+    assert_eq!(
+        *replayed.lock().unwrap(),
+        logged,
+        "replayed stream differs from the log"
+    );
+}
+
+/// A peer in this process that listens (for a process that connects to it).
+fn node_listen(port: u16) -> Node {
+    Node::open(&StreamConfig {
+        mode: Some(Mode::Peer),
+        connect: vec![],
+        listen: vec![format!("tcp/127.0.0.1:{port}")],
+        config_file: None,
+        multicast_scouting: Some(false),
+    })
+    .expect("zenoh session")
+}
+
+fn make_policy(path: &Path, state: usize, action: usize, seed: u64) {
+    let py = root().join(".venv/bin/python");
+    let out = Command::new(&py)
+        .arg(root().join("models/make_test_models.py"))
+        .arg("--policy")
+        .arg(path)
+        .args([state.to_string(), action.to_string()])
+        .args(["--seed", &seed.to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", py.display()));
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn policies_are_checked_and_swapped_between_episodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.swlog");
+    let state = stagewise_sim::state_spec(stagewise_sim::Task::PickPlace).len();
+    let good = dir.path().join("good.onnx");
+    make_policy(&good, state, 4, 1);
+    let wrong = dir.path().join("wrong.onnx");
+    make_policy(&wrong, state + 1, 4, 2);
+    let keygen = Command::new(exe())
+        .args(["policy", "keygen"])
+        .output()
+        .unwrap();
+    let kg = String::from_utf8_lossy(&keygen.stdout).to_string();
+    let field = |name: &str| {
+        kg.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (secret, public) = (field("secret "), field("public "));
+    let other = Command::new(exe())
+        .args(["policy", "keygen"])
+        .output()
+        .unwrap();
+    let other_secret = String::from_utf8_lossy(&other.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("secret "))
+        .unwrap()
+        .to_string();
+
+    let port = free_port();
+    let robot = "e2e-policy";
+    let keys = Keys::new(robot).unwrap();
+    let child = spawn_run(
+        robot,
+        port,
+        &log,
+        &[
+            "--policy",
+            "random",
+            "--envs",
+            "1",
+            "--episodes",
+            "0",
+            "--max-steps",
+            "10",
+            "--policy-key",
+            &public,
+        ],
+    );
+    let n = node(port);
+    assert!(
+        n.wait_for_subscribers(&keys.policy(), Duration::from_secs(60))
+            .unwrap(),
+        "actor never subscribed"
+    );
+    let sign = |secret: &str, bytes: &[u8]| {
+        use ed25519_dalek::Signer;
+        let seed: [u8; 32] = hex::decode(secret).unwrap().try_into().unwrap();
+        ed25519_dalek::SigningKey::from_bytes(&seed)
+            .sign(bytes)
+            .to_bytes()
+            .to_vec()
+    };
+    let good_bytes = std::fs::read(&good).unwrap();
+    // 1. malformed bytes
+    n.put_bytes(&keys.policy(), b"\x93\x01\x02garbage".to_vec())
+        .unwrap();
+    // 2. unsigned
+    n.put(&keys.policy(), &PolicyMsg::new(1, good_bytes.clone()))
+        .unwrap();
+    // 3. signed with another key
+    n.put(
+        &keys.policy(),
+        &PolicyMsg::new(1, good_bytes.clone()).with_signature(sign(&other_secret, &good_bytes)),
+    )
+    .unwrap();
+    // 4. hash that does not match the bytes
+    let mut bad_hash =
+        PolicyMsg::new(1, good_bytes.clone()).with_signature(sign(&secret, &good_bytes));
+    bad_hash.sha256 = "00".repeat(32);
+    n.put(&keys.policy(), &bad_hash).unwrap();
+    // 5. a signed policy whose state size does not fit the env
+    let wrong_bytes = std::fs::read(&wrong).unwrap();
+    n.put(
+        &keys.policy(),
+        &PolicyMsg::new(1, wrong_bytes.clone()).with_signature(sign(&secret, &wrong_bytes)),
+    )
+    .unwrap();
+    // 6. the good one, signed: accepted
+    n.put(
+        &keys.policy(),
+        &PolicyMsg::new(2, good_bytes.clone()).with_signature(sign(&secret, &good_bytes)),
+    )
+    .unwrap();
+    // 7. the same version again: stale
+    n.put(
+        &keys.policy(),
+        &PolicyMsg::new(2, good_bytes.clone()).with_signature(sign(&secret, &good_bytes)),
+    )
+    .unwrap();
+    // Let it run a few episodes with the new policy, then stop it as a user would (Ctrl-C).
+    std::thread::sleep(Duration::from_secs(4));
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let out = finish(child, Duration::from_secs(60));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("policies: 1 accepted, 6 rejected"), "{t}");
+    for reason in [
+        "malformed policy message",
+        "unsigned",
+        "does not verify",
+        "sha256",
+        "inputs.state",
+        "not newer",
+    ] {
+        assert!(
+            t.contains(reason),
+            "missing rejection reason {reason:?} in:\n{t}"
+        );
+    }
+    assert!(
+        t.contains("learner policy v2"),
+        "no episode ran the new policy:\n{t}"
+    );
+    // Ctrl-C left a complete log: every record reads.
+    let mut r = LogReader::open(&log).unwrap();
+    while r.next_record().unwrap().is_some() {}
+}
+
+#[test]
+fn a_subscriber_killed_mid_stream_leaves_the_actor_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.swlog");
+    let probe = Path::new(exe()).with_file_name("stagewise-stream-probe");
+    assert!(
+        probe.exists(),
+        "{} missing: build it with cargo build -p stagewise-stream",
+        probe.display()
+    );
+    let port = free_port();
+    let robot = "e2e-kill";
+    let child = spawn_run(
+        robot,
+        port,
+        &log,
+        &[
+            "--envs",
+            "2",
+            "--episodes",
+            "6",
+            "--max-steps",
+            "30",
+            "--wait-subscribers",
+            "30",
+            "--stream-images",
+        ],
+    );
+    let mut sub = Command::new(&probe)
+        .args([
+            "--robot",
+            robot,
+            "--connect",
+            &format!("tcp/127.0.0.1:{port}"),
+            "--slow-ms",
+            "20",
+            "--timeout-s",
+            "120",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("probe");
+    // Let it receive a little, then kill it.
+    let mut stdout = std::io::BufReader::new(sub.stdout.take().unwrap());
+    let mut lines = 0;
+    let mut line = String::new();
+    while lines < 5 {
+        line.clear();
+        if std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() == 0 {
+            break;
+        }
+        if line.starts_with('T') {
+            lines += 1;
+        }
+    }
+    assert_eq!(lines, 5, "the subscriber received nothing");
+    sub.kill().unwrap();
+    sub.wait().unwrap();
+    let out = finish(child, Duration::from_secs(240));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("6 episodes"), "{t}");
+    // every transition is accounted for: sent or dropped
+    let logged = log_payloads(&log, &Keys::new(robot).unwrap().transition()).len();
+    let line = t
+        .lines()
+        .find(|l| l.starts_with("stream:"))
+        .expect("stream summary");
+    let num = |label: &str| -> usize {
+        let before = line.split(label).next().unwrap();
+        before.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    assert_eq!(num(" transitions sent") + num(" dropped"), logged, "{line}");
+}
