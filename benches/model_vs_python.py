@@ -67,11 +67,13 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--envs", default="1,8,64")
+    ap.add_argument("--exe", help="an already built stagewise binary (default: cargo build --release)")
     args = ap.parse_args()
     envs = [int(x) for x in args.envs.split(",")]
 
-    exe = os.path.join(ROOT, "target/release/stagewise")
-    subprocess.run(["cargo", "build", "--release", "--bin", "stagewise"], cwd=ROOT, check=True)
+    exe = args.exe or os.path.join(ROOT, "target/release/stagewise")
+    if not args.exe:
+        subprocess.run(["cargo", "build", "--release", "--bin", "stagewise"], cwd=ROOT, check=True)
     rust = json.loads(subprocess.run(
         [exe, "--log", "warn", "bench", "--model", args.model, "--provider", "cpu", "--threads", str(args.threads),
          "--steps", str(args.steps), "--warmup", str(args.warmup), "--envs", args.envs, "--json"],

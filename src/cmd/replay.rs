@@ -9,8 +9,9 @@ use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
-    /// The episode log written by `stagewise run`.
-    pub log: PathBuf,
+    /// The episode log written by `stagewise run` (named `file`: `--log` is the global log-level flag).
+    #[arg(value_name = "LOG_FILE")]
+    pub file: PathBuf,
     /// Messages per second (0 = as fast as possible).
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
@@ -23,7 +24,7 @@ pub struct ReplayArgs {
 }
 
 pub fn run(a: ReplayArgs) -> anyhow::Result<()> {
-    let mut reader = LogReader::open(&a.log)?;
+    let mut reader = LogReader::open(&a.file)?;
     let node = Node::open(&a.zenoh.config()).context("opening the zenoh session")?;
     let mut first = reader.next_record()?;
     if let Some(r) = &first {
@@ -46,6 +47,6 @@ pub fn run(a: ReplayArgs) -> anyhow::Result<()> {
     // Give zenoh a moment to hand the last messages to the network before the session closes.
     std::thread::sleep(Duration::from_millis(300));
     node.close().ok();
-    println!("replayed {sent} messages from {}", a.log.display());
+    println!("replayed {sent} messages from {}", a.file.display());
     Ok(())
 }
