@@ -88,11 +88,11 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// Raw payloads received on `key`, in arrival order.
-fn collect_raw(
-    node: &Node,
-    key: &str,
-) -> (Arc<Mutex<Vec<Vec<u8>>>>, zenoh::pubsub::Subscriber<()>) {
+/// Payloads received so far, in arrival order.
+type Received = Arc<Mutex<Vec<Vec<u8>>>>;
+
+/// Raw payloads received on `key`, in arrival order (and the subscriber that keeps receiving them).
+fn collect_raw(node: &Node, key: &str) -> (Received, zenoh::pubsub::Subscriber<()>) {
     let got = Arc::new(Mutex::new(Vec::new()));
     let sink = got.clone();
     let sub = node

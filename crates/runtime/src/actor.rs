@@ -272,7 +272,7 @@ impl Actor {
                 if self.config.stream_images {
                     msg = msg.with_next_obs(ObservationMsg::from_observation(&step.obs));
                 }
-                self.emit(Emitted::Transition(msg))?;
+                self.emit(Emitted::Transition(Box::new(msg)))?;
                 let pmsg = ProgressMsg::new(
                     self.keys.robot(),
                     env as u32,
@@ -451,7 +451,7 @@ impl Actor {
     fn emit(&mut self, msg: Emitted) -> Result<(), RuntimeError> {
         if let Some(log) = self.log.as_mut() {
             let (key, bytes) = match &msg {
-                Emitted::Transition(m) => (self.keys.transition(), encode(m)),
+                Emitted::Transition(m) => (self.keys.transition(), encode(m.as_ref())),
                 Emitted::Progress(m) => (self.keys.progress(), encode(m)),
                 Emitted::Episode(m) => (self.keys.episode(), encode(m)),
             };
@@ -464,7 +464,7 @@ impl Actor {
             // progress is best-effort and dropped under congestion.
             match msg {
                 Emitted::Transition(m) => {
-                    p.publish_transition(m);
+                    p.publish_transition(*m);
                 }
                 Emitted::Episode(m) => {
                     p.publish_episode(m);
@@ -482,7 +482,7 @@ impl Actor {
 
 /// The messages the actor emits, so one function logs and publishes them all.
 enum Emitted {
-    Transition(TransitionMsg),
+    Transition(Box<TransitionMsg>),
     Progress(ProgressMsg),
     Episode(EpisodeMsg),
 }
