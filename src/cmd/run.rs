@@ -3,7 +3,7 @@
 //! takes new policies from learners between episodes.
 
 use super::ort_args::OrtArgs;
-use super::sim_args::{ExpertPolicy, SharedSim, SimArgs};
+use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
 use super::zenoh_args::ZenohArgs;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -24,7 +24,7 @@ use std::time::Duration;
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
-    pub sim: SimArgs,
+    pub sim: SimEnvArgs,
     /// Reward model manifest, or `oracle` for the simulator's ground-truth progress (the upper bound).
     #[arg(long, default_value = "models/test/tiny3v.toml")]
     pub model: String,

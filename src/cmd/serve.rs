@@ -1,7 +1,7 @@
 //! `stagewise serve`: one simulated env behind zenoh queryables (`stagewise/<robot>/env/reset` and
 //! `.../env/step`), for remote learners such as the Python gymnasium adapter.
 
-use super::sim_args::SimArgs;
+use super::sim_args::SimEnvArgs;
 use super::zenoh_args::ZenohArgs;
 use anyhow::Context;
 use stagewise_sim::SimEnv;
@@ -13,7 +13,7 @@ use std::time::Duration;
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     #[command(flatten)]
-    pub sim: SimArgs,
+    pub sim: SimEnvArgs,
     /// Stop after this many seconds (0 = until Ctrl-C).
     #[arg(long, default_value_t = 0.0)]
     pub seconds: f64,

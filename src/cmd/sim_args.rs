@@ -6,7 +6,7 @@ use stagewise_sim::{Degradation, Expert, Randomization, SimConfig, SimEnv, Task}
 use std::sync::{Arc, Mutex};
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct SimArgs {
+pub struct SimEnvArgs {
     /// Task: pick-place, push-target or stack.
     #[arg(long, default_value = "pick-place", value_parser = parse_task)]
     pub task: Task,
@@ -31,7 +31,7 @@ fn parse_task(s: &str) -> Result<Task, String> {
         .map_err(|e: stagewise_sim::UnknownTask| e.to_string())
 }
 
-impl SimArgs {
+impl SimEnvArgs {
     pub fn config(&self) -> SimConfig {
         let mut cfg = SimConfig::new(self.task).with_resolution(self.width, self.height);
         if let Some(m) = self.max_steps {
