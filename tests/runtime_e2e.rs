@@ -460,3 +460,34 @@ fn a_subscriber_killed_mid_stream_leaves_the_actor_running() {
     };
     assert_eq!(num(" transitions sent") + num(" dropped"), logged, "{line}");
 }
+
+#[test]
+fn the_default_main_job_runs_with_the_shipped_reward_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.swlog");
+    let out = Command::new(exe())
+        .current_dir(root())
+        .args([
+            "--log",
+            "warn",
+            "run",
+            "--envs",
+            "2",
+            "--episodes",
+            "2",
+            "--max-steps",
+            "40",
+            "--no-stream",
+        ])
+        .arg("--log-file")
+        .arg(&log)
+        .output()
+        .expect("stagewise run");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("2 episodes, 80 env-steps"), "{t}");
+    assert_eq!(
+        log_payloads(&log, &Keys::new("sim0").unwrap().transition()).len(),
+        80
+    );
+}

@@ -25,8 +25,9 @@ use std::time::Duration;
 pub struct RunArgs {
     #[command(flatten)]
     pub sim: SimEnvArgs,
-    /// Reward model manifest, or `oracle` for the simulator's ground-truth progress (the upper bound).
-    #[arg(long, default_value = "models/test/tiny3v.toml")]
+    /// Reward model manifest; `auto` = the shipped model of the task (models/<task>/<task>-progress.toml);
+    /// `oracle` = the simulator's ground-truth progress (the upper bound).
+    #[arg(long, default_value = "auto")]
     pub model: String,
     /// Policy: `expert` (scripted), `random`, or an ONNX policy file (state in, action out).
     #[arg(long, default_value = "expert")]
@@ -105,12 +106,17 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         .context("building the simulator")?;
     let spec = sims[0].spec().clone();
 
-    let progress = if a.model == "oracle" {
-        ProgressSource::Oracle
-    } else {
-        ProgressSource::Model(Box::new(
-            a.ort.load_reward_model(std::path::Path::new(&a.model))?,
-        ))
+    let progress = match a.model.as_str() {
+        "oracle" => ProgressSource::Oracle,
+        "auto" => {
+            let task = a.sim.task.name();
+            let path = PathBuf::from(format!("models/{task}/{task}-progress.toml"));
+            if !path.exists() {
+                bail!("no shipped reward model for {task} at {}: pass --model MANIFEST or --model oracle", path.display());
+            }
+            ProgressSource::Model(Box::new(a.ort.load_reward_model(&path)?))
+        }
+        m => ProgressSource::Model(Box::new(a.ort.load_reward_model(std::path::Path::new(m))?)),
     };
     let policy: Box<dyn Policy> = match a.policy.as_str() {
         "expert" => Box::new(ExpertPolicy::new(a.sim.task, &sims)),
