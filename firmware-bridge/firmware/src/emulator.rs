@@ -8,8 +8,9 @@
 use std::format;
 use std::prelude::rust_2021::*;
 
+use crate::scene::SceneShared;
 use crate::{Counters, Drive, Firmware, FirmwareConfig, Plant, PlantState};
-use stagewise_core::{Env, EnvError};
+use stagewise_core::{Env, EnvError, Observation};
 use stagewise_protocol::{encode_frame, Command, FirmwareState, FrameDecoder, Message, MAX_FRAME};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -360,6 +361,13 @@ fn run<P: Plant>(
 /// The env steps at its own `control_hz` (the firmware usually ticks faster): the commanded velocity is averaged
 /// over the ticks of one env step (a zero-order hold of the mean, so the displacement is the integral of what the
 /// firmware commanded). When an episode ends the env is reset with the next seed.
+///
+/// `Drive::Hold` (disarmed, link lost, e-stopped, no fresh command) brakes everything: no motion, and the
+/// gripper stays at its current opening (it does not chase a target nobody has commanded yet).
+///
+/// With [`EnvPlant::with_scene`], every observation (its camera frames and the state the robot does not report
+/// itself) is published to a [`SceneShared`] for the scene channel, and scene resets requested there are applied
+/// at the next control tick.
 pub struct EnvPlant<E> {
     env: E,
     seed: u64,
@@ -373,6 +381,9 @@ pub struct EnvPlant<E> {
     prev: [f32; 3],
     vel: [f32; 3],
     errors: u64,
+    steps: u64,
+    scene: Option<Arc<SceneShared>>,
+    initial: Option<Observation>,
 }
 
 impl<E: Env> EnvPlant<E> {
@@ -396,6 +407,10 @@ impl<E: Env> EnvPlant<E> {
         let ticks_per_step = ((f64::from(firmware_hz) / env_hz).round() as u32).max(1);
         let prev = [obs.state[0], obs.state[1], obs.state[2]];
         Ok(Self {
+            state: obs.state.clone(),
+            initial: Some(obs),
+            steps: 0,
+            scene: None,
             env,
             seed,
             episodes: 0,
@@ -404,7 +419,6 @@ impl<E: Env> EnvPlant<E> {
             max_speed,
             max_width,
             acc: [0.0; 3],
-            state: obs.state,
             prev,
             vel: [0.0; 3],
             errors: 0,
@@ -424,10 +438,52 @@ impl<E: Env> EnvPlant<E> {
     pub fn errors(&self) -> u64 {
         self.errors
     }
+
+    /// Publishes observations to `scene` (the current one at once) and applies its reset requests.
+    pub fn with_scene(mut self, scene: Arc<SceneShared>) -> Self {
+        if let Some(obs) = self.initial.take() {
+            scene.publish(self.steps, &obs);
+        }
+        self.scene = Some(scene);
+        self
+    }
+
+    fn observed(&mut self, obs: Observation) {
+        self.state.clear();
+        self.state.extend_from_slice(&obs.state);
+        if let Some(s) = &self.scene {
+            s.publish(self.steps, &obs);
+        }
+    }
+
+    /// A scene reset requested over the scene channel: a new episode of the env with `seed`, at rest.
+    fn scene_reset(&mut self, seed: u64) {
+        let result = self.env.reset(seed);
+        let error = match result {
+            Ok(obs) => {
+                self.observed(obs);
+                self.prev = [self.state[0], self.state[1], self.state[2]];
+                self.vel = [0.0; 3];
+                self.acc = [0.0; 3];
+                self.tick = 0;
+                None
+            }
+            Err(e) => {
+                self.errors += 1;
+                Some(format!("the plant env refused reset({seed}): {e}"))
+            }
+        };
+        if let Some(s) = &self.scene {
+            s.reset_applied(error);
+        }
+    }
 }
 
 impl<E: Env> Plant for EnvPlant<E> {
     fn apply(&mut self, drive: &Drive, gripper: f32, dt: f32) {
+        if let Some(seed) = self.scene.as_ref().and_then(|s| s.take_reset()) {
+            self.scene_reset(seed);
+        }
         let v = match drive {
             Drive::Hold => [0.0; 3],
             Drive::EeVelocity(v) => *v,
@@ -454,16 +510,21 @@ impl<E: Env> Plant for EnvPlant<E> {
             *a = (acc / n / self.max_speed).clamp(-1.0, 1.0);
         }
         self.acc = [0.0; 3];
-        action[3] = (gripper.clamp(0.0, 1.0) * 2.0 - 1.0).clamp(-1.0, 1.0);
+        let g = match drive {
+            Drive::Hold => self.state[3] / self.max_width,
+            _ => gripper,
+        };
+        action[3] = (g.clamp(0.0, 1.0) * 2.0 - 1.0).clamp(-1.0, 1.0);
         let env_dt = dt * n;
         self.prev = [self.state[0], self.state[1], self.state[2]];
         match self.env.step(&action) {
             Ok(r) => {
-                self.state = r.obs.state;
+                self.steps += 1;
+                self.observed(r.obs);
                 if r.terminated || r.truncated {
                     self.episodes += 1;
                     if let Ok(obs) = self.env.reset(self.seed.wrapping_add(self.episodes)) {
-                        self.state = obs.state;
+                        self.observed(obs);
                     } else {
                         self.errors += 1;
                     }
@@ -497,7 +558,16 @@ pub fn sim_plant(
     firmware_hz: u16,
     seed: u64,
 ) -> Result<EnvPlant<stagewise_sim::SimEnv>, EmulatorError> {
-    let mut cfg = stagewise_sim::SimConfig::headless(task);
+    sim_plant_with(stagewise_sim::SimConfig::headless(task), firmware_hz, seed)
+}
+
+/// The simulator as a plant with any configuration (e.g. rendering cameras for the scene channel: the same
+/// `SimConfig` as a simulator run renders the same frames). Episodes are never truncated by time.
+pub fn sim_plant_with(
+    mut cfg: stagewise_sim::SimConfig,
+    firmware_hz: u16,
+    seed: u64,
+) -> Result<EnvPlant<stagewise_sim::SimEnv>, EmulatorError> {
     cfg.max_steps = u64::MAX;
     let env = stagewise_sim::SimEnv::new(cfg).map_err(|e| EmulatorError::Sim(e.to_string()))?;
     Ok(EnvPlant::new(

@@ -24,5 +24,7 @@ extern crate std;
 mod core_loop;
 #[cfg(feature = "emulator")]
 pub mod emulator;
+#[cfg(feature = "emulator")]
+pub mod scene;
 
 pub use core_loop::*;

@@ -39,6 +39,8 @@ pub enum CameraError {
     V4l2NotImplemented { device: PathBuf },
     #[error("camera {name}: {message}")]
     Source { name: String, message: String },
+    #[error("scene channel tcp://{addr}: {message}")]
+    Scene { addr: String, message: String },
 }
 
 /// Something that gives one frame per control step.

@@ -12,6 +12,7 @@ pub mod bridge;
 pub mod camera;
 pub mod limits;
 pub mod robot_env;
+pub mod scene;
 pub mod transport;
 
 pub use bridge::{
@@ -19,6 +20,7 @@ pub use bridge::{
 };
 pub use camera::{CameraError, CameraSource, FnCamera, ImageDirCamera, V4l2Camera};
 pub use limits::{LimitError, LimitHit, LimitKind, LimitMode, LimitState, Limits, WorkspaceBox};
-pub use robot_env::{ActionMap, RobotEnv, RobotEnvConfig};
+pub use robot_env::{ActionMap, RobotEnv, RobotEnvConfig, SceneReset, StateSource};
+pub use scene::SceneClient;
 pub use stagewise_protocol as protocol;
 pub use transport::{Endpoint, Transport, TransportError};

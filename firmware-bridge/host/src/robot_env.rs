@@ -1,7 +1,7 @@
 //! [`RobotEnv`]: a robot behind the bridge as a core [`Env`], so the runtime drives it exactly like the simulator.
 
 use crate::bridge::{Bridge, BridgeConfig, BridgeError};
-use crate::camera::CameraSource;
+use crate::camera::{CameraError, CameraSource};
 use crate::transport::Endpoint;
 use stagewise_core::{BoxSpec, Env, EnvError, EnvSpec, Observation, StepInfo, StepResult};
 use stagewise_protocol::{joints, FirmwareState, Setpoint, Telemetry};
@@ -59,6 +59,21 @@ impl RobotEnvConfig {
     }
 }
 
+/// State the firmware link does not carry (e.g. object poses from a tracker or motion capture), appended to the
+/// robot's own state in every observation.
+pub trait StateSource: Send {
+    /// Names and bounds of the values [`StateSource::read`] returns.
+    fn spec(&self) -> &BoxSpec;
+    /// The values for control step `step` of the current episode.
+    fn read(&mut self, step: u64) -> Result<Vec<f32>, CameraError>;
+}
+
+/// Puts the scene back for a new episode (on a real robot an operator or a reset routine; the emulator resets
+/// its simulator with the episode's seed).
+pub trait SceneReset: Send {
+    fn reset_scene(&mut self, seed: u64) -> Result<(), CameraError>;
+}
+
 /// A robot as an [`Env`]. It owns a small tokio runtime for the bridge; `reset` arms the firmware (and clears a
 /// latched host fault), `step` sends one command through the host limits, waits for the control period, and
 /// returns the newest telemetry (plus one frame per camera) as the observation. Rewards come from the reward
@@ -69,6 +84,9 @@ pub struct RobotEnv {
     cfg: RobotEnvConfig,
     spec: EnvSpec,
     cameras: Vec<Box<dyn CameraSource>>,
+    extra_state: Option<Box<dyn StateSource>>,
+    scene_reset: Option<Box<dyn SceneReset>>,
+    late_steps: u64,
     step: u64,
     started: Instant,
     next_tick: Instant,
@@ -117,6 +135,9 @@ impl RobotEnv {
             cfg,
             spec,
             cameras,
+            extra_state: None,
+            scene_reset: None,
+            late_steps: 0,
             step: 0,
             started: now,
             next_tick: now,
@@ -126,6 +147,27 @@ impl RobotEnv {
 
     pub fn bridge(&self) -> &Bridge {
         &self.bridge
+    }
+
+    /// Appends `source`'s values to every observation's state (and its names and bounds to the state space).
+    pub fn with_state_source(mut self, source: Box<dyn StateSource>) -> Self {
+        let s = source.spec();
+        self.spec.state.names.extend(s.names.iter().cloned());
+        self.spec.state.low.extend(s.low.iter().copied());
+        self.spec.state.high.extend(s.high.iter().copied());
+        self.extra_state = Some(source);
+        self
+    }
+
+    /// Resets the scene with the episode's seed at every `reset`, before arming.
+    pub fn with_scene_reset(mut self, reset: Box<dyn SceneReset>) -> Self {
+        self.scene_reset = Some(reset);
+        self
+    }
+
+    /// Steps whose control period had already passed when their command was sent (the caller was late).
+    pub fn late_steps(&self) -> u64 {
+        self.late_steps
     }
 
     /// Emergency stop now (the next `reset` re-arms).
@@ -148,6 +190,17 @@ impl RobotEnv {
             ActionMap::JointPositions { .. } => t.positions.to_vec(),
         };
         state.push(t.gripper * self.cfg.gripper_scale);
+        if let Some(src) = self.extra_state.as_mut() {
+            let extra = src.read(self.step).map_err(backend)?;
+            let want = src.spec().len();
+            if extra.len() != want {
+                return Err(backend(format!(
+                    "state source gave {} values, its spec has {want}",
+                    extra.len()
+                )));
+            }
+            state.extend(extra);
+        }
         Ok(Observation {
             step: self.step,
             time: self.started.elapsed().as_secs_f64(),
@@ -226,9 +279,13 @@ impl Env for RobotEnv {
         &self.spec
     }
 
-    /// Arms the firmware (clearing a latched host fault), moves to `home` if configured, and returns the first
-    /// observation. `seed` is unused: a robot's initial state is what it is.
-    fn reset(&mut self, _seed: u64) -> Result<Observation, EnvError> {
+    /// Resets the scene with `seed` (only with [`RobotEnv::with_scene_reset`]; otherwise a robot's initial state
+    /// is what it is), arms the firmware (clearing a latched host fault), moves to `home` if configured, and
+    /// returns the first observation.
+    fn reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
+        if let Some(r) = self.scene_reset.as_mut() {
+            r.reset_scene(seed).map_err(backend)?;
+        }
         self.rt.block_on(self.bridge.arm()).map_err(backend)?;
         if let Some(home) = self.cfg.home.clone() {
             let sp = Setpoint::Joints(
@@ -316,6 +373,9 @@ impl Env for RobotEnv {
         };
         // Hold the control rate.
         let now = Instant::now();
+        if now > self.next_tick {
+            self.late_steps += 1;
+        }
         if self.next_tick > now {
             std::thread::sleep(self.next_tick - now);
         }

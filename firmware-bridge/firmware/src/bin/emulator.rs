@@ -3,10 +3,15 @@
 //! ```text
 //! stagewise-emulator --bind 127.0.0.1:9100 --task pick-place --seed 0
 //! ```
+//!
+//! With the simulator plant it also serves the scene channel (camera frames, object state, scene resets;
+//! `stagewise_firmware::scene`) over TCP, by default on the same address and port number as the UDP link.
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use stagewise_firmware::emulator::{sim_plant, Emulator, EmulatorConfig};
+use stagewise_core::Env;
+use stagewise_firmware::emulator::{sim_plant_with, Emulator, EmulatorConfig};
+use stagewise_firmware::scene::{SceneServer, SceneShared};
 use stagewise_firmware::{FirmwareConfig, KinematicPlant};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -44,6 +49,18 @@ struct Args {
     /// Stop after this many seconds (0 = run until killed).
     #[arg(long, default_value_t = 0.0)]
     duration_s: f64,
+    /// TCP address of the scene channel (camera frames, object state, scene resets) of the simulator plant;
+    /// default: the --bind address (same port number, TCP).
+    #[arg(long)]
+    scene_bind: Option<SocketAddr>,
+    /// Do not serve the scene channel (the plant then renders nothing).
+    #[arg(long)]
+    no_scene: bool,
+    /// Camera resolution of the scene channel (every view); use the same as the simulator run to compare.
+    #[arg(long, default_value_t = 96)]
+    width: u32,
+    #[arg(long, default_value_t = 96)]
+    height: u32,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         bind: args.bind,
         record_commands: false,
     };
+    let mut _scene_server = None;
     let emu = match args.plant {
         PlantKind::Sim => {
             let task: stagewise_sim::Task = args
@@ -69,13 +87,31 @@ fn main() -> anyhow::Result<()> {
                 .parse()
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .with_context(|| format!("--task {}", args.task))?;
-            let plant = sim_plant(task, args.control_hz, args.seed)
+            let mut sim = if args.no_scene {
+                stagewise_sim::SimConfig::headless(task)
+            } else {
+                stagewise_sim::SimConfig::new(task).with_resolution(args.width, args.height)
+            };
+            // The same render settings as `stagewise run` on the simulator: identical worlds, identical frames.
+            sim.render_threads = 1;
+            let mut plant = sim_plant_with(sim, args.control_hz, args.seed)
                 .context("building the simulator plant")?;
+            if !args.no_scene {
+                let spec = plant.env().spec();
+                // The robot reports [x, y, z, gripper_width] itself; the scene serves the rest of the state.
+                let scene = SceneShared::new(task.name(), spec.views.clone(), &spec.state, 4);
+                let bind = args.scene_bind.unwrap_or(args.bind);
+                let server = SceneServer::spawn(bind, scene.clone())
+                    .with_context(|| format!("binding the scene channel to tcp {bind}"))?;
+                tracing::info!(addr = %server.local_addr(), views = spec.views.len(), "scene channel listening (tcp)");
+                _scene_server = Some(server);
+                plant = plant.with_scene(scene);
+            }
             Emulator::spawn(cfg, plant)?
         }
         PlantKind::Kinematic => Emulator::spawn(cfg, KinematicPlant::new([0.0, 0.0, 0.2]))?,
     };
-    tracing::info!(addr = %emu.local_addr(), plant = ?args.plant, "firmware emulator listening");
+    tracing::info!(addr = %emu.local_addr(), plant = ?args.plant, "firmware emulator listening (udp)");
     let start = Instant::now();
     let mut last = 0u64;
     loop {
