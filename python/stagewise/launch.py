@@ -1,0 +1,111 @@
+"""Start a `stagewise serve` or `stagewise run` process on a loopback port (tests, examples, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+
+def find_binary() -> str:
+    """The `stagewise` binary: $STAGEWISE_BIN, else `stagewise` on PATH, else the repository's debug build."""
+    env = os.environ.get("STAGEWISE_BIN")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise FileNotFoundError(f"STAGEWISE_BIN={env} is not an executable file")
+        return env
+    on_path = shutil.which("stagewise")
+    if on_path:
+        return on_path
+    repo = Path(__file__).resolve().parents[2]
+    target = os.environ.get("CARGO_TARGET_DIR") or str(repo / "target")
+    for profile in ("debug", "release"):
+        p = Path(target) / profile / "stagewise"
+        if p.is_file():
+            return str(p)
+    raise FileNotFoundError(
+        "no stagewise binary: build it (`cargo build`) or set STAGEWISE_BIN to its path"
+    )
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Process:
+    """A stagewise subcommand listening on `tcp/127.0.0.1:<port>` with multicast scouting off; killed on
+    :meth:`stop` (or leaving the `with` block). Its output goes to `log` (a file path) when given."""
+
+    def __init__(self, subcommand: str, args: Sequence[str] = (), *, log: Optional[str] = None, cwd=None):
+        self.port = free_port()
+        self.endpoint = f"tcp/127.0.0.1:{self.port}"
+        self.argv: List[str] = [
+            find_binary(),
+            subcommand,
+            *args,
+            "--listen",
+            self.endpoint,
+            "--no-multicast",
+        ]
+        self.log = log
+        self._out = open(log, "wb") if log else subprocess.DEVNULL
+        repo = Path(__file__).resolve().parents[2]
+        self.proc = subprocess.Popen(
+            self.argv, stdout=self._out, stderr=subprocess.STDOUT, cwd=cwd or (repo if (repo / "models").is_dir() else None)
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        return Path(self.log).read_text(errors="replace") if self.log else ""
+
+    def stop(self, timeout: float = 10.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self._out is not subprocess.DEVNULL:
+            self._out.close()
+        return self.proc.returncode
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def serve(*args: str, log: Optional[str] = None) -> Process:
+    """`stagewise serve ARGS --listen tcp/127.0.0.1:PORT --no-multicast`; connect to `.endpoint`."""
+    return Process("serve", args, log=log)
+
+
+def run(*args: str, log: Optional[str] = None) -> Process:
+    """`stagewise run ARGS --listen tcp/127.0.0.1:PORT --no-multicast`."""
+    return Process("run", args, log=log)
+
+
+def wait_for_output(p: Process, text: str, timeout: float) -> bool:
+    """Polls the process log until it contains `text` (True) or `timeout` passes / the process exits (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in p.output():
+            return True
+        if not p.alive():
+            return text in p.output()
+        time.sleep(0.05)
+    return False

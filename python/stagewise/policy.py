@@ -1,0 +1,76 @@
+"""`publish_policy`: put an ONNX policy on `stagewise/<robot>/policy` for a running actor (`stagewise run`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Optional, Sequence, Union
+
+import zenoh
+
+from . import _ed25519
+from .errors import NoRuntimeError
+from .session import DEFAULT_ROBOT, keys, open_session
+from .wire import SCHEMA, encode
+
+
+def policy_message(onnx: bytes, version: int, key: Union[str, bytes, None] = None) -> bytes:
+    """The encoded `policy` message: sha256 of the bytes and, with a secret `key` (32 bytes, or 64 hex digits,
+    as printed by `stagewise policy keygen`), an Ed25519 signature of the bytes."""
+    if not isinstance(version, int) or version < 0:
+        raise ValueError(f"policy version must be a non-negative int, got {version!r}")
+    signature = None
+    if key is not None:
+        secret = bytes.fromhex(key.strip()) if isinstance(key, str) else bytes(key)
+        signature = _ed25519.sign(secret, onnx)
+    return encode(
+        {
+            "schema": SCHEMA,
+            "kind": "policy",
+            "version": version,
+            "sha256": hashlib.sha256(onnx).hexdigest(),
+            "onnx": onnx,
+            "signature": signature,
+        }
+    )
+
+
+def publish_policy(
+    path_or_bytes: Union[str, os.PathLike, bytes],
+    version: int,
+    key: Union[str, bytes, None] = None,
+    *,
+    robot: str = DEFAULT_ROBOT,
+    connect: Union[str, Sequence[str], None] = None,
+    session: Optional[zenoh.Session] = None,
+    wait: float = 10.0,
+) -> str:
+    """Publishes an ONNX policy (state f32 [N, S] in, action f32 [N, A] out) to the actor of `robot`.
+
+    Waits up to `wait` seconds for the actor's policy subscriber (anything put before it is matched is lost) and
+    raises NoRuntimeError when there is none. The actor checks the hash, the signature when it was started with
+    `--policy-key`, the version (newer than the running one) and the graph's shapes, and swaps the policy in
+    between episodes; it reports rejections in its log. Returns the sha256 sent."""
+    onnx = bytes(path_or_bytes) if isinstance(path_or_bytes, (bytes, bytearray)) else open(path_or_bytes, "rb").read()
+    payload = policy_message(onnx, version, key)
+    k = keys(robot)["policy"]
+    own = session is None
+    s = session if session is not None else open_session(connect)
+    try:
+        pub = s.declare_publisher(k, congestion_control=zenoh.CongestionControl.BLOCK)
+        deadline = time.monotonic() + wait
+        while not pub.matching_status.matching:
+            if time.monotonic() >= deadline:
+                raise NoRuntimeError(
+                    k, wait, f"expected a `stagewise run --robot {robot}` subscribed to its policy key"
+                )
+            time.sleep(0.01)
+        pub.put(payload)
+        # Give the put time to leave before the publisher (and maybe the session) goes.
+        time.sleep(0.2)
+        pub.undeclare()
+    finally:
+        if own:
+            s.close()
+    return hashlib.sha256(onnx).hexdigest()

@@ -1,0 +1,57 @@
+"""Opening a zenoh session to reach a Stagewise runtime."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Optional, Sequence, Union
+
+import zenoh
+
+DEFAULT_ROBOT = "sim0"
+
+
+def open_session(
+    connect: Union[str, Sequence[str], None] = None,
+    *,
+    listen: Union[str, Sequence[str], None] = None,
+    multicast: Optional[bool] = None,
+    config_file: Optional[str] = None,
+    mode: str = "peer",
+) -> zenoh.Session:
+    """Opens a zenoh session (an embedded peer, like the Rust side).
+
+    `connect`: endpoints such as ``"tcp/127.0.0.1:7447"`` (where `stagewise serve --listen` listens).
+    `multicast`: multicast scouting; by default it is off when endpoints are given and zenoh's default
+    otherwise. `listen` defaults to none, so that the session opens no port of its own."""
+    conf = zenoh.Config.from_file(config_file) if config_file else zenoh.Config()
+    conf.insert_json5("mode", json.dumps(mode))
+    endpoints = _endpoints(connect)
+    if endpoints:
+        conf.insert_json5("connect/endpoints", json.dumps(endpoints))
+    conf.insert_json5("listen/endpoints", json.dumps(_endpoints(listen)))
+    if multicast is None:
+        multicast = not endpoints
+    conf.insert_json5("scouting/multicast/enabled", json.dumps(bool(multicast)))
+    return zenoh.open(conf)
+
+
+def _endpoints(e: Union[str, Iterable[str], None]) -> list:
+    if e is None:
+        return []
+    if isinstance(e, str):
+        return [e]
+    return list(e)
+
+
+def keys(robot: str) -> dict:
+    """The key expressions of a robot (docs/wire.md)."""
+    base = f"stagewise/{robot}"
+    return {
+        "transition": f"{base}/transition",
+        "progress": f"{base}/progress",
+        "episode": f"{base}/episode",
+        "policy": f"{base}/policy",
+        "env_reset": f"{base}/env/reset",
+        "env_step": f"{base}/env/step",
+        "alive": f"{base}/alive",
+    }

@@ -1,0 +1,67 @@
+"""Fixtures: real `stagewise serve` / `stagewise run` processes on loopback ports (multicast off), killed in
+teardown. The binary: $STAGEWISE_BIN, else the repository's debug build (see stagewise.launch.find_binary)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from stagewise import launch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_configure(config):
+    # Reward models (`--reward model`) and ONNX policies load ONNX Runtime from the project's venv wheel.
+    if "ORT_DYLIB_PATH" not in os.environ:
+        libs = sorted(REPO.glob(".venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.*"))
+        if libs:
+            os.environ["ORT_DYLIB_PATH"] = str(libs[0])
+
+
+@pytest.fixture(scope="session")
+def binary() -> str:
+    return launch.find_binary()
+
+
+@pytest.fixture
+def serve(tmp_path, binary):
+    """Starts `stagewise serve ARGS` (call it); every started process is killed at teardown."""
+    procs = []
+
+    def start(*args: str) -> launch.Process:
+        p = launch.serve(*args, log=str(tmp_path / f"serve{len(procs)}.log"))
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture
+def run_actor(tmp_path, binary):
+    """Starts `stagewise run ARGS` (call it); killed at teardown."""
+    procs = []
+
+    def start(*args: str) -> launch.Process:
+        p = launch.run(*args, "--log-file", str(tmp_path / f"run{len(procs)}.swlog"), log=str(tmp_path / f"run{len(procs)}.log"))
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture
+def sparse_env(serve):
+    """A StagewiseEnv on a fresh pick-place server with the sparse reward, state observations."""
+    from stagewise import StagewiseEnv
+
+    p = serve("--task", "pick-place", "--reward", "sparse")
+    env = StagewiseEnv(connect=p.endpoint, connect_timeout=30)
+    yield env
+    env.close()

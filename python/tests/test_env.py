@@ -1,0 +1,152 @@
+"""StagewiseEnv against a real `stagewise serve`: spaces, conformance checkers, seeding, rewards."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from stagewise import StagewiseEnv
+
+
+def test_spaces_come_from_the_env_spec(sparse_env):
+    env = sparse_env
+    assert env.spec_msg["task"] == "pick-place"
+    assert isinstance(env.observation_space, gym.spaces.Box)
+    assert env.observation_space.shape == (len(env.spec_msg["state"]["names"]),) == (14,)
+    assert env.observation_space.dtype == np.float32
+    assert env.action_space.shape == (4,)
+    np.testing.assert_array_equal(env.action_space.low, np.asarray(env.spec_msg["action"]["low"], np.float32))
+    assert env.reward_spec["source"] == "sparse"
+    obs, info = env.reset(seed=7)
+    assert obs.dtype == np.float32 and obs.shape == (14,)
+    assert env.observation_space.contains(obs)
+    obs, r, terminated, truncated, info = env.step(np.zeros(4, np.float32))
+    assert obs.shape == (14,) and r == 0.0 and not terminated and not truncated
+    assert set(info) >= {"stage", "progress_oracle", "success", "is_success", "action_clipped"}
+
+
+def test_gymnasium_check_env(sparse_env):
+    from gymnasium.utils.env_checker import check_env
+
+    check_env(sparse_env, skip_render_check=True)
+
+
+def test_sb3_check_env(sparse_env):
+    from stable_baselines3.common.env_checker import check_env
+
+    check_env(sparse_env, warn=True)
+
+
+def test_seeded_resets_reproduce_and_differ(sparse_env):
+    env = sparse_env
+    a, _ = env.reset(seed=11)
+    b, _ = env.reset(seed=11)
+    c, _ = env.reset(seed=12)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    # Unseeded resets after a seeded one follow np_random: the same sequence again after reseeding.
+    env.reset(seed=5)
+    s1 = [env.reset()[1]["seed"] for _ in range(2)]
+    env.reset(seed=5)
+    s2 = [env.reset()[1]["seed"] for _ in range(2)]
+    assert s1 == s2 and s1[0] != s1[1]
+
+
+def test_wrong_action_shape_is_refused_before_sending(sparse_env):
+    with pytest.raises(ValueError, match=r"stagewise/sim0/env/step.*shape \(4,\)"):
+        sparse_env.step(np.zeros(3))
+
+
+def test_images_make_a_dict_space(serve):
+    p = serve("--task", "pick-place", "--images", "--width", "24", "--height", "20")
+    env = StagewiseEnv(connect=p.endpoint, connect_timeout=30)
+    try:
+        space = env.observation_space
+        assert isinstance(space, gym.spaces.Dict)
+        views = [v["name"] for v in env.spec_msg["views"]]
+        assert len(views) >= 1 and set(space.spaces) == {"state", *views}
+        for v in views:
+            assert space[v].shape == (20, 24, 3) and space[v].dtype == np.uint8
+        obs, _ = env.reset(seed=1)
+        assert space.contains(obs)
+        assert obs[views[0]].any(), "a rendered frame is not all black"
+        from gymnasium.utils.env_checker import check_env
+
+        check_env(env, skip_render_check=True)
+    finally:
+        env.close()
+
+
+def _directed_rollout(env, steps):
+    """Moves towards the object (the first state entries are the gripper, see the env spec) with fixed actions
+    so that progress changes; yields (info_reset, [(reward, info), ...])."""
+    _, info0 = env.reset(seed=3)
+    out = []
+    for t in range(steps):
+        a = np.array([0.6, 0.3, -0.5, 1.0], np.float32) if t % 2 == 0 else np.array([0.2, -0.4, -0.2, -1.0], np.float32)
+        _, r, term, trunc, info = env.step(a)
+        info["terminated"] = term
+        out.append((r, info))
+        if term or trunc:
+            break
+    return info0, out
+
+
+@pytest.mark.parametrize("source", ["oracle", "model"])
+def test_shaped_rewards_are_potential_based(serve, source):
+    gamma, c = 0.97, 2.0
+    args = ["--task", "pick-place", "--reward", source, "--gamma", str(gamma), "--shaping-scale", str(c)]
+    if source == "model":
+        args += ["--width", "32", "--height", "32"]  # the shipped model's input size
+    p = serve(*args)
+    env = StagewiseEnv(connect=p.endpoint, connect_timeout=60, gamma=gamma)
+    try:
+        assert env.reward_spec["source"] == source and env.reward_spec["gamma"] == gamma
+        info0, steps = _directed_rollout(env, 30)
+        phi = info0["phi"]
+        phis = [phi]
+        for r, info in steps:
+            expected = info["task_reward"] + c * (gamma * (0.0 if info["terminated"] else info["phi"]) - phi)
+            assert math.isclose(r, expected, rel_tol=1e-9, abs_tol=1e-9), (r, expected, info)
+            assert 0.0 <= info["phi"] <= 1.0
+            phi = info["phi"]
+            phis.append(phi)
+        if source == "oracle":
+            assert phis[0] == 0.0
+            np.testing.assert_allclose(phis[1:], [i["progress_oracle"] for _, i in steps], atol=1e-6)
+        assert max(phis) - min(phis) > 1e-4, f"progress never moved: {phis}"
+    finally:
+        env.close()
+
+
+def test_gamma_mismatch_is_refused(serve):
+    p = serve("--task", "pick-place", "--reward", "oracle", "--gamma", "0.9")
+    with pytest.raises(ValueError, match=r"stagewise/sim0/env/reset.*gamma 0\.9.*0\.99"):
+        StagewiseEnv(connect=p.endpoint, connect_timeout=30, gamma=0.99)
+
+
+def test_vec_env_steps_every_served_env_and_auto_resets(serve):
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from stagewise.vec_env import StagewiseVecEnv
+
+    p = serve("--task", "pick-place", "--envs", "3", "--robot", "vec", "--max-steps", "5")
+    venv = VecMonitor(StagewiseVecEnv(3, "vec", connect=p.endpoint, connect_timeout=30))
+    try:
+        venv.seed(100)
+        obs = venv.reset()
+        assert obs.shape == (3, 14)
+        assert len({tuple(o) for o in obs}) == 3, "three envs, three seeds, three different first states"
+        dones_seen = 0
+        for t in range(6):
+            obs, rew, dones, infos = venv.step(np.zeros((3, 4), np.float32))
+            assert obs.shape == (3, 14) and rew.shape == (3,)
+            if dones.any():
+                dones_seen += int(dones.sum())
+                for i in np.flatnonzero(dones):
+                    assert infos[i]["TimeLimit.truncated"] and "terminal_observation" in infos[i]
+                    assert infos[i]["episode"]["l"] == 5
+        assert dones_seen == 3, "every env truncated at --max-steps 5 and was reset"
+    finally:
+        venv.close()
