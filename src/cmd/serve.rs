@@ -1,11 +1,24 @@
-//! `stagewise serve`: one simulated env behind zenoh queryables (`stagewise/<robot>/env/reset` and
-//! `.../env/step`), for remote learners such as the Python gymnasium adapter.
+//! `stagewise serve`: simulated envs behind zenoh queryables (`stagewise/<robot>/env/reset` and
+//! `.../env/step`), for remote learners such as the Python gymnasium adapter (`python/`).
+//!
+//! The reward a learner gets is chosen here (`--reward`): the env's sparse task reward, or potential-based
+//! shaping (core's `VecShaper`, the same shaper as `stagewise run`) with progress from the task's reward model
+//! or from the simulator's oracle. `--envs N` serves N independent envs, each on its own thread (and, with a
+//! reward model, its own ONNX Runtime session), under the robot names `<robot>-0 .. <robot>-(N-1)`.
 
+use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
 use super::zenoh_args::ZenohArgs;
-use anyhow::Context;
+use anyhow::{bail, Context};
+use stagewise_core::{Env, EnvSpec, Observation, ShapingConfig, StepResult, VecShaper};
+use stagewise_model::RewardModel;
+use stagewise_runtime::clock::{Clock, Ticker};
 use stagewise_sim::SimEnv;
-use stagewise_stream::{EnvAdapter, Keys, Node};
+use stagewise_stream::wire::{
+    EnvSpecMsg, ResetReply, ResetRequest, RewardSpecMsg, StepReply, StepRequest,
+};
+use stagewise_stream::{EnvHandler, Keys, Node, ObservationMsg};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,25 +27,236 @@ use std::time::Duration;
 pub struct ServeArgs {
     #[command(flatten)]
     pub sim: SimEnvArgs,
+    /// Reward served: `sparse` (the task reward), `model` (shaped with the task's shipped reward model, or the
+    /// manifest given by --model), `oracle` (shaped with the simulator's ground-truth progress: the upper bound).
+    #[arg(long, default_value = "sparse", value_parser = ["sparse", "model", "oracle"])]
+    pub reward: String,
+    /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml).
+    #[arg(long, value_name = "MANIFEST")]
+    pub model: Option<PathBuf>,
+    /// Discount for shaping: must equal the learner's (potential-based shaping is policy-invariant only then).
+    #[arg(long, default_value_t = 0.99)]
+    pub gamma: f64,
+    /// Shaping scale c in r = r_task + c (gamma phi' - phi).
+    #[arg(long, default_value_t = 1.0)]
+    pub shaping_scale: f64,
+    /// Environments served, each on its own thread; with N > 1 env i answers as robot `<robot>-<i>`.
+    #[arg(long, default_value_t = 1)]
+    pub envs: usize,
+    /// Put the camera frames on the observations (default: state only; the spec then lists no views).
+    #[arg(long)]
+    pub images: bool,
+    /// Seed of env i's first server-chosen reset is seed + i; later ones count up by --envs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Pace each env's steps at this rate like a real robot (0 = as fast as possible).
+    #[arg(long, default_value_t = 0.0)]
+    pub hz: f64,
     /// Stop after this many seconds (0 = until Ctrl-C).
     #[arg(long, default_value_t = 0.0)]
     pub seconds: f64,
     #[command(flatten)]
     pub zenoh: ZenohArgs,
+    #[command(flatten)]
+    pub ort: OrtArgs,
+}
+
+/// Where the shaping potential of a served env comes from.
+enum Potential {
+    Sparse,
+    Model(Box<RewardModel>),
+    Oracle,
+}
+
+/// One served env: the simulator, the progress source and a one-env shaper.
+struct ServedEnv {
+    env: SimEnv,
+    spec: EnvSpecMsg,
+    potential: Potential,
+    shaper: VecShaper,
+    reward: RewardSpecMsg,
+    images: bool,
+    next_seed: u64,
+    seed_step: u64,
+    ticker: Ticker,
+}
+
+impl ServedEnv {
+    /// Progress of `obs`; `step` carries the oracle when the observation came from a step. None when sparse.
+    fn phi(&mut self, obs: &Observation, step: Option<&StepResult>) -> Result<Option<f64>, String> {
+        match &mut self.potential {
+            Potential::Sparse => Ok(None),
+            Potential::Model(m) => m
+                .score_envs(&[0], &[obs])
+                .map(|p| Some(f64::from(p[0].phi)))
+                .map_err(|e| format!("reward model: {e}")),
+            // At reset no step has happened: the oracle's progress is 0 by definition (as in the actor).
+            Potential::Oracle => match step {
+                None => Ok(Some(0.0)),
+                Some(s) => s
+                    .info
+                    .progress_oracle
+                    .map(|p| Some(f64::from(p)))
+                    .ok_or_else(|| "the env reports no oracle progress".to_string()),
+            },
+        }
+    }
+
+    fn obs_msg(&self, obs: Observation) -> ObservationMsg {
+        let mut msg = ObservationMsg::from_observation_owned(obs);
+        if !self.images {
+            msg.images = Default::default();
+        }
+        msg.depth = Default::default();
+        msg
+    }
+}
+
+impl EnvHandler for ServedEnv {
+    fn reset(&mut self, req: &ResetRequest) -> ResetReply {
+        let seed = req.seed.unwrap_or_else(|| {
+            let s = self.next_seed;
+            self.next_seed = self.next_seed.wrapping_add(self.seed_step);
+            s
+        });
+        let obs = match self.env.reset(seed) {
+            Ok(o) => o,
+            Err(e) => return ResetReply::error(e.to_string()),
+        };
+        let phi = match self.phi(&obs, None) {
+            Ok(p) => p,
+            Err(e) => return ResetReply::error(e),
+        };
+        if let Err(e) = self.shaper.reset(0, phi.unwrap_or(0.0)) {
+            return ResetReply::error(format!("shaping: {e}"));
+        }
+        ResetReply {
+            spec: Some(self.spec.clone()),
+            obs: Some(self.obs_msg(obs)),
+            reward: Some(self.reward.clone()),
+            phi,
+            ..ResetReply::default()
+        }
+    }
+
+    fn step(&mut self, req: &StepRequest) -> StepReply {
+        self.ticker.tick();
+        let step = match self.env.step(&req.action) {
+            Ok(r) => r,
+            Err(e) => return StepReply::error(e.to_string()),
+        };
+        let phi = match self.phi(&step.obs, Some(&step)) {
+            Ok(p) => p,
+            Err(e) => return StepReply::error(e),
+        };
+        let shaped = match self.shaper.step(
+            0,
+            phi.unwrap_or(0.0),
+            step.reward,
+            step.terminated,
+            step.truncated,
+        ) {
+            Ok(s) => s,
+            Err(e) => return StepReply::error(format!("shaping: {e}")),
+        };
+        let task_reward = step.reward;
+        let mut reply = StepReply {
+            reward: task_reward,
+            terminated: step.terminated,
+            truncated: step.truncated,
+            info: (&step.info).into(),
+            ..StepReply::default()
+        };
+        if phi.is_some() {
+            reply.reward = shaped.reward;
+            reply.task_reward = Some(task_reward);
+            reply.phi = phi;
+        }
+        reply.obs = Some(self.obs_msg(step.obs));
+        reply
+    }
+}
+
+fn spec_msg(spec: &EnvSpec, images: bool) -> EnvSpecMsg {
+    let mut m = EnvSpecMsg::from(spec);
+    if !images {
+        m.views.clear();
+    }
+    m
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    let env = SimEnv::new(a.sim.config()).context("building the simulator")?;
-    let keys = Keys::new(a.zenoh.robot.clone())?;
+    if a.envs == 0 {
+        bail!("--envs must be >= 1");
+    }
+    // The shaper checks gamma and the scale (sparse serves the task reward but keeps the same checks).
+    let shaping = ShapingConfig::new(a.gamma, a.shaping_scale)?;
+    let mut cfg = a.sim.config();
+    // Render only when someone reads the frames; depth is never served.
+    cfg.render = a.images || a.reward == "model";
+    cfg.depth = false;
+    let manifest = match (a.reward.as_str(), &a.model) {
+        ("model", Some(m)) => Some(m.clone()),
+        ("model", None) => {
+            let task = a.sim.task.name();
+            let path = PathBuf::from(format!("models/{task}/{task}-progress.toml"));
+            if !path.exists() {
+                bail!(
+                    "no shipped reward model for {task} at {}: pass --model MANIFEST or --reward oracle",
+                    path.display()
+                );
+            }
+            Some(path)
+        }
+        (_, Some(_)) => bail!("--model needs --reward model"),
+        _ => None,
+    };
+    let reward = RewardSpecMsg {
+        source: a.reward.clone(),
+        model: manifest.as_ref().map(|m| m.display().to_string()),
+        gamma: a.gamma,
+        shaping_scale: if a.reward == "sparse" {
+            0.0
+        } else {
+            a.shaping_scale
+        },
+    };
+    let base = Keys::new(a.zenoh.robot.clone())?;
     let node = Node::open(&a.zenoh.config()).context("opening the zenoh session")?;
-    let server = node.serve_env(&keys, EnvAdapter::new(env))?;
-    println!(
-        "serving {} on {} and {} (zenoh id {})",
-        a.sim.task,
-        keys.env_reset(),
-        keys.env_step(),
-        node.zid()
-    );
+    let mut servers = Vec::with_capacity(a.envs);
+    for i in 0..a.envs {
+        let env = SimEnv::new(cfg.clone()).context("building the simulator")?;
+        let potential = match (a.reward.as_str(), &manifest) {
+            ("oracle", _) => Potential::Oracle,
+            (_, Some(m)) => Potential::Model(Box::new(a.ort.load_reward_model(m)?)),
+            _ => Potential::Sparse,
+        };
+        let keys = if a.envs == 1 {
+            base.clone()
+        } else {
+            Keys::new(format!("{}-{i}", base.robot()))?
+        };
+        let handler = ServedEnv {
+            spec: spec_msg(env.spec(), a.images),
+            env,
+            potential,
+            shaper: VecShaper::new(1, shaping)?,
+            reward: reward.clone(),
+            images: a.images,
+            next_seed: a.seed.wrapping_add(i as u64),
+            seed_step: a.envs as u64,
+            ticker: Ticker::new(Clock::from_hz(a.hz)),
+        };
+        servers.push(node.serve_env(&keys, handler)?);
+        println!(
+            "serving {} ({} reward) on {} and {}",
+            a.sim.task,
+            a.reward,
+            keys.env_reset(),
+            keys.env_step()
+        );
+    }
+    println!("zenoh id {}", node.zid());
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -45,7 +269,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     {
         std::thread::sleep(Duration::from_millis(50));
     }
-    drop(server);
+    drop(servers);
     node.close().ok();
     Ok(())
 }

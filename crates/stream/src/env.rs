@@ -254,3 +254,66 @@ impl EnvClient {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::wire::{decode, encode, RewardSpecMsg, StepReply};
+
+    /// The shaped-reward fields were added within schema 1: a reply from an older server (without them)
+    /// still decodes, and a new one carries them by name.
+    #[test]
+    fn shaped_reward_fields_are_optional_and_named() {
+        let old = rmpv::Value::Map(vec![
+            (rmpv::Value::from("schema"), rmpv::Value::from(1)),
+            (rmpv::Value::from("kind"), rmpv::Value::from("step_reply")),
+            (rmpv::Value::from("obs"), rmpv::Value::Nil),
+            (rmpv::Value::from("reward"), rmpv::Value::F64(1.0)),
+            (rmpv::Value::from("terminated"), rmpv::Value::from(true)),
+            (rmpv::Value::from("truncated"), rmpv::Value::from(false)),
+            (
+                rmpv::Value::from("info"),
+                rmpv::Value::Map(vec![(
+                    rmpv::Value::from("success"),
+                    rmpv::Value::from(true),
+                )]),
+            ),
+            (rmpv::Value::from("error"), rmpv::Value::Nil),
+        ]);
+        let mut bytes = Vec::new();
+        rmpv::encode::write_value(&mut bytes, &old).expect("encode");
+        let r: StepReply = decode(&bytes).expect("an old step_reply decodes");
+        assert_eq!((r.task_reward, r.phi), (None, None));
+
+        let new = StepReply {
+            reward: 0.5,
+            task_reward: Some(0.0),
+            phi: Some(0.25),
+            ..StepReply::default()
+        };
+        let back: StepReply = decode(&encode(&new).expect("encode")).expect("decode");
+        assert_eq!(back, new);
+        let v = rmpv::decode::read_value(&mut &encode(&new).expect("encode")[..]).expect("value");
+        let keys: Vec<&str> = v
+            .as_map()
+            .expect("map")
+            .iter()
+            .filter_map(|(k, _)| k.as_str())
+            .collect();
+        assert!(keys.ends_with(&["error", "task_reward", "phi"]), "{keys:?}");
+
+        let spec = RewardSpecMsg {
+            source: "model".into(),
+            model: Some("m.toml".into()),
+            gamma: 0.99,
+            shaping_scale: 1.0,
+        };
+        let reply = crate::wire::ResetReply {
+            reward: Some(spec.clone()),
+            phi: Some(0.1),
+            ..Default::default()
+        };
+        let back: crate::wire::ResetReply =
+            decode(&encode(&reply).expect("encode")).expect("decode");
+        assert_eq!(back.reward, Some(spec));
+    }
+}

@@ -651,6 +651,22 @@ impl WireMessage for ResetRequest {
     const KIND: &'static str = kind::ResetRequest::NAME;
 }
 
+/// How a served env makes the reward of its `step_reply` (in `reset_reply.reward`; added within schema 1, so
+/// nil/missing from older servers, which serve the task reward).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RewardSpecMsg {
+    /// `"sparse"` (the env's task reward), `"model"` (potential-based shaping with a reward model's progress)
+    /// or `"oracle"` (potential-based shaping with the simulator's ground-truth progress).
+    pub source: String,
+    /// The reward model's manifest, for `"model"`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Discount used for shaping: must equal the learner's.
+    pub gamma: f64,
+    /// Shaping scale `c` in `r = r_task + c * (gamma * phi' - phi)` (0 for `"sparse"`).
+    pub shaping_scale: f64,
+}
+
 /// `env/reset` reply: the spec and first observation, or an error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ResetReply {
@@ -660,6 +676,12 @@ pub struct ResetReply {
     pub obs: Option<ObservationMsg>,
     /// Why the reset failed (then `spec` and `obs` are nil).
     pub error: Option<String>,
+    /// How step rewards are made (nil: the task reward).
+    #[serde(default)]
+    pub reward: Option<RewardSpecMsg>,
+    /// Progress (potential) of the first observation, when the reward is shaped.
+    #[serde(default)]
+    pub phi: Option<f64>,
 }
 
 impl ResetReply {
@@ -753,6 +775,12 @@ pub struct StepReply {
     pub info: StepInfoMsg,
     /// Why the step failed (then `obs` is nil and the other fields are zero/false).
     pub error: Option<String>,
+    /// The env's own task reward when `reward` is shaped (nil: `reward` is the task reward).
+    #[serde(default)]
+    pub task_reward: Option<f64>,
+    /// Progress (potential) of the next observation as read, when the reward is shaped.
+    #[serde(default)]
+    pub phi: Option<f64>,
 }
 
 impl StepReply {
