@@ -18,6 +18,11 @@ if ! cmp -s "$req" "$stamp" 2>/dev/null; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
   cp "$req" "$stamp"
 fi
+# The learner-side package (python/), editable, without re-resolving its dependencies (pinned above).
+if ! "$venv/bin/python" -c "import stagewise, sys; sys.exit(0 if stagewise.__file__.startswith('$root/python/') else 1)" 2>/dev/null; then
+  echo "setup: installing the stagewise Python package (python/, editable) into $venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -e "$root/python"
+fi
 lib="$("$venv/bin/python" - <<'PY'
 import glob, os, onnxruntime
 capi = os.path.join(os.path.dirname(onnxruntime.__file__), "capi")
