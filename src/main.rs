@@ -41,6 +41,8 @@ enum Command {
     Record(cmd::record::RecordArgs),
     /// Score a recorded dataset with a reward model: VOC, VROC, stage accuracy, MAE, AUROC, and PNG plots.
     Eval(Box<cmd::eval::EvalArgs>),
+    /// Label every frame of a LeRobot dataset with progress (sarm_progress.parquet for RA-BC) and print RA-BC weights.
+    Label(Box<cmd::label::LabelArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,5 +62,6 @@ fn main() -> anyhow::Result<()> {
         Command::Sim(a) => cmd::sim::run(a),
         Command::Record(a) => cmd::record::run(a),
         Command::Eval(a) => cmd::eval::run(*a),
+        Command::Label(a) => cmd::label::run(*a),
     }
 }

@@ -23,11 +23,27 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Args, Debug, Clone)]
 pub struct EvalArgs {
     /// Model manifest (.toml): a stage_progress or hop model.
-    #[arg(long)]
-    pub model: PathBuf,
+    #[arg(long, required_unless_present = "policy")]
+    pub model: Option<PathBuf>,
     /// Dataset directory (LeRobot layout with progress_gt / stage_gt columns, e.g. from `stagewise record`).
-    #[arg(long)]
-    pub dataset: PathBuf,
+    #[arg(long, required_unless_present = "policy")]
+    pub dataset: Option<PathBuf>,
+    /// Evaluate a policy instead: a `kind = "policy"` manifest (state in, action out) rolled out headless in the
+    /// simulator on `--episodes` fresh seeds from `--seed`; prints the success rate.
+    #[arg(long, value_name = "MANIFEST", conflicts_with_all = ["model", "dataset"])]
+    pub policy: Option<PathBuf>,
+    /// Task for `--policy`: pick-place, push-target or stack.
+    #[arg(long, default_value = "pick-place")]
+    pub task: String,
+    /// Episodes (one seed each) for `--policy`.
+    #[arg(long, default_value_t = 100)]
+    pub episodes: usize,
+    /// First seed for `--policy` (episode i uses seed + i; keep it away from the training seeds).
+    #[arg(long, default_value_t = 3_000_000)]
+    pub seed: u64,
+    /// `--policy`: write the per-episode outcomes and the success rate as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Directory for the per-episode PNGs and summary.json (default: <dataset>/eval-<model file stem>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -378,10 +394,16 @@ fn fmt(x: f64) -> String {
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
+    if let Some(policy) = &args.policy {
+        return run_policy(&args, policy);
+    }
+    let (Some(model_path), Some(dataset)) = (args.model.clone(), args.dataset.clone()) else {
+        bail!("--model and --dataset are both required (or --policy)");
+    };
     let manifest =
-        Manifest::load(&args.model).with_context(|| format!("reading {}", args.model.display()))?;
-    let ds = Dataset::open(&args.dataset)
-        .with_context(|| format!("opening dataset {}", args.dataset.display()))?;
+        Manifest::load(&model_path).with_context(|| format!("reading {}", model_path.display()))?;
+    let ds = Dataset::open(&dataset)
+        .with_context(|| format!("opening dataset {}", dataset.display()))?;
     let mean = manifest.image.as_ref().map_or([0.5; 3], |i| i.mean);
     if let Some(v) = &args.drop_view {
         if !manifest.views.contains(v) {
@@ -393,7 +415,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     }
     let eps = load_episodes(&ds, args.max_episodes, args.drop_view.as_deref(), mean)?;
     if eps.is_empty() {
-        bail!("{} has no episodes", args.dataset.display());
+        bail!("{} has no episodes", dataset.display());
     }
     let bar = ProgressBar::new(eps.len() as u64);
     bar.set_style(
@@ -402,7 +424,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     );
     let scored: Vec<Scored> = match manifest.kind {
         ModelKind::StageProgress => {
-            let mut model = args.ort.load_reward_model(&args.model)?;
+            let mut model = args.ort.load_reward_model(&model_path)?;
             let mut out = Vec::with_capacity(eps.len());
             for chunk in eps.chunks(args.batch.max(1)) {
                 let fwd: Vec<Vec<Observation>> = chunk.iter().map(|e| e.obs.clone()).collect();
@@ -422,8 +444,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         }
         ModelKind::Hop => {
             let rt = args.ort.runtime()?;
-            let mut model = HopModel::load(&args.model, rt, &args.ort.session_options())
-                .with_context(|| format!("loading hop model {}", args.model.display()))?;
+            let mut model = HopModel::load(&model_path, rt, &args.ort.session_options())
+                .with_context(|| format!("loading hop model {}", model_path.display()))?;
             let goal = eps
                 .iter()
                 .find(|e| e.success && !e.degraded)
@@ -443,14 +465,14 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             }
             out
         }
-        ModelKind::Policy => bail!("{} is a policy, not a reward model", args.model.display()),
+        ModelKind::Policy => bail!("{} is a policy, not a reward model", model_path.display()),
     };
     bar.finish_and_clear();
     let summary = summarise(&eps, &scored)?;
     println!(
         "model {} on {} ({} episodes: {} clean successes, {} failures)",
-        args.model.display(),
-        args.dataset.display(),
+        model_path.display(),
+        dataset.display(),
         summary.episodes,
         summary.expert_successes,
         summary.failures
@@ -469,15 +491,14 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     println!("progress MAE   {}", fmt(summary.progress_mae));
     println!("AUROC          {}", summary.auroc.map_or("n/a".into(), fmt));
 
-    let stem = args
-        .model
+    let stem = model_path
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
         .unwrap_or_else(|| "model".into());
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| args.dataset.join(format!("eval-{stem}")));
+        .unwrap_or_else(|| dataset.join(format!("eval-{stem}")));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let json = out.join("summary.json");
     std::fs::write(&json, serde_json::to_string_pretty(&summary)?)
@@ -487,6 +508,112 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             plot_episode(e, s, &out.join(format!("episode_{:04}.png", e.index)))?;
         }
         println!("plots and summary.json in {}", out.display());
+    }
+    Ok(())
+}
+
+/// Outcome of one policy episode.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PolicyEpisode {
+    pub seed: u64,
+    pub success: bool,
+    pub steps: u64,
+    /// The oracle's progress at the last state.
+    pub final_progress: f64,
+}
+
+/// Rolls a policy out headless on `--episodes` seeds, all envs in lockstep (one batched policy run per step).
+fn run_policy(args: &EvalArgs, path: &Path) -> anyhow::Result<()> {
+    use stagewise_core::Env;
+    let task: stagewise_sim::Task = args.task.parse()?;
+    if args.episodes == 0 {
+        bail!("--episodes must be at least 1");
+    }
+    let cfg = stagewise_sim::SimConfig::headless(task);
+    let state_size = stagewise_sim::state_spec(task).names.len();
+    let rt = args.ort.runtime()?;
+    let mut policy = stagewise_model::PolicyModel::load(
+        path,
+        state_size,
+        stagewise_sim::ACTION_NAMES.len(),
+        rt,
+        &args.ort.session_options(),
+    )
+    .with_context(|| format!("loading policy {}", path.display()))?;
+    let n = args.episodes;
+    let mut envs = Vec::with_capacity(n);
+    let mut states = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut env = stagewise_sim::SimEnv::new(cfg.clone())?;
+        let seed = args.seed + i as u64;
+        let obs = env
+            .reset(seed)
+            .with_context(|| format!("resetting seed {seed}"))?;
+        states.push(obs.state);
+        envs.push(env);
+    }
+    let mut done: Vec<Option<PolicyEpisode>> = vec![None; n];
+    let mut steps = vec![0u64; n];
+    let bar = ProgressBar::new(n as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "rolling out [{elapsed_precise}] {wide_bar} {pos}/{len} episodes",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t0 = std::time::Instant::now();
+    loop {
+        let active: Vec<usize> = (0..n).filter(|&i| done[i].is_none()).collect();
+        if active.is_empty() {
+            break;
+        }
+        let batch: Vec<&[f32]> = active.iter().map(|&i| states[i].as_slice()).collect();
+        let actions = policy.act(&batch).context("running the policy")?;
+        for (&i, a) in active.iter().zip(actions) {
+            let r = envs[i]
+                .step(&a)
+                .with_context(|| format!("stepping seed {}", args.seed + i as u64))?;
+            steps[i] += 1;
+            if r.terminated || r.truncated {
+                done[i] = Some(PolicyEpisode {
+                    seed: args.seed + i as u64,
+                    success: r.info.success,
+                    steps: steps[i],
+                    final_progress: r.info.progress_oracle.map_or(f64::NAN, f64::from),
+                });
+                bar.inc(1);
+            }
+            states[i] = r.obs.state;
+        }
+    }
+    bar.finish_and_clear();
+    let eps: Vec<PolicyEpisode> = done.into_iter().flatten().collect();
+    let successes = eps.iter().filter(|e| e.success).count();
+    let rate = successes as f64 / n as f64;
+    let mean_progress = eps.iter().map(|e| e.final_progress).sum::<f64>() / n as f64;
+    println!(
+        "policy {} on {task}: {successes}/{n} successes ({:.1}%), mean final oracle progress {:.3}, seeds {}..{} \
+         ({:.1} s)",
+        path.display(),
+        100.0 * rate,
+        mean_progress,
+        args.seed,
+        args.seed + n as u64,
+        t0.elapsed().as_secs_f64()
+    );
+    if let Some(p) = &args.json {
+        let json = serde_json::json!({
+            "policy": path,
+            "task": task.name(),
+            "episodes": n,
+            "first_seed": args.seed,
+            "successes": successes,
+            "success_rate": rate,
+            "mean_final_progress": mean_progress,
+            "per_episode": eps,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }

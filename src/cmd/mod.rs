@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod eval;
+pub mod label;
 pub mod models;
 pub mod ort_args;
 pub mod policy;

@@ -23,7 +23,7 @@ pub mod writer;
 pub use error::{DatasetError, Result};
 pub use info::{Feature, InfoJson, OrderedMap, CODEBASE_VERSION, SARM_PROGRESS_FILE};
 pub use reader::{Dataset, Episode, EpisodeMeta, Images, VideoRef};
-pub use sarm_progress::{SarmProgress, REWARD_MODEL_PATH_KEY};
+pub use sarm_progress::{interpolate_linear, strided_frames, SarmProgress, REWARD_MODEL_PATH_KEY};
 pub use writer::{
     image_key, ColumnValues, DatasetInfo, DatasetSummary, DatasetWriter, EpisodeData,
     ExtraColumnSpec, ExtraDtype, FrameData, FrameImage, StageAnnotation, ViewSpec, ACTION_KEY,

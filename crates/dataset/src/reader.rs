@@ -218,6 +218,32 @@ impl Dataset {
             .map(|(k, _)| k)
             .collect()
     }
+    /// The image/video feature key of a camera called `view` (a model's view name): the key itself,
+    /// `observation.images.<view>`, or the one camera key ending in `.<view>`. The error names info.json and lists
+    /// the dataset's camera keys.
+    pub fn camera_key(&self, view: &str) -> Result<String> {
+        let keys = self.camera_keys();
+        let suffix = format!(".{view}");
+        let full = format!("observation.images.{view}");
+        let found = keys
+            .iter()
+            .find(|k| **k == view)
+            .or_else(|| keys.iter().find(|k| **k == full))
+            .copied()
+            .or_else(|| {
+                let mut it = keys.iter().filter(|k| k.ends_with(&suffix));
+                match (it.next(), it.next()) {
+                    (Some(k), None) => Some(*k),
+                    _ => None,
+                }
+            });
+        found.map(str::to_owned).ok_or_else(|| {
+            self.info_field(
+                "features",
+                format!("no image or video feature for camera `{view}` (camera keys: {keys:?})"),
+            )
+        })
+    }
     pub fn state_names(&self) -> Option<Vec<String>> {
         self.info
             .features

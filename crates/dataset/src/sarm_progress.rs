@@ -148,3 +148,145 @@ impl SarmProgress {
         Ok(out)
     }
 }
+
+/// Frames scored when only every `stride`-th frame of an episode of `len` frames is run through the model:
+/// `0, stride, 2 stride, ...` and always the last frame (so interpolation never extrapolates). `stride` 0 counts
+/// as 1. Empty for an empty episode.
+pub fn strided_frames(len: usize, stride: usize) -> Vec<usize> {
+    if len == 0 {
+        return Vec::new();
+    }
+    let mut out: Vec<usize> = (0..len).step_by(stride.max(1)).collect();
+    if out.last() != Some(&(len - 1)) {
+        out.push(len - 1);
+    }
+    out
+}
+
+/// Per-frame values of an episode of `len` frames from values at the `scored` frames (strictly increasing, the
+/// first 0 and the last `len - 1`, as [`strided_frames`] returns), linearly interpolated in between.
+pub fn interpolate_linear(
+    len: usize,
+    scored: &[usize],
+    values: &[f32],
+) -> Result<Vec<f32>, String> {
+    if scored.len() != values.len() {
+        return Err(format!(
+            "{} scored frames but {} values",
+            scored.len(),
+            values.len()
+        ));
+    }
+    if len == 0 {
+        return if scored.is_empty() {
+            Ok(Vec::new())
+        } else {
+            Err("scored frames given for an empty episode".into())
+        };
+    }
+    if scored.first() != Some(&0) || scored.last() != Some(&(len - 1)) {
+        return Err(format!(
+            "scored frames must start at 0 and end at the last frame {}, got {:?}..{:?}",
+            len - 1,
+            scored.first(),
+            scored.last()
+        ));
+    }
+    if scored.windows(2).any(|w| w[0] >= w[1]) {
+        return Err("scored frames must be strictly increasing".into());
+    }
+    let mut out = vec![0.0f32; len];
+    out[0] = values[0];
+    for (w, v) in scored.windows(2).zip(values.windows(2)) {
+        let (a, b) = (w[0], w[1]);
+        let span = (b - a) as f64;
+        for (t, slot) in out.iter_mut().enumerate().take(b + 1).skip(a) {
+            let x = (t - a) as f64 / span;
+            *slot = (f64::from(v[0]) * (1.0 - x) + f64::from(v[1]) * x) as f32;
+        }
+    }
+    Ok(out)
+}
+
+impl SarmProgress {
+    /// Progress grouped by episode: `(episode_index, progress by frame_index)`, episodes in increasing order.
+    /// Refuses repeated or missing frame indices (every episode must cover `0..len`), naming `path` (the file the
+    /// rows came from) in the error.
+    pub fn per_episode(&self, path: &Path) -> Result<Vec<(i64, Vec<f32>)>> {
+        self.check(path)?;
+        let mut rows: Vec<usize> = (0..self.len()).collect();
+        rows.sort_by_key(|&i| (self.episode_index[i], self.frame_index[i]));
+        let mut out: Vec<(i64, Vec<f32>)> = Vec::new();
+        for &i in &rows {
+            let (ep, frame) = (self.episode_index[i], self.frame_index[i]);
+            if out.last().map(|(e, _)| *e) != Some(ep) {
+                out.push((ep, Vec::new()));
+            }
+            let (_, values) = out.last_mut().expect("pushed above");
+            if frame != values.len() as i64 {
+                return Err(DatasetError::BadValue {
+                    path: path.to_owned(),
+                    column: "frame_index".into(),
+                    row: i,
+                    reason: format!(
+                        "episode {ep}: frame_index {frame} where {} was expected (frames must be 0..len, once each)",
+                        values.len()
+                    ),
+                });
+            }
+            values.push(self.progress_sparse[i]);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strided_frames_always_end_on_the_last_frame() {
+        assert_eq!(strided_frames(0, 4), Vec::<usize>::new());
+        assert_eq!(strided_frames(1, 4), vec![0]);
+        assert_eq!(strided_frames(9, 4), vec![0, 4, 8]);
+        assert_eq!(strided_frames(10, 4), vec![0, 4, 8, 9]);
+        assert_eq!(strided_frames(3, 0), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn interpolation_is_linear_between_scored_frames() {
+        let scored = strided_frames(10, 4);
+        let v = interpolate_linear(10, &scored, &[0.0, 0.4, 0.8, 1.0]).unwrap();
+        let want = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0];
+        for (a, b) in v.iter().zip(want) {
+            assert!((a - b).abs() < 1e-6, "{v:?}");
+        }
+        assert_eq!(interpolate_linear(1, &[0], &[0.3]).unwrap(), vec![0.3]);
+        assert!(interpolate_linear(10, &[0, 4], &[0.0, 1.0]).is_err());
+        assert!(interpolate_linear(10, &[0, 9], &[0.0]).is_err());
+        assert!(interpolate_linear(10, &[0, 5, 5, 9], &[0.0; 4]).is_err());
+    }
+
+    #[test]
+    fn per_episode_groups_and_checks_frames() {
+        let p = SarmProgress {
+            index: vec![3, 0, 1, 2],
+            episode_index: vec![1, 0, 0, 1],
+            frame_index: vec![1, 0, 1, 0],
+            progress_sparse: vec![0.9, 0.1, 0.2, 0.5],
+            ..Default::default()
+        };
+        let path = Path::new("x/sarm_progress.parquet");
+        let g = p.per_episode(path).unwrap();
+        assert_eq!(g, vec![(0, vec![0.1, 0.2]), (1, vec![0.5, 0.9])]);
+        let gap = SarmProgress {
+            frame_index: vec![2, 0, 1, 0],
+            ..p
+        };
+        let msg = gap.per_episode(path).unwrap_err().to_string();
+        assert!(
+            msg.contains("sarm_progress.parquet") && msg.contains("frame_index"),
+            "{msg}"
+        );
+    }
+}

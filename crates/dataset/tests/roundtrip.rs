@@ -25,6 +25,18 @@ fn round_trip_frames_images_annotations() {
         ds.camera_keys(),
         ["observation.images.top", "observation.images.wrist"]
     );
+    assert_eq!(ds.camera_key("top").unwrap(), "observation.images.top");
+    assert_eq!(
+        ds.camera_key("observation.images.wrist").unwrap(),
+        "observation.images.wrist"
+    );
+    let msg = ds.camera_key("side").unwrap_err().to_string();
+    assert!(
+        msg.contains("info.json")
+            && msg.contains("`side`")
+            && msg.contains("observation.images.top"),
+        "{msg}"
+    );
     assert_eq!(
         ds.state_names().unwrap(),
         ["joint_0", "joint_1", "joint_2", "joint_3"]

@@ -1,0 +1,538 @@
+//! `stagewise label --dataset D --model M [--stride N]`: per-frame progress for every frame of a LeRobot v3
+//! dataset, written to `D/sarm_progress.parquet` in the format LeRobot's RA-BC reads (`index, episode_index,
+//! frame_index, progress_sparse`, float32 progress, rows sorted by `index`, `reward_model_path` in the schema
+//! metadata), then the dataset's RA-BC weight summary (core's `RabcWeights`, LeRobot's formula) and PNG progress
+//! plots for a few episodes.
+//!
+//! Work is split by episode across worker threads, each with its own ONNX Runtime session (`Session::run` takes
+//! `&mut`). A worker decodes an episode's frames once, normalises each frame once, and runs the windows
+//! `t - (F-1) s, ..., t` of the scored frames in batches (the same windows `RewardModel::score` builds step by step:
+//! early windows repeat the first frame). With `--stride N` only frames `0, N, 2N, ...` and the last frame are
+//! scored and the frames in between are interpolated linearly. LeRobot's own labelling runs one window per query.
+
+use crate::cmd::ort_args::OrtArgs;
+use anyhow::{bail, Context};
+use image::RgbImage;
+use indicatif::{ProgressBar, ProgressStyle};
+use plotters::prelude::*;
+use stagewise_core::{RabcConfig, RabcWeights};
+use stagewise_dataset::{
+    interpolate_linear, strided_frames, Dataset, Images, SarmProgress, STATE_KEY,
+};
+use stagewise_model::preprocess::Normaliser;
+use stagewise_model::{Manifest, ModelKind, RewardModel};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LabelArgs {
+    /// LeRobot v3 dataset directory (image columns; video columns need the dataset crate's `video` feature).
+    #[arg(long)]
+    pub dataset: PathBuf,
+    /// Reward model manifest (.toml) of kind stage_progress.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Score every N-th frame of each episode (and its last frame); frames in between are interpolated
+    /// linearly. 1 scores every frame.
+    #[arg(long, default_value_t = 1)]
+    pub stride: usize,
+    /// Worker threads, one ONNX Runtime session each (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Windows per Session::run.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+    /// RA-BC chunk size: frames ahead for the progress delta (the policy's action chunk; LeRobot's default 50).
+    #[arg(long, default_value_t = 50)]
+    pub chunk_size: usize,
+    /// RA-BC kappa: deltas above it get weight 1.
+    #[arg(long, default_value_t = 0.01)]
+    pub kappa: f64,
+    /// Output file (default: <dataset>/sarm_progress.parquet, where LeRobot looks for it).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Progress plots for this many episodes (the first ones); 0 = none.
+    #[arg(long, default_value_t = 4)]
+    pub plots: usize,
+    /// Plot directory (default: <dataset>/sarm_progress_plots).
+    #[arg(long, value_name = "DIR")]
+    pub plots_dir: Option<PathBuf>,
+    /// Per-frame RA-BC deltas and weights as CSV (index, episode_index, frame_index, progress, delta, weight).
+    #[arg(long, value_name = "FILE")]
+    pub weights_csv: Option<PathBuf>,
+    /// The run's numbers (frames, windows, wall times, RA-BC summary) as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub summary_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub ort: OrtArgs,
+}
+
+/// One labelled episode.
+struct Labelled {
+    episode: usize,
+    index: Vec<i64>,
+    frame_index: Vec<i64>,
+    progress: Vec<f32>,
+    /// Frames run through the model.
+    scored: Vec<usize>,
+    /// `progress_gt` column, when the dataset has one (plots only).
+    progress_gt: Option<Vec<f64>>,
+}
+
+/// What every worker needs to know about the model and the dataset.
+struct Plan {
+    /// Dataset camera key per model view, in the model's view order.
+    keys: Vec<String>,
+    normaliser: Normaliser,
+    frames: usize,
+    stride_model: usize,
+    state_size: usize,
+    stride: usize,
+    batch: usize,
+}
+
+fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Plan> {
+    if m.kind != ModelKind::StageProgress {
+        bail!(
+            "{} is a {} model: labelling needs a stage_progress model",
+            m.path.display(),
+            m.kind
+        );
+    }
+    if args.stride == 0 {
+        bail!("--stride must be at least 1");
+    }
+    if args.batch == 0 {
+        bail!("--batch must be at least 1");
+    }
+    let image = m
+        .image
+        .as_ref()
+        .with_context(|| format!("{}: field `image` is missing", m.path.display()))?;
+    let keys = m
+        .views
+        .iter()
+        .map(|v| {
+            ds.camera_key(v)
+                .with_context(|| format!("the model {} takes view `{v}`", m.path.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let info_path = ds.root().join("meta/info.json");
+    let state_size = if m.inputs.state.is_some() {
+        let ft = ds.info().features.get(STATE_KEY).with_context(|| {
+            format!(
+                "{}: field `features.{STATE_KEY}` is missing, the model {} takes a state of {} values",
+                info_path.display(),
+                m.path.display(),
+                m.state_size
+            )
+        })?;
+        let dim: usize = ft.shape.iter().product();
+        if dim != m.state_size {
+            bail!(
+                "{}: field `features.{STATE_KEY}.shape` is {:?} ({dim} values), the model {} takes {}",
+                info_path.display(),
+                ft.shape,
+                m.path.display(),
+                m.state_size
+            );
+        }
+        dim
+    } else {
+        0
+    };
+    Ok(Plan {
+        keys,
+        normaliser: Normaliser::new(image),
+        frames: m.frames.max(1),
+        stride_model: m.stride.max(1),
+        state_size,
+        stride: args.stride,
+        batch: args.batch,
+    })
+}
+
+/// Labels one episode with `model`.
+fn label_episode(
+    ds: &Dataset,
+    plan: &Plan,
+    model: &mut RewardModel,
+    ep: usize,
+) -> anyhow::Result<Labelled> {
+    let data = ds
+        .read_episode(ep, Images::Decode)
+        .with_context(|| format!("reading episode {ep}"))?;
+    let len = data.len();
+    if len == 0 {
+        bail!("episode {ep} has no frames");
+    }
+    let frame_len = plan.normaliser.frame_len();
+    let views = plan.keys.len();
+    let step_len = views * frame_len;
+    let cams: Vec<&[RgbImage]> = plan
+        .keys
+        .iter()
+        .map(|k| {
+            let frames = data
+                .images(k)
+                .with_context(|| format!("episode {ep}: column `{k}` was not decoded"))?;
+            if frames.len() != len {
+                bail!(
+                    "episode {ep}: column `{k}` has {} frames, the episode {len}",
+                    frames.len()
+                );
+            }
+            Ok(frames)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    if plan.state_size > 0 {
+        if data.state.len() != len * plan.state_size {
+            bail!(
+                "episode {ep}: column `{STATE_KEY}` has {} values, expected {len} x {}",
+                data.state.len(),
+                plan.state_size
+            );
+        }
+        if let Some(i) = data.state.iter().position(|x| !x.is_finite()) {
+            bail!(
+                "episode {ep}, frame {}: column `{STATE_KEY}`[{}] is {}: the state must be finite",
+                i / plan.state_size,
+                i % plan.state_size,
+                data.state[i]
+            );
+        }
+    }
+    let scored = strided_frames(len, plan.stride);
+    let back = |t: usize, f: usize| t.saturating_sub((plan.frames - 1 - f) * plan.stride_model);
+    // Normalise every frame a scored window needs, once.
+    let mut needed = vec![false; len];
+    for &t in &scored {
+        for f in 0..plan.frames {
+            needed[back(t, f)] = true;
+        }
+    }
+    let mut pre = vec![0.0f32; len * step_len];
+    for t in (0..len).filter(|&t| needed[t]) {
+        for (v, cam) in cams.iter().enumerate() {
+            let dst = &mut pre[t * step_len + v * frame_len..t * step_len + (v + 1) * frame_len];
+            plan.normaliser.write_chw(&cam[t], dst).map_err(|reason| {
+                anyhow::anyhow!("episode {ep}, frame {t}, `{}`: {reason}", plan.keys[v])
+            })?;
+        }
+    }
+    let window_len = views * plan.frames * frame_len;
+    let mut images = Vec::with_capacity(plan.batch * window_len);
+    let mut state = Vec::with_capacity(plan.batch * plan.state_size);
+    let mut values = Vec::with_capacity(scored.len());
+    for chunk in scored.chunks(plan.batch) {
+        images.clear();
+        state.clear();
+        for &t in chunk {
+            // [views, frames, frame_len], oldest frame first (as FrameWindow::gather).
+            for v in 0..views {
+                for f in 0..plan.frames {
+                    let s = back(t, f) * step_len + v * frame_len;
+                    images.extend_from_slice(&pre[s..s + frame_len]);
+                }
+            }
+            if plan.state_size > 0 {
+                state.extend_from_slice(data.state(t));
+            }
+        }
+        let out = model
+            .score_windows(&images, &state, chunk.len())
+            .with_context(|| format!("scoring episode {ep}, frames {chunk:?}"))?;
+        values.extend(out.iter().map(|p| p.phi));
+    }
+    let progress = interpolate_linear(len, &scored, &values)
+        .map_err(|e| anyhow::anyhow!("episode {ep}: interpolating progress: {e}"))?;
+    Ok(Labelled {
+        episode: ep,
+        index: data.index.clone(),
+        frame_index: data.frame_index.clone(),
+        progress,
+        scored,
+        progress_gt: data.extra("progress_gt").map(<[f64]>::to_vec),
+    })
+}
+
+/// Labels every episode on `workers` threads; results in episode order.
+fn label_all(
+    ds: &Dataset,
+    plan: &Plan,
+    args: &LabelArgs,
+    workers: usize,
+    bar: &ProgressBar,
+) -> anyhow::Result<Vec<Labelled>> {
+    let n = ds.num_episodes();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<anyhow::Result<Labelled>>();
+    let mut out: Vec<Option<Labelled>> = (0..n).map(|_| None).collect();
+    let mut first_err = None;
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let tx = tx.clone();
+            let (next, stop) = (&next, &stop);
+            s.spawn(move || {
+                let mut model = match args
+                    .ort
+                    .load_reward_model(&args.model)
+                    .with_context(|| format!("worker {w}"))
+                {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    let ep = next.fetch_add(1, Ordering::Relaxed);
+                    if ep >= n {
+                        break;
+                    }
+                    let r = label_episode(ds, plan, &mut model, ep);
+                    let failed = r.is_err();
+                    if tx.send(r).is_err() || failed {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for r in rx {
+            match r {
+                Ok(l) => {
+                    bar.inc(l.progress.len() as u64);
+                    let e = l.episode;
+                    out[e] = Some(l);
+                }
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    if first_err.is_none() {
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+    });
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    out.into_iter()
+        .enumerate()
+        .map(|(i, l)| l.with_context(|| format!("episode {i} was not labelled")))
+        .collect()
+}
+
+pub fn run(args: LabelArgs) -> anyhow::Result<()> {
+    let t_start = Instant::now();
+    let ds = Dataset::open(&args.dataset)
+        .with_context(|| format!("opening dataset {}", args.dataset.display()))?;
+    let manifest =
+        Manifest::load(&args.model).with_context(|| format!("reading {}", args.model.display()))?;
+    let plan = check_plan(&ds, &manifest, &args)?;
+    let rabc_config = RabcConfig {
+        chunk_size: args.chunk_size,
+        kappa: args.kappa,
+        ..RabcConfig::default()
+    };
+    rabc_config.validate().context("RA-BC settings")?;
+    if ds.num_episodes() == 0 {
+        bail!("{} has no episodes", args.dataset.display());
+    }
+    let workers = match args.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        w => w,
+    }
+    .min(ds.num_episodes());
+    let bar = ProgressBar::new(ds.num_frames());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "labelling [{elapsed_precise}] {wide_bar} {pos}/{len} frames {per_sec} (eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t_label = Instant::now();
+    let labelled = label_all(&ds, &plan, &args, workers, &bar)?;
+    let label_s = t_label.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+
+    let mut sp = SarmProgress {
+        reward_model_path: Some(args.model.display().to_string()),
+        ..Default::default()
+    };
+    for l in &labelled {
+        let ep = l.episode as i64;
+        sp.index.extend_from_slice(&l.index);
+        sp.episode_index
+            .extend(std::iter::repeat_n(ep, l.index.len()));
+        sp.frame_index.extend_from_slice(&l.frame_index);
+        sp.progress_sparse.extend_from_slice(&l.progress);
+    }
+    let out = args.out.clone().unwrap_or_else(|| ds.sarm_progress_path());
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // Write next to the target and rename, so a reader never sees half a file.
+    let tmp = out.with_extension("parquet.tmp");
+    sp.write(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &out)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
+
+    let episodes: Vec<Vec<f64>> = labelled
+        .iter()
+        .map(|l| l.progress.iter().map(|&p| f64::from(p)).collect())
+        .collect();
+    let weights = RabcWeights::compute(&episodes, &rabc_config).context("RA-BC weights")?;
+    let frames: usize = labelled.iter().map(|l| l.progress.len()).sum();
+    let windows: usize = labelled.iter().map(|l| l.scored.len()).sum();
+    println!(
+        "labelled {} episodes, {frames} frames ({windows} windows scored, stride {}) with {} on {} worker(s) x {} \
+         ORT thread(s), batch {}: {label_s:.2} s, {:.0} frames/s",
+        labelled.len(),
+        args.stride,
+        args.model.display(),
+        workers,
+        args.ort.threads,
+        args.batch,
+        frames as f64 / label_s.max(1e-9)
+    );
+    println!(
+        "wrote {} (columns index, episode_index, frame_index, progress_sparse; reward_model_path = {})",
+        out.display(),
+        args.model.display()
+    );
+    let s = &weights.summary;
+    let pct = |k: usize| 100.0 * k as f64 / s.frames.max(1) as f64;
+    println!(
+        "RA-BC (chunk {}, kappa {}): mean weight {:.4}, weight 0: {} frames ({:.1}%), weight 1: {} frames ({:.1}%), \
+         delta mean {:.5}, delta std {:.5}",
+        args.chunk_size,
+        args.kappa,
+        s.mean_weight,
+        s.num_zero_weight,
+        pct(s.num_zero_weight),
+        s.num_full_weight,
+        pct(s.num_full_weight),
+        s.delta_mean,
+        s.delta_std
+    );
+    if let Some(p) = &args.weights_csv {
+        write_weights_csv(p, &labelled, &weights)?;
+        println!("per-frame RA-BC weights in {}", p.display());
+    }
+    if args.plots > 0 {
+        let dir = args
+            .plots_dir
+            .clone()
+            .unwrap_or_else(|| args.dataset.join("sarm_progress_plots"));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        for (l, w) in labelled.iter().zip(&weights.weights).take(args.plots) {
+            plot_episode(l, w, &dir.join(format!("episode_{:04}.png", l.episode)))?;
+        }
+        println!(
+            "progress plots of {} episode(s) in {} (blue: progress, dots: scored frames, black: progress_gt, \
+             orange: RA-BC weight)",
+            args.plots.min(labelled.len()),
+            dir.display()
+        );
+    }
+    if let Some(p) = &args.summary_json {
+        let json = serde_json::json!({
+            "dataset": args.dataset,
+            "model": args.model,
+            "output": out,
+            "episodes": labelled.len(),
+            "frames": frames,
+            "windows_scored": windows,
+            "stride": args.stride,
+            "workers": workers,
+            "ort_threads": args.ort.threads,
+            "batch": args.batch,
+            "label_s": label_s,
+            "total_s": t_start.elapsed().as_secs_f64(),
+            "frames_per_s": frames as f64 / label_s.max(1e-9),
+            "rabc": {
+                "chunk_size": args.chunk_size,
+                "kappa": args.kappa,
+                "summary": weights.summary,
+            },
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn write_weights_csv(path: &Path, labelled: &[Labelled], w: &RabcWeights) -> anyhow::Result<()> {
+    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut f = std::io::BufWriter::new(f);
+    writeln!(f, "index,episode_index,frame_index,progress,delta,weight")?;
+    for ((l, deltas), weights) in labelled.iter().zip(&w.deltas).zip(&w.weights) {
+        for t in 0..l.progress.len() {
+            writeln!(
+                f,
+                "{},{},{},{:e},{:e},{:e}",
+                l.index[t], l.episode, l.frame_index[t], l.progress[t], deltas[t], weights[t]
+            )?;
+        }
+    }
+    f.flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Progress (blue, dots at the scored frames), `progress_gt` (black) when present and the RA-BC weight
+/// (orange) over the episode. No text: no font is shipped.
+fn plot_episode(l: &Labelled, weights: &[f64], path: &Path) -> anyhow::Result<()> {
+    let (width, height) = (800u32, 300u32);
+    let mut buf = vec![255u8; (width * height * 3) as usize];
+    {
+        let root = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let n = l.progress.len().max(2);
+        let mut chart = ChartBuilder::on(&root)
+            .margin(12)
+            .build_cartesian_2d(0f64..(n - 1) as f64, -0.02f64..1.05f64)?;
+        for y in [0.0, 0.25, 0.5, 0.75, 1.0] {
+            chart.draw_series(LineSeries::new(
+                [(0.0, y), ((n - 1) as f64, y)],
+                RGBColor(200, 200, 200).stroke_width(1),
+            ))?;
+        }
+        chart.draw_series(LineSeries::new(
+            weights.iter().enumerate().map(|(t, &w)| (t as f64, w)),
+            RGBColor(245, 140, 30).stroke_width(1),
+        ))?;
+        if let Some(gt) = &l.progress_gt {
+            chart.draw_series(LineSeries::new(
+                gt.iter().enumerate().map(|(t, &p)| (t as f64, p)),
+                BLACK.stroke_width(2),
+            ))?;
+        }
+        chart.draw_series(LineSeries::new(
+            l.progress
+                .iter()
+                .enumerate()
+                .map(|(t, &p)| (t as f64, f64::from(p))),
+            BLUE.stroke_width(2),
+        ))?;
+        if l.scored.len() < l.progress.len() {
+            chart.draw_series(
+                l.scored
+                    .iter()
+                    .map(|&t| Circle::new((t as f64, f64::from(l.progress[t])), 3, BLUE.filled())),
+            )?;
+        }
+        root.present()?;
+    }
+    let img = RgbImage::from_raw(width, height, buf).context("plot buffer has the wrong size")?;
+    img.save_with_format(path, image::ImageFormat::Png)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
