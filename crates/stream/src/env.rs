@@ -272,10 +272,15 @@ mod tests {
             (rmpv::Value::from("truncated"), rmpv::Value::from(false)),
             (
                 rmpv::Value::from("info"),
-                rmpv::Value::Map(vec![(
-                    rmpv::Value::from("success"),
-                    rmpv::Value::from(true),
-                )]),
+                rmpv::Value::Map(vec![
+                    (rmpv::Value::from("stage"), rmpv::Value::Nil),
+                    (rmpv::Value::from("progress_oracle"), rmpv::Value::Nil),
+                    (rmpv::Value::from("success"), rmpv::Value::from(true)),
+                    (
+                        rmpv::Value::from("action_clipped"),
+                        rmpv::Value::from(false),
+                    ),
+                ]),
             ),
             (rmpv::Value::from("error"), rmpv::Value::Nil),
         ]);
