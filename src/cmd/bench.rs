@@ -58,19 +58,25 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     let obs = pool(1);
     let mut step_ms = Vec::new();
     let mut bare_ms = Vec::new();
+    let mut prepare_ms = Vec::new();
+    let mut finish_ms = Vec::new();
     for t in 0..a.warmup + a.steps {
         let o = &obs[0][if t == 0 { 0 } else { 1 + (t as u64 - 1) % POOL } as usize];
         let t0 = Instant::now();
         model.score(&[o])?;
         let step = t0.elapsed();
+        let timing = model.last_timing();
         let bare = model.time_bare_run(1)?;
         if t >= a.warmup {
             step_ms.push(step.as_secs_f64() * 1e3);
             bare_ms.push(bare.as_secs_f64() * 1e3);
+            prepare_ms.push(timing.prepare.as_secs_f64() * 1e3);
+            finish_ms.push(timing.finish.as_secs_f64() * 1e3);
         }
     }
-    step_ms.sort_by(f64::total_cmp);
-    bare_ms.sort_by(f64::total_cmp);
+    for v in [&mut step_ms, &mut bare_ms, &mut prepare_ms, &mut finish_ms] {
+        v.sort_by(f64::total_cmp);
+    }
 
     // Batched throughput.
     let mut throughput = Vec::new();
@@ -95,13 +101,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
 
     let (p50, p99) = (percentile(&step_ms, 0.5), percentile(&step_ms, 0.99));
     let (b50, b99) = (percentile(&bare_ms, 0.5), percentile(&bare_ms, 0.99));
+    let (prep50, fin50) = (percentile(&prepare_ms, 0.5), percentile(&finish_ms, 0.5));
     if a.json {
         let tp: Vec<String> = throughput
             .iter()
             .map(|(n, r)| format!("{{\"envs\":{n},\"env_steps_per_s\":{r:.3}}}"))
             .collect();
         println!(
-            "{{\"model\":{:?},\"provider\":\"{}\",\"threads\":{},\"steps\":{},\"step_ms\":{{\"p50\":{p50:.4},\"p99\":{p99:.4}}},\"bare_run_ms\":{{\"p50\":{b50:.4},\"p99\":{b99:.4}}},\"throughput\":[{}]}}",
+            "{{\"model\":{:?},\"provider\":\"{}\",\"threads\":{},\"steps\":{},\"step_ms\":{{\"p50\":{p50:.4},\"p99\":{p99:.4}}},\"bare_run_ms\":{{\"p50\":{b50:.4},\"p99\":{b99:.4}}},\"prepare_ms_p50\":{prep50:.4},\"finish_ms_p50\":{fin50:.4},\"throughput\":[{}]}}",
             a.model.display().to_string(),
             model.provider(),
             a.ort.threads,
@@ -119,6 +126,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         println!("per-step latency, 1 env:  p50 {p50:.3} ms  p99 {p99:.3} ms");
         println!("bare Session::run:        p50 {b50:.3} ms  p99 {b99:.3} ms");
         println!("step / bare (p50):        {:.3}x", p50 / b50);
+        println!("  of the step (p50):      prepare (frames, windows) {prep50:.3} ms  finish (progress math) {fin50:.3} ms");
         for (n, r) in &throughput {
             println!("throughput {n:>3} envs:      {r:>10.1} env-steps/s");
         }

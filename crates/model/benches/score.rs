@@ -4,8 +4,11 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use stagewise_core::Observation;
+use stagewise_model::preprocess::Normaliser;
+use stagewise_model::window::FrameWindow;
 use stagewise_model::{synthetic, OrtRuntime, Provider, RewardModel, SessionOptions};
 use std::path::PathBuf;
+use std::time::Instant;
 
 fn model() -> RewardModel {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/test/tiny3v.toml");
@@ -43,9 +46,70 @@ fn bench(c: &mut Criterion) {
             group.bench_function("bare_session_run/1", |b| {
                 b.iter(|| m.time_bare_run(1).expect("run"))
             });
+            print_breakdown(&mut m, &obs[0]);
         }
     }
     group.finish();
+}
+
+/// Where one env's step goes (medians of 500 steps): criterion times the whole step, this splits it.
+fn print_breakdown(m: &mut RewardModel, obs: &[Observation]) {
+    let mut parts: [Vec<f64>; 4] = Default::default();
+    for t in 0..500 {
+        m.score(&[&obs[t % obs.len()]]).expect("score");
+        let timing = m.last_timing();
+        let bare = m.time_bare_run(1).expect("run");
+        for (v, d) in parts
+            .iter_mut()
+            .zip([timing.prepare, timing.run, timing.finish, bare])
+        {
+            v.push(d.as_secs_f64() * 1e6);
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let [p, r, f, b] = parts.each_mut().map(med);
+    // The parts of `prepare`: normalising the new frames into the window (stored twice, mirrored ring), and
+    // the copy of a window into a batch row (batches only; one env is read in place).
+    let man = m.manifest().clone();
+    let spec = man.image.clone().expect("image spec");
+    let norm = Normaliser::new(&spec);
+    let mut window = FrameWindow::new(man.views.len(), norm.frame_len(), man.frames, man.stride);
+    let mut row = vec![0.0; window.window_len()];
+    let (mut t_norm, mut t_row) = (Vec::new(), Vec::new());
+    for t in 0..500 {
+        let o = &obs[t % obs.len()];
+        let t0 = Instant::now();
+        window.begin_step(t == 0);
+        for (v, view) in o.views.iter().enumerate() {
+            window
+                .write_view(v, |slot, mirror| {
+                    norm.write_chw_twice(&view.rgb, slot, Some(mirror))
+                })
+                .expect("normalise");
+        }
+        if t == 0 {
+            window.fill_from_newest();
+        }
+        let t1 = Instant::now();
+        row.copy_from_slice(window.window());
+        t_norm.push((t1 - t0).as_secs_f64() * 1e6);
+        t_row.push(t1.elapsed().as_secs_f64() * 1e6);
+        std::hint::black_box(&row);
+    }
+    eprintln!(
+        "prepare parts (median us): normalise {} views into the window {:.1}; batch row copy {:.1}",
+        man.views.len(),
+        med(&mut t_norm),
+        med(&mut t_row)
+    );
+    eprintln!(
+        "step breakdown, 1 env (median us): prepare {p:.1}, run {r:.1}, finish {f:.1}; bare run {b:.1}; \
+         (prepare + run + finish) / bare = {:.3}x",
+        (p + r + f) / b
+    );
 }
 
 criterion_group!(benches, bench);

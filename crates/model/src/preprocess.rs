@@ -39,6 +39,17 @@ impl Normaliser {
     /// Writes `frame` into `out` (length [`Self::frame_len`]) as normalised CHW f32, resizing (triangle filter)
     /// when the frame is not already the model's size.
     pub fn write_chw(&self, frame: &Frame, out: &mut [f32]) -> Result<(), String> {
+        self.write_chw_twice(frame, out, None)
+    }
+
+    /// Like [`Self::write_chw`], storing the same values into `mirror` too in the same pass (the frame windows
+    /// keep every frame twice; one pass is cheaper than a pass and a copy).
+    pub fn write_chw_twice(
+        &self,
+        frame: &Frame,
+        out: &mut [f32],
+        mirror: Option<&mut [f32]>,
+    ) -> Result<(), String> {
         if frame.width() == 0 || frame.height() == 0 {
             return Err(format!(
                 "frame is {}x{}: it must not be empty",
@@ -46,12 +57,14 @@ impl Normaliser {
                 frame.height()
             ));
         }
-        if out.len() != self.frame_len() {
-            return Err(format!(
-                "output buffer has {} values, expected {}",
-                out.len(),
-                self.frame_len()
-            ));
+        for buf in std::iter::once(&*out).chain(mirror.as_deref()) {
+            if buf.len() != self.frame_len() {
+                return Err(format!(
+                    "output buffer has {} values, expected {}",
+                    buf.len(),
+                    self.frame_len()
+                ));
+            }
         }
         let resized;
         let src = if frame.width() == self.width && frame.height() == self.height {
@@ -63,10 +76,28 @@ impl Normaliser {
         let plane = self.width as usize * self.height as usize;
         let (r, rest) = out.split_at_mut(plane);
         let (g, b) = rest.split_at_mut(plane);
-        for (i, px) in src.as_raw().chunks_exact(3).enumerate() {
-            r[i] = px[0] as f32 * self.scale[0] + self.offset[0];
-            g[i] = px[1] as f32 * self.scale[1] + self.offset[1];
-            b[i] = px[2] as f32 * self.scale[2] + self.offset[2];
+        let ([sr, sg, sb], [or, og, ob]) = (self.scale, self.offset);
+        let pixels = src.as_raw().chunks_exact(3);
+        // Zipped iterators: no bounds checks in the per-step hot loop, so it vectorises.
+        match mirror {
+            None => {
+                for (((px, r), g), b) in pixels.zip(r).zip(g).zip(b) {
+                    *r = f32::from(px[0]) * sr + or;
+                    *g = f32::from(px[1]) * sg + og;
+                    *b = f32::from(px[2]) * sb + ob;
+                }
+            }
+            Some(m) => {
+                let (r2, rest) = m.split_at_mut(plane);
+                let (g2, b2) = rest.split_at_mut(plane);
+                let mirrored = r.iter_mut().zip(g).zip(b).zip(r2).zip(g2).zip(b2);
+                for (px, (((((r, g), b), r2), g2), b2)) in pixels.zip(mirrored) {
+                    *r = f32::from(px[0]) * sr + or;
+                    *g = f32::from(px[1]) * sg + og;
+                    *b = f32::from(px[2]) * sb + ob;
+                    (*r2, *g2, *b2) = (*r, *g, *b);
+                }
+            }
         }
         Ok(())
     }

@@ -35,9 +35,19 @@ pub struct RewardModel {
     stages: usize,
     fixed_batch: Option<usize>,
     windows: Vec<Option<FrameWindow>>,
+    /// Batch staging for more than one env (one env's window is read in place).
     images: Vec<f32>,
     state: Vec<f32>,
+    /// Where the last [`RewardModel::score_envs`] input lives, for [`RewardModel::time_bare_run`].
+    last_input: LastInput,
     timing: StepTiming,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastInput {
+    None,
+    Staged,
+    Window(usize),
 }
 
 impl RewardModel {
@@ -117,6 +127,7 @@ impl RewardModel {
             windows: Vec::new(),
             images: Vec::new(),
             state: Vec::new(),
+            last_input: LastInput::None,
             timing: StepTiming::default(),
         })
     }
@@ -205,34 +216,41 @@ impl RewardModel {
         let frame_len = self.normaliser.frame_len();
         let window_len = self.window_len();
         let s = self.manifest.state_size;
-        self.images.resize(n * window_len, 0.0);
+        // One env reads its window in place; a batch is staged row by row.
+        let staged = n > 1;
+        self.images
+            .resize(if staged { n * window_len } else { 0 }, 0.0);
         self.state.resize(n * s, 0.0);
         for (row, ((&env, o), order)) in envs.iter().zip(obs).zip(&order).enumerate() {
             let fresh = o.step == 0 || self.windows[env].is_none();
             let window = self.windows[env]
                 .get_or_insert_with(|| FrameWindow::new(views, frame_len, frames, stride));
-            let slot = if fresh {
-                window.newest_mut()
-            } else {
-                window.advance()
-            };
+            window.begin_step(fresh);
             for (v, &idx) in order.iter().enumerate() {
                 // Sizes were checked in view_order, so this cannot fail.
-                self.normaliser
-                    .write_chw(
-                        &o.views[idx].rgb,
-                        &mut slot[v * frame_len..(v + 1) * frame_len],
-                    )
+                window
+                    .write_view(v, |slot, mirror| {
+                        self.normaliser
+                            .write_chw_twice(&o.views[idx].rgb, slot, Some(mirror))
+                    })
                     .map_err(|reason| ModelError::BadObservation { env, reason })?;
             }
             if fresh {
-                window.reset_to_newest();
+                window.fill_from_newest();
             }
-            window.gather(&mut self.images[row * window_len..(row + 1) * window_len]);
+            if staged {
+                self.images[row * window_len..(row + 1) * window_len]
+                    .copy_from_slice(window.window());
+            }
             self.state[row * s..(row + 1) * s].copy_from_slice(&o.state);
         }
+        self.last_input = if staged {
+            LastInput::Staged
+        } else {
+            LastInput::Window(envs[0])
+        };
         let prepared = Instant::now();
-        let out = self.run_prepared(n);
+        let out = self.run_prepared(n, None);
         self.timing.prepare = prepared - t0;
         out
     }
@@ -264,20 +282,25 @@ impl RewardModel {
                 ),
             ));
         }
-        self.images.clear();
-        self.images.extend_from_slice(images);
-        self.state.clear();
-        self.state.extend_from_slice(state);
+        // The caller's buffers go to ONNX Runtime as they are: no copy.
+        self.last_input = LastInput::None;
         let prepared = Instant::now();
-        let out = self.run_prepared(n);
+        let out = self.run_prepared(n, Some((images, state)));
         self.timing.prepare = prepared - t0;
         out
     }
 
-    /// Times `Session::run` alone on the buffers of the last call (for benchmarks: the bare-ORT reference).
+    /// Times `Session::run` alone on the input of the last [`Self::score`] / [`Self::score_envs`] call (for
+    /// benchmarks: the bare-ORT reference).
     pub fn time_bare_run(&mut self, n: usize) -> Result<Duration, ModelError> {
+        if self.last_input == LastInput::None {
+            return Err(self.bad_input(
+                "inputs.images",
+                "time_bare_run reruns the last score call's input: score first".into(),
+            ));
+        }
         let t0 = Instant::now();
-        self.run_raw(n)?;
+        self.run_raw(n, None)?;
         Ok(t0.elapsed())
     }
 
@@ -352,8 +375,26 @@ impl RewardModel {
         Ok(order)
     }
 
-    fn run_raw(&mut self, n: usize) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
+    /// One `Session::run`: on `given` (images, state) when there, else on the last score call's input (the
+    /// staged batch or one env's window in place).
+    fn run_raw(
+        &mut self,
+        n: usize,
+        given: Option<(&[f32], &[f32])>,
+    ) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
         let m = &self.manifest;
+        let (images, state) = match (given, self.last_input) {
+            (Some(g), _) => g,
+            (None, LastInput::Window(env)) => (
+                self.windows
+                    .get(env)
+                    .and_then(Option::as_ref)
+                    .map(FrameWindow::window)
+                    .unwrap_or_default(),
+                &self.state[..],
+            ),
+            (None, _) => (&self.images[..], &self.state[..]),
+        };
         let img = m
             .image
             .as_ref()
@@ -364,13 +405,12 @@ impl RewardModel {
             path: m.onnx.clone(),
             reason: e.to_string(),
         };
-        let images = TensorRef::from_array_view((shape, &self.images[..])).map_err(run_err)?;
+        let images = TensorRef::from_array_view((shape, images)).map_err(run_err)?;
         let images_name = m.inputs.images.clone().unwrap_or_default();
         let logits_name = m.outputs.stage_logits.clone().unwrap_or_default();
         let tau_name = m.outputs.tau.clone().unwrap_or_default();
         let outputs = if let Some(state_name) = &m.inputs.state {
-            let state = TensorRef::from_array_view(([n, m.state_size], &self.state[..]))
-                .map_err(run_err)?;
+            let state = TensorRef::from_array_view(([n, m.state_size], state)).map_err(run_err)?;
             self.session
                 .run(ort::inputs![images_name => images, state_name.clone() => state])
         } else {
@@ -399,9 +439,13 @@ impl RewardModel {
         Ok((extract(&logits_name)?, extract(&tau_name)?))
     }
 
-    fn run_prepared(&mut self, n: usize) -> Result<Vec<Progress>, ModelError> {
+    fn run_prepared(
+        &mut self,
+        n: usize,
+        given: Option<(&[f32], &[f32])>,
+    ) -> Result<Vec<Progress>, ModelError> {
         let t0 = Instant::now();
-        let (logits, taus) = self.run_raw(n)?;
+        let (logits, taus) = self.run_raw(n, given)?;
         let t1 = Instant::now();
         let k = self.stages;
         // tau is one value per env ([N] or [N, 1]) or one per stage ([N, K]): the graph may leave the axis dynamic.
