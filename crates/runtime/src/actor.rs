@@ -447,30 +447,47 @@ impl Actor {
         }
     }
 
-    /// Logs (as the exact wire bytes) and publishes one message.
+    /// Logs (as the exact wire bytes) and publishes one message. With a log, the message is encoded once and
+    /// the log's bytes are what goes out; without one, the publisher thread encodes transitions and episodes.
     fn emit(&mut self, msg: Emitted) -> Result<(), RuntimeError> {
-        if let Some(log) = self.log.as_mut() {
-            let (key, bytes) = match &msg {
-                Emitted::Transition(m) => (self.keys.transition(), encode(m.as_ref())),
-                Emitted::Progress(m) => (self.keys.progress(), encode(m)),
-                Emitted::Episode(m) => (self.keys.episode(), encode(m)),
-            };
-            let bytes = bytes
-                .map_err(|e| RuntimeError::Config(format!("encoding a message for {key}: {e}")))?;
-            log.append(&key, &bytes)?;
-        }
+        let Some(log) = self.log.as_mut() else {
+            if let Some(p) = self.publisher.as_ref() {
+                // Transitions and episodes go through the bounded queue (drops are counted by the publisher);
+                // progress is best-effort and dropped under congestion.
+                match msg {
+                    Emitted::Transition(m) => {
+                        p.publish_transition(*m);
+                    }
+                    Emitted::Episode(m) => {
+                        p.publish_episode(m);
+                    }
+                    Emitted::Progress(m) => {
+                        if let Err(e) = p.publish_progress(&m) {
+                            tracing::debug!(error = %e, "progress message not sent");
+                        }
+                    }
+                }
+            }
+            return Ok(());
+        };
+        let (key, bytes) = match &msg {
+            Emitted::Transition(m) => (self.keys.transition(), encode(m.as_ref())),
+            Emitted::Progress(m) => (self.keys.progress(), encode(m)),
+            Emitted::Episode(m) => (self.keys.episode(), encode(m)),
+        };
+        let bytes = bytes
+            .map_err(|e| RuntimeError::Config(format!("encoding a message for {key}: {e}")))?;
+        log.append(&key, &bytes)?;
         if let Some(p) = self.publisher.as_ref() {
-            // Transitions and episodes go through the bounded queue (drops are counted by the publisher);
-            // progress is best-effort and dropped under congestion.
             match msg {
-                Emitted::Transition(m) => {
-                    p.publish_transition(*m);
+                Emitted::Transition(_) => {
+                    p.publish_transition_encoded(bytes);
                 }
-                Emitted::Episode(m) => {
-                    p.publish_episode(m);
+                Emitted::Episode(_) => {
+                    p.publish_episode_encoded(bytes);
                 }
-                Emitted::Progress(m) => {
-                    if let Err(e) = p.publish_progress(&m) {
+                Emitted::Progress(_) => {
+                    if let Err(e) = p.publish_progress_encoded(bytes) {
                         tracing::debug!(error = %e, "progress message not sent");
                     }
                 }

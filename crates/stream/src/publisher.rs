@@ -3,7 +3,7 @@
 
 use crate::keys::Keys;
 use crate::node::{wait_matching, zerr, Node, StreamError};
-use crate::wire::{encode, EpisodeMsg, ProgressMsg, TransitionMsg, WireMessage};
+use crate::wire::{encode, EpisodeMsg, ProgressMsg, TransitionMsg, WireError, WireMessage};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -89,8 +89,15 @@ impl Cells {
 }
 
 enum Outgoing {
-    Transition(Box<TransitionMsg>),
-    Episode(EpisodeMsg),
+    Transition(Body<Box<TransitionMsg>>),
+    Episode(Body<EpisodeMsg>),
+}
+
+/// A message for the publisher thread to encode, or its wire bytes when the caller already has them (the actor
+/// encodes once for its log and hands the same bytes over).
+enum Body<M> {
+    Message(M),
+    Encoded(Vec<u8>),
 }
 
 /// Publishes one robot's stream. Every method returns at once: transitions and episodes go through a bounded
@@ -182,12 +189,12 @@ impl Node {
                         let closing = closing.load(Ordering::Acquire);
                         match out {
                             Outgoing::Transition(m) => {
-                                let ok = !closing && send(&transition, &*m);
+                                let ok = !closing && send(&transition, m.into_bytes(|m| &**m));
                                 let c = if ok { &cells.t_sent } else { &cells.t_failed };
                                 c.fetch_add(1, Ordering::AcqRel);
                             }
                             Outgoing::Episode(m) => {
-                                let ok = !closing && send(&episode, &m);
+                                let ok = !closing && send(&episode, m.into_bytes(|m| m));
                                 let c = if ok { &cells.e_sent } else { &cells.e_failed };
                                 c.fetch_add(1, Ordering::AcqRel);
                             }
@@ -212,8 +219,20 @@ impl Node {
     }
 }
 
-fn send<M: WireMessage>(publisher: &zenoh::pubsub::Publisher<'_>, msg: &M) -> bool {
-    match encode(msg) {
+impl<M> Body<M> {
+    fn into_bytes<W: WireMessage>(
+        self,
+        as_wire: impl FnOnce(&M) -> &W,
+    ) -> Result<Vec<u8>, WireError> {
+        match self {
+            Body::Message(m) => encode(as_wire(&m)),
+            Body::Encoded(bytes) => Ok(bytes),
+        }
+    }
+}
+
+fn send(publisher: &zenoh::pubsub::Publisher<'_>, encoded: Result<Vec<u8>, WireError>) -> bool {
+    match encoded {
         Ok(bytes) => match publisher.put(bytes).wait() {
             Ok(()) => true,
             Err(e) => {
@@ -236,7 +255,17 @@ impl RobotPublisher {
     /// Queues a transition for the publisher thread; never blocks. Full queue: dropped and counted.
     pub fn publish_transition(&self, msg: TransitionMsg) -> Enqueued {
         self.enqueue(
-            Outgoing::Transition(Box::new(msg)),
+            Outgoing::Transition(Body::Message(Box::new(msg))),
+            &self.cells.t_enqueued,
+            &self.cells.t_dropped,
+        )
+    }
+
+    /// Like [`Self::publish_transition`] with the message's wire bytes (`encode(&msg)`), for a caller that
+    /// already encoded it (e.g. for its log): the bytes go out unchanged.
+    pub fn publish_transition_encoded(&self, bytes: Vec<u8>) -> Enqueued {
+        self.enqueue(
+            Outgoing::Transition(Body::Encoded(bytes)),
             &self.cells.t_enqueued,
             &self.cells.t_dropped,
         )
@@ -245,7 +274,16 @@ impl RobotPublisher {
     /// Queues an episode summary (same queue and rules as transitions).
     pub fn publish_episode(&self, msg: EpisodeMsg) -> Enqueued {
         self.enqueue(
-            Outgoing::Episode(msg),
+            Outgoing::Episode(Body::Message(msg)),
+            &self.cells.e_enqueued,
+            &self.cells.e_dropped,
+        )
+    }
+
+    /// Like [`Self::publish_episode`] with the message's wire bytes.
+    pub fn publish_episode_encoded(&self, bytes: Vec<u8>) -> Enqueued {
+        self.enqueue(
+            Outgoing::Episode(Body::Encoded(bytes)),
             &self.cells.e_enqueued,
             &self.cells.e_dropped,
         )
@@ -270,12 +308,22 @@ impl RobotPublisher {
 
     /// Encodes and puts a progress message now, with `CongestionControl::Drop` (zenoh drops it rather than wait).
     pub fn publish_progress(&self, msg: &ProgressMsg) -> Result<(), StreamError> {
-        let res = encode(msg).map_err(StreamError::from).and_then(|bytes| {
-            self.progress
-                .put(bytes)
-                .wait()
-                .map_err(zerr(format!("put on `{}`", self.keys.progress())))
-        });
+        match encode(msg) {
+            Ok(bytes) => self.publish_progress_encoded(bytes),
+            Err(e) => {
+                self.cells.p_failed.fetch_add(1, Ordering::AcqRel);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Like [`Self::publish_progress`] with the message's wire bytes.
+    pub fn publish_progress_encoded(&self, bytes: Vec<u8>) -> Result<(), StreamError> {
+        let res = self
+            .progress
+            .put(bytes)
+            .wait()
+            .map_err(zerr(format!("put on `{}`", self.keys.progress())));
         let c = if res.is_ok() {
             &self.cells.p_sent
         } else {

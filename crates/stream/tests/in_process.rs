@@ -48,9 +48,16 @@ fn progress_and_episodes_arrive() {
         phi: 0.8,
     };
     for step in 0..10 {
-        publisher
-            .publish_progress(&ProgressMsg::new("inproc-arm", 0, 1, step, &p))
-            .expect("progress put");
+        let msg = ProgressMsg::new("inproc-arm", 0, 1, step, &p);
+        // Half go out pre-encoded (the actor's path when it also logs the bytes).
+        if step % 2 == 0 {
+            publisher.publish_progress(&msg).expect("progress put");
+        } else {
+            let bytes = stagewise_stream::encode(&msg).expect("encode");
+            publisher
+                .publish_progress_encoded(bytes)
+                .expect("progress put");
+        }
     }
     let ep = EpisodeMsg {
         schema: Schema,
@@ -68,6 +75,11 @@ fn progress_and_episodes_arrive() {
         stamp_ns: stagewise_stream::now_ns(),
     };
     publisher.publish_episode(ep.clone());
+    let ep2 = EpisodeMsg {
+        episode: 2,
+        ..ep.clone()
+    };
+    publisher.publish_episode_encoded(stagewise_stream::encode(&ep2).expect("encode"));
     assert!(publisher.flush(LONG));
     // Progress may be dropped under congestion; on an idle loopback all 10 arrive, in order.
     let mut steps = Vec::new();
@@ -81,10 +93,12 @@ fn progress_and_episodes_arrive() {
     assert_eq!(steps, (0..10).collect::<Vec<_>>());
     let got = episode_rx.recv_timeout(LONG).expect("episode");
     assert_eq!(got.msg.expect("decoded"), ep);
+    let got = episode_rx.recv_timeout(LONG).expect("pre-encoded episode");
+    assert_eq!(got.msg.expect("decoded"), ep2);
     let c = publisher.counters();
     assert_eq!(
         (c.progress_sent, c.episodes_sent, c.episodes_dropped),
-        (10, 1, 0)
+        (10, 2, 0)
     );
 }
 
