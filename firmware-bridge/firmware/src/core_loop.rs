@@ -33,6 +33,8 @@ pub trait Plant {
     fn apply(&mut self, drive: &Drive, gripper: f32, dt: f32);
     /// Reads the current state into `out`.
     fn read(&mut self, out: &mut PlantState);
+    /// The firmware accepted a new command (called by the emulator; a plant may ignore it).
+    fn command_accepted(&mut self) {}
 }
 
 /// Limits the firmware enforces on every command, whatever the host already checked.

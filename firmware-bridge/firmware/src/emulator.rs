@@ -216,9 +216,12 @@ impl<P: Plant> Loop<'_, P> {
             if is_hello && matches!(h.reply, Some(Message::Hello(_))) {
                 self.peer = Some(from);
             }
-            if h.accepted && self.record {
+            if h.accepted {
                 if let Message::Command(c) = &m {
-                    self.local.accepted.push(c.clone());
+                    self.plant.command_accepted();
+                    if self.record {
+                        self.local.accepted.push(c.clone());
+                    }
                 }
             }
             if let Some(r) = h.reply {
@@ -367,7 +370,8 @@ fn run<P: Plant>(
 ///
 /// With [`EnvPlant::with_scene`], every observation (its camera frames and the state the robot does not report
 /// itself) is published to a [`SceneShared`] for the scene channel, and scene resets requested there are applied
-/// at the next control tick.
+/// at the next control tick. After a scene reset the plant holds still (as if braked; the command still in force
+/// from the previous episode does not move the new scene) until the firmware accepts a new command.
 pub struct EnvPlant<E> {
     env: E,
     seed: u64,
@@ -382,6 +386,8 @@ pub struct EnvPlant<E> {
     vel: [f32; 3],
     errors: u64,
     steps: u64,
+    /// After a scene reset: hold still until the firmware accepts a new command.
+    braked: bool,
     scene: Option<Arc<SceneShared>>,
     initial: Option<Observation>,
 }
@@ -410,6 +416,7 @@ impl<E: Env> EnvPlant<E> {
             state: obs.state.clone(),
             initial: Some(obs),
             steps: 0,
+            braked: false,
             scene: None,
             env,
             seed,
@@ -466,6 +473,7 @@ impl<E: Env> EnvPlant<E> {
                 self.vel = [0.0; 3];
                 self.acc = [0.0; 3];
                 self.tick = 0;
+                self.braked = true;
                 None
             }
             Err(e) => {
@@ -484,6 +492,7 @@ impl<E: Env> Plant for EnvPlant<E> {
         if let Some(seed) = self.scene.as_ref().and_then(|s| s.take_reset()) {
             self.scene_reset(seed);
         }
+        let drive = if self.braked { &Drive::Hold } else { drive };
         let v = match drive {
             Drive::Hold => [0.0; 3],
             Drive::EeVelocity(v) => *v,
@@ -534,6 +543,16 @@ impl<E: Env> Plant for EnvPlant<E> {
         }
         for i in 0..3 {
             self.vel[i] = (self.state[i] - self.prev[i]) / env_dt.max(1e-6);
+        }
+    }
+
+    /// Releases the brake of a scene reset, and starts the plant's step period at this command: the robot
+    /// was put down at rest, and its first step integrates the new episode's first command only.
+    fn command_accepted(&mut self) {
+        if self.braked {
+            self.braked = false;
+            self.tick = 0;
+            self.acc = [0.0; 3];
         }
     }
 

@@ -149,6 +149,13 @@ impl RobotEnv {
         &self.bridge
     }
 
+    /// Replaces the cameras (e.g. opened after the handshake) and the views of the spec.
+    pub fn with_cameras(mut self, cameras: Vec<Box<dyn CameraSource>>) -> Self {
+        self.spec.views = cameras.iter().map(|c| c.spec().clone()).collect();
+        self.cameras = cameras;
+        self
+    }
+
     /// Appends `source`'s values to every observation's state (and its names and bounds to the state space).
     pub fn with_state_source(mut self, source: Box<dyn StateSource>) -> Self {
         let s = source.spec();
