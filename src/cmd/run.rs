@@ -1,13 +1,17 @@
-//! `stagewise run`: the main job. Steps N simulated envs with a policy, reads progress from a reward model,
-//! shapes the reward, streams transitions/progress/episodes over zenoh, writes a replayable episode log, and
-//! takes new policies from learners between episodes.
+//! `stagewise run`: the main job. Steps N simulated envs (or one robot through the firmware bridge:
+//! `--robot udp://HOST:PORT`) with a policy, reads progress from a reward model, shapes the reward, streams
+//! transitions/progress/episodes over zenoh, writes a replayable episode log, and takes new policies from
+//! learners between episodes.
 
 use super::ort_args::OrtArgs;
 use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
 use super::zenoh_args::ZenohArgs;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use stagewise_core::{Env, RewardMode, ShapingConfig, SuccessDetection};
+use stagewise_bridge::{
+    CameraSource, Endpoint, ImageDirCamera, RobotEnv, RobotEnvConfig, SceneClient, V4l2Camera,
+};
+use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig, SuccessDetection};
 use stagewise_model::PolicyModel;
 use stagewise_runtime::actor::PolicyUpdates;
 use stagewise_runtime::{
@@ -32,9 +36,21 @@ pub struct RunArgs {
     /// Policy: `expert` (scripted), `random`, or an ONNX policy file (state in, action out).
     #[arg(long, default_value = "expert")]
     pub policy: String,
-    /// Environments stepped together.
-    #[arg(long, default_value_t = 4)]
-    pub envs: usize,
+    /// Environments stepped together (default 4; a robot is one env).
+    #[arg(long)]
+    pub envs: Option<usize>,
+    /// With `--robot URL`: where the camera views (and the scene's object state) come from. `scene` = the
+    /// emulator's scene channel at tcp://<robot host:port>; `tcp://HOST:PORT` = a scene server there;
+    /// `dir:PATH` = PNG files in PATH/<view>/ (looped; no object state); `v4l2:/dev/videoN,...` = V4L2 devices
+    /// in view order (not implemented yet: fails with a clear error).
+    #[arg(long, default_value = "scene", value_name = "SOURCE")]
+    pub cameras: String,
+    /// With `--robot URL`: the robot's name on the stream (`stagewise/<name>/...`).
+    #[arg(long, default_value = "robot0", value_name = "NAME")]
+    pub robot_name: String,
+    /// With `--robot URL`: seconds to wait for the firmware handshake and each camera/scene answer.
+    #[arg(long, default_value_t = 2.0)]
+    pub robot_timeout: f64,
     /// Stop after this many episodes (0 = run until Ctrl-C).
     #[arg(long, default_value_t = 20)]
     pub episodes: u64,
@@ -95,16 +111,130 @@ fn parse_mode(s: &str) -> Result<RewardMode, String> {
     }
 }
 
-pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    if a.envs == 0 {
-        bail!("--envs must be >= 1");
+/// A robot behind the firmware bridge, with cameras (and object state) from `--cameras`.
+fn connect_robot(a: &RunArgs, url: &str) -> anyhow::Result<RobotEnv> {
+    let endpoint: Endpoint = url.parse().with_context(|| format!("--robot {url}"))?;
+    if a.model == "oracle" {
+        bail!(
+            "--model oracle reads the simulator's ground-truth progress; a robot ({url}) has none: use a reward model (--model auto or --model MANIFEST)"
+        );
     }
-    let cfg = a.sim.config();
-    let sims: Vec<SharedSim> = (0..a.envs)
-        .map(|_| SimEnv::new(cfg.clone()).map(SharedSim::new))
-        .collect::<Result<_, _>>()
-        .context("building the simulator")?;
-    let spec = sims[0].spec().clone();
+    if a.policy == "expert" {
+        bail!(
+            "--policy expert reads the simulator's world; over a robot ({url}) use an ONNX policy (--policy FILE) or --policy random"
+        );
+    }
+    if a.envs.is_some_and(|n| n != 1) {
+        bail!("--envs must be 1 with --robot {url} (one robot is one env)");
+    }
+    if !(a.robot_timeout > 0.0 && a.robot_timeout.is_finite()) {
+        bail!("--robot-timeout must be > 0 seconds");
+    }
+    let timeout = Duration::from_secs_f64(a.robot_timeout);
+    let sim = a.sim.config();
+    let task = a.sim.task.name();
+    let stage_names: Vec<String> = a
+        .sim
+        .task
+        .stage_names()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut cfg = RobotEnvConfig::sim_like(endpoint.clone(), task, stage_names);
+    cfg.max_steps = sim.max_steps;
+    cfg.control_hz = sim.control_hz;
+    // The handshake gives up after retries x reply_timeout: keep that within --robot-timeout.
+    cfg.bridge.retries =
+        ((a.robot_timeout / cfg.bridge.reply_timeout.as_secs_f64()).ceil() as u32).max(1);
+    let mut scene = None;
+    let cameras: Vec<Box<dyn CameraSource>> = match a.cameras.as_str() {
+        "scene" | "emulator" => {
+            let addr = match &endpoint {
+                Endpoint::Udp(addr) => addr.to_string(),
+                Endpoint::Serial { .. } => bail!(
+                    "--cameras scene needs a udp:// robot (the scene channel is at the same host:port over TCP); with {url} pass --cameras tcp://HOST:PORT, dir:PATH or v4l2:DEVICES"
+                ),
+            };
+            scene = Some(addr);
+            Vec::new()
+        }
+        c if c.starts_with("tcp://") => {
+            scene = Some(c["tcp://".len()..].to_string());
+            Vec::new()
+        }
+        c if c.starts_with("dir:") => {
+            let dir = std::path::Path::new(&c["dir:".len()..]);
+            sim.cameras
+                .iter()
+                .map(|v| {
+                    ImageDirCamera::open(&v.name, &dir.join(&v.name))
+                        .map(|c| Box::new(c) as Box<dyn CameraSource>)
+                })
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("--cameras {c}"))?
+        }
+        c if c.starts_with("v4l2:") => {
+            for d in c["v4l2:".len()..].split(',') {
+                V4l2Camera::open(std::path::Path::new(d), a.sim.width, a.sim.height)
+                    .with_context(|| format!("--cameras {c}"))?;
+            }
+            bail!("--cameras {c}: V4L2 capture is not implemented in this version of stagewise-bridge")
+        }
+        c => bail!("--cameras {c:?}: expected scene, tcp://HOST:PORT, dir:PATH or v4l2:DEVICES"),
+    };
+    tracing::info!(%endpoint, "connecting to the robot");
+    // The firmware first: a robot that does not answer is reported as that, whatever the cameras.
+    let mut env = RobotEnv::connect(cfg, cameras)
+        .with_context(|| format!("connecting to the robot at {url}"))?;
+    if let Some(addr) = &scene {
+        let client = SceneClient::connect(addr, timeout).with_context(|| {
+            format!(
+                "opening the cameras of the robot at {url} (--cameras {})",
+                a.cameras
+            )
+        })?;
+        if client.task() != task {
+            bail!(
+                "the scene at tcp://{addr} shows task {}, this run is --task {task}",
+                client.task()
+            );
+        }
+        env = env
+            .with_cameras(client.cameras())
+            .with_state_source(client.state_source())
+            .with_scene_reset(client.resetter());
+    }
+    Ok(env)
+}
+
+/// The environments of a run: simulators (shared with the scripted expert) or one robot.
+enum Envs {
+    Sim(Vec<SharedSim>),
+    Robot(Box<RobotEnv>),
+}
+
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    let robot_url = a.zenoh.robot_url().map(str::to_string);
+    let envs_src = match &robot_url {
+        Some(url) => Envs::Robot(Box::new(connect_robot(&a, url)?)),
+        None => {
+            let n = a.envs.unwrap_or(4);
+            if n == 0 {
+                bail!("--envs must be >= 1");
+            }
+            let cfg = a.sim.config();
+            Envs::Sim(
+                (0..n)
+                    .map(|_| SimEnv::new(cfg.clone()).map(SharedSim::new))
+                    .collect::<Result<_, _>>()
+                    .context("building the simulator")?,
+            )
+        }
+    };
+    let spec: EnvSpec = match &envs_src {
+        Envs::Sim(sims) => sims[0].spec().clone(),
+        Envs::Robot(r) => r.spec().clone(),
+    };
 
     let progress = match a.model.as_str() {
         "oracle" => ProgressSource::Oracle,
@@ -118,10 +248,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         }
         m => ProgressSource::Model(Box::new(a.ort.load_reward_model(std::path::Path::new(m))?)),
     };
-    let policy: Box<dyn Policy> = match a.policy.as_str() {
-        "expert" => Box::new(ExpertPolicy::new(a.sim.task, &sims)),
-        "random" => Box::new(RandomPolicy::new(&spec.action, a.seed)),
-        path => {
+    let policy: Box<dyn Policy> = match (a.policy.as_str(), &envs_src) {
+        ("expert", Envs::Sim(sims)) => Box::new(ExpertPolicy::new(a.sim.task, sims)),
+        ("expert", Envs::Robot(_)) => bail!("--policy expert needs the simulator"),
+        ("random", _) => Box::new(RandomPolicy::new(&spec.action, a.seed)),
+        (path, _) => {
             let (rt, opts) = (a.ort.runtime()?, a.ort.session_options());
             let (s, n) = (spec.state.len(), spec.action.len());
             let m = if path.ends_with(".toml") {
@@ -143,19 +274,30 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         });
     }
     shaping.validate()?;
+    // A robot runs at its control rate: the actor's clock then counts the steps that overran their period.
+    let hz = match (&envs_src, a.hz) {
+        (Envs::Robot(r), hz) if hz <= 0.0 => r.spec().control_hz,
+        (_, hz) => hz,
+    };
     let config = ActorConfig {
-        robot: a.zenoh.robot.clone(),
+        robot: match &robot_url {
+            Some(_) => a.robot_name.clone(),
+            None => a.zenoh.robot.clone(),
+        },
         base_seed: a.seed,
         shaping,
-        clock: Clock::from_hz(a.hz),
+        clock: Clock::from_hz(hz),
         max_episodes: (a.episodes > 0).then_some(a.episodes),
         max_steps: None,
         stream_images: a.stream_images,
     };
-    let envs: Vec<Box<dyn Env>> = sims
-        .into_iter()
-        .map(|s| Box::new(s) as Box<dyn Env>)
-        .collect();
+    let envs: Vec<Box<dyn Env>> = match envs_src {
+        Envs::Sim(sims) => sims
+            .into_iter()
+            .map(|s| Box::new(s) as Box<dyn Env>)
+            .collect(),
+        Envs::Robot(r) => vec![r as Box<dyn Env>],
+    };
     let mut actor =
         Actor::new(envs, progress, policy, config)?.with_log(EpisodeLog::create(&a.log_file)?);
 
@@ -241,7 +383,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         stats.env_steps,
         100.0 * stats.successes as f64 / stats.episodes.max(1) as f64
     );
-    if let Clock::Fixed { hz } = Clock::from_hz(a.hz) {
+    if let Clock::Fixed { hz } = Clock::from_hz(hz) {
         println!(
             "clock {hz} Hz: {} deadline misses, worst step {:?}",
             stats.clock.deadline_misses, stats.clock.worst_step

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ZenohArgs {
-    /// Robot name: messages go under `stagewise/<robot>/...`.
+    /// Robot: a name (the simulator; messages go under `stagewise/<robot>/...`) or, for `run`, a firmware-bridge
+    /// URL (`udp://HOST:PORT`, `serial:///dev/ttyACM0[@BAUD]`): the runtime then drives that robot and streams
+    /// under `stagewise/<--robot-name>/...`.
     #[arg(long, default_value = "sim0")]
     pub robot: String,
     /// zenoh endpoint to connect to (a router or peer), e.g. tcp/10.0.0.2:7447; repeatable.
@@ -27,6 +29,11 @@ pub struct ZenohArgs {
 }
 
 impl ZenohArgs {
+    /// The firmware-bridge URL when `--robot` names one (a zenoh robot name never contains `://`).
+    pub fn robot_url(&self) -> Option<&str> {
+        self.robot.contains("://").then_some(self.robot.as_str())
+    }
+
     pub fn config(&self) -> StreamConfig {
         StreamConfig {
             mode: self.client.then_some(Mode::Client),
