@@ -230,13 +230,19 @@ fn read_run(log: &Path, robot: &str) -> Run {
 
 /// Per-episode progress readings `phi` in step order (step 0 = the reset observation).
 fn phis(run: &Run, episode: u64) -> Vec<f32> {
-    let mut p: Vec<&ProgressMsg> = run
-        .progress
+    // The actor publishes progress for each step's observation; the reset observation's reading is the first
+    // transition's `phi`.
+    let mut t: Vec<&TransitionMsg> = run
+        .transitions
         .iter()
         .filter(|m| m.episode == episode)
         .collect();
-    p.sort_by_key(|m| m.step);
-    p.iter().map(|m| m.phi).collect()
+    t.sort_by_key(|m| m.step);
+    t.first()
+        .map(|m| m.phi as f32)
+        .into_iter()
+        .chain(t.iter().map(|m| m.phi_next as f32))
+        .collect()
 }
 
 /// The shaped rewards are `gamma * phi' - phi` of the model's readings (potential shaping, no task reward on
@@ -253,6 +259,11 @@ fn check_rewards_are_the_models(run: &Run) {
             .max_by(|a, b| a.1.total_cmp(b.1))
             .map(|(i, _)| i as u32);
         assert_eq!(Some(m.stage), argmax);
+    }
+    // Each step's progress message carries the reading the transition was shaped with.
+    for m in &run.progress {
+        let p = phis(run, m.episode);
+        assert_eq!(p.get(m.step as usize), Some(&m.phi), "progress step {}", m.step);
     }
     for t in &run.transitions {
         let p: Vec<f32> = phis(run, t.episode);
@@ -370,7 +381,7 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
     let rob = read_run(&robot_log, robot);
     for r in [&sim, &rob] {
         assert_eq!(r.transitions.len(), 2 * STEPS);
-        assert_eq!(r.progress.len(), 2 * (STEPS + 1));
+        assert_eq!(r.progress.len(), 2 * STEPS, "one progress message per step");
         assert_eq!(r.episodes.len(), 2);
     }
     assert!(rob.transitions.iter().all(|m| m.robot == robot));
