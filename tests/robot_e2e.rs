@@ -263,7 +263,12 @@ fn check_rewards_are_the_models(run: &Run) {
     // Each step's progress message carries the reading the transition was shaped with.
     for m in &run.progress {
         let p = phis(run, m.episode);
-        assert_eq!(p.get(m.step as usize), Some(&m.phi), "progress step {}", m.step);
+        assert_eq!(
+            p.get(m.step as usize),
+            Some(&m.phi),
+            "progress step {}",
+            m.step
+        );
     }
     for t in &run.transitions {
         let p: Vec<f32> = phis(run, t.episode);

@@ -14,6 +14,9 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// What a scene server's header announces: task, camera views, state layout.
+type SceneHeader = (String, Vec<ViewSpec>, BoxSpec);
+
 const MAGIC: &[u8; 4] = b"SWSC";
 const VERSION: u16 = 1;
 
@@ -112,7 +115,7 @@ impl SceneClient {
                 format!("not a scene server (header {magic:02x?}, expected \"SWSC\")"),
             ));
         }
-        let header = (|| -> std::io::Result<Result<(String, Vec<ViewSpec>, BoxSpec), String>> {
+        let header = (|| -> std::io::Result<Result<SceneHeader, String>> {
             let version = read_u16(&mut stream)?;
             if version != VERSION {
                 return Ok(Err(format!(
