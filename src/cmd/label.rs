@@ -231,7 +231,7 @@ fn label_episode(
         images.clear();
         state.clear();
         for &t in chunk {
-            // [views, frames, frame_len], oldest frame first (as FrameWindow::gather).
+            // [views, frames, frame_len], oldest frame first (the layout of FrameWindow::window).
             for v in 0..views {
                 for f in 0..plan.frames {
                     let s = back(t, f) * step_len + v * frame_len;
