@@ -21,6 +21,14 @@ def pytest_configure(config):
             os.environ["ORT_DYLIB_PATH"] = str(libs[0])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sb3_log_dir(tmp_path_factory):
+    """Stable-Baselines3 makes a log folder for every model it builds (in /tmp unless SB3_LOGDIR is set): keep
+    them in pytest's own temporary area instead of littering the machine."""
+    if "SB3_LOGDIR" not in os.environ:
+        os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3-logs"))
+
+
 @pytest.fixture(scope="session")
 def binary() -> str:
     return launch.find_binary()
