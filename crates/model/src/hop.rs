@@ -32,13 +32,7 @@ impl HopModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        let manifest = Manifest::load(manifest_path)?;
-        if manifest.kind != ModelKind::Hop {
-            return Err(ModelError::WrongKind {
-                kind: manifest.kind.to_string(),
-                wanted: "a hop model",
-            });
-        }
+        let manifest = Manifest::load_kind(manifest_path, ModelKind::Hop, "a hop model")?;
         let field = |field: &str, reason: String| ModelError::ManifestField {
             path: manifest.path.clone(),
             field: field.into(),

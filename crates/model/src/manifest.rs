@@ -138,6 +138,22 @@ fn one() -> usize {
 }
 
 impl Manifest {
+    /// Loads a manifest and refuses one of another kind (`wanted` names what the caller needs, for the error).
+    pub fn load_kind(
+        path: &Path,
+        kind: ModelKind,
+        wanted: &'static str,
+    ) -> Result<Self, ModelError> {
+        let m = Self::load(path)?;
+        if m.kind != kind {
+            return Err(ModelError::WrongKind {
+                kind: m.kind.to_string(),
+                wanted,
+            });
+        }
+        Ok(m)
+    }
+
     /// Reads and checks a manifest: syntax, field consistency, the .onnx file's existence and sha256.
     pub fn load(path: &Path) -> Result<Self, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {

@@ -79,13 +79,7 @@ impl PolicyModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        let m = Manifest::load(manifest_path)?;
-        if m.kind != ModelKind::Policy {
-            return Err(ModelError::WrongKind {
-                kind: m.kind.to_string(),
-                wanted: "a policy",
-            });
-        }
+        let m = Manifest::load_kind(manifest_path, ModelKind::Policy, "a policy")?;
         if m.state_size != state_size {
             return Err(ModelError::ManifestField {
                 path: m.path.clone(),

@@ -57,13 +57,11 @@ impl RewardModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        let manifest = Manifest::load(manifest_path)?;
-        if manifest.kind != ModelKind::StageProgress {
-            return Err(ModelError::WrongKind {
-                kind: manifest.kind.to_string(),
-                wanted: "a stage-progress reward model",
-            });
-        }
+        let manifest = Manifest::load_kind(
+            manifest_path,
+            ModelKind::StageProgress,
+            "a stage-progress reward model",
+        )?;
         let (session, provider) = runtime.session(&manifest.onnx, opts)?;
         Self::from_session(manifest, session, provider)
     }
