@@ -1,6 +1,7 @@
 //! Loopback throughput and latency: Stagewise messages next to plain zenoh put/subscribe of the same payload
-//! sizes, in one run. `cargo bench -p stagewise-stream --bench loopback` (release). Two zenoh peers in this
-//! process, connected over TCP on 127.0.0.1, multicast scouting off.
+//! sizes, in one run. `cargo bench -p stagewise-stream --bench loopback` (release; `LOOPBACK_ONLY=progress` or
+//! `=transition` for one payload). Two zenoh peers in this process, connected over TCP on 127.0.0.1, multicast
+//! scouting off.
 //!
 //! - throughput: a burst of N messages; rate = delivered / (last arrival - first send).
 //! - latency: one message at a time (the next is sent when the previous arrived); one-way latency from the
@@ -12,8 +13,8 @@
 
 use stagewise_core::{Frame, Observation, Progress, Transition, View};
 use stagewise_stream::{
-    decode, encode, now_ns, Keys, Node, ObservationMsg, ProgressMsg, PublisherOptions,
-    StreamConfig, TransitionMsg,
+    decode, decode_serde, encode, encode_serde_into, now_ns, Keys, Node, ObservationMsg,
+    ProgressMsg, PublisherOptions, StreamConfig, TransitionMsg,
 };
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -296,7 +297,17 @@ fn main() {
         "{:<11} {:<10} {:>12} {:>10} {:>11} {:>10} {:>10}",
         "payload", "path", "msg/s", "MB/s", "delivered", "p50 us", "p99 us"
     );
+    // `LOOPBACK_ONLY=progress` (or `transition`) runs one payload only.
+    let only = std::env::var("LOOPBACK_ONLY").unwrap_or_default();
     for kind in [Kind::Progress, Kind::Transition] {
+        let name = if kind == Kind::Progress {
+            "progress"
+        } else {
+            "transition"
+        };
+        if !only.is_empty() && only != name {
+            continue;
+        }
         let (name, len) = match kind {
             Kind::Progress => ("progress", p_len),
             Kind::Transition => ("transition", t_len),
@@ -396,12 +407,22 @@ fn main() {
     let (pe, pd) = codec(200_000, &|| encode(&pmsg).expect("encode"), &|b| {
         decode::<ProgressMsg>(b).is_ok()
     });
+    let (se, sd) = codec(
+        200_000,
+        &|| {
+            let mut out = Vec::with_capacity(256);
+            encode_serde_into(&pmsg, &mut out).expect("encode");
+            out
+        },
+        &|b| decode_serde::<ProgressMsg>(b).is_ok(),
+    );
     let (te, td) = codec(2_000, &|| encode(&tmsg).expect("encode"), &|b| {
         decode::<TransitionMsg>(b).is_ok()
     });
     println!();
     println!(
-        "codec alone: progress encode {pe:.0} ns, decode {pd:.0} ns; transition encode {:.1} us, decode {:.1} us",
+        "codec alone: progress encode {pe:.0} ns, decode {pd:.0} ns (serde path: {se:.0} ns, {sd:.0} ns); \
+         transition encode {:.1} us, decode {:.1} us",
         te / 1e3,
         td / 1e3
     );

@@ -25,9 +25,9 @@ pub use node::{Mode, Node, Received, StreamConfig, StreamError, Subscription};
 pub use publisher::{Counters, Enqueued, PublisherOptions, RobotPublisher};
 pub use tensor::{DType, ObservationMsg, Tensor, TensorError, TensorMap};
 pub use wire::{
-    decode, encode, now_ns, peek_header, sha256_hex, BoxSpecMsg, EnvSpecMsg, EpisodeMsg, PolicyMsg,
-    ProgressMsg, ResetReply, ResetRequest, Schema, StepInfoMsg, StepReply, StepRequest,
-    TransitionMsg, ViewSpecMsg, WireError, WireMessage, SCHEMA_VERSION,
+    decode, decode_serde, encode, encode_serde_into, now_ns, peek_header, sha256_hex, BoxSpecMsg,
+    EnvSpecMsg, EpisodeMsg, PolicyMsg, ProgressMsg, ResetReply, ResetRequest, Schema, StepInfoMsg,
+    StepReply, StepRequest, TransitionMsg, ViewSpecMsg, WireError, WireMessage, SCHEMA_VERSION,
 };
 
 #[cfg(test)]

@@ -319,11 +319,12 @@ impl RobotPublisher {
 
     /// Like [`Self::publish_progress`] with the message's wire bytes.
     pub fn publish_progress_encoded(&self, bytes: Vec<u8>) -> Result<(), StreamError> {
+        // The error text is built only on failure: this runs once per env step.
         let res = self
             .progress
             .put(bytes)
             .wait()
-            .map_err(zerr(format!("put on `{}`", self.keys.progress())));
+            .map_err(|e| zerr(format!("put on `{}`", self.keys.progress()))(e));
         let c = if res.is_ok() {
             &self.cells.p_sent
         } else {

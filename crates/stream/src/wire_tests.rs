@@ -484,3 +484,371 @@ proptest! {
         prop_assert_eq!(back, m);
     }
 }
+
+// --- The hand-written ProgressMsg codec (wire_progress.rs) against the serde path. ---
+
+/// Same result, bit for bit: equal errors, or messages whose serde encodings are equal (floats compared by
+/// bits, so NaNs count as equal when their bits are).
+fn same_result(a: &Result<ProgressMsg, WireError>, b: &Result<ProgressMsg, WireError>) -> bool {
+    let bytes = |m: &ProgressMsg| {
+        let mut out = Vec::new();
+        encode_serde_into(m, &mut out).expect("serde encode");
+        out
+    };
+    match (a, b) {
+        (Ok(a), Ok(b)) => bytes(a) == bytes(b),
+        (Err(a), Err(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn arb_progress() -> impl Strategy<Value = ProgressMsg> {
+    (
+        (
+            // Short (fixstr), str8 and str16 robot names, any UTF-8.
+            prop_oneof![".{0,8}", ".{30,40}", "[a-z]{250,300}"],
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>(),
+        ),
+        (
+            // Up to 40 probabilities: fixarray and array16; any f32, NaN and infinities included.
+            proptest::collection::vec(any::<f32>(), 0..40),
+            any::<f32>(),
+            any::<f32>(),
+            any::<u64>(),
+        ),
+    )
+        .prop_map(
+            |((robot, env, episode, step, stage), (stage_probs, tau, phi, stamp_ns))| ProgressMsg {
+                schema: Schema,
+                kind: kind::Progress,
+                robot,
+                env,
+                episode,
+                step,
+                stage,
+                stage_probs,
+                tau,
+                phi,
+                stamp_ns,
+            },
+        )
+}
+
+/// An integer written with any msgpack integer type that holds it (not only the smallest, as other senders
+/// may do), or `None` when `pick` chose a type too small for `v`.
+fn int_bytes(v: i128, pick: u8) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    match pick % 9 {
+        0 if (0..128).contains(&v) => out.push(v as u8),
+        0 if (-32..0).contains(&v) => out.push(v as i8 as u8),
+        1 if u8::try_from(v).is_ok() => out.extend([0xcc, v as u8]),
+        2 if u16::try_from(v).is_ok() => {
+            out.push(0xcd);
+            out.extend((v as u16).to_be_bytes());
+        }
+        3 if u32::try_from(v).is_ok() => {
+            out.push(0xce);
+            out.extend((v as u32).to_be_bytes());
+        }
+        4 if u64::try_from(v).is_ok() => {
+            out.push(0xcf);
+            out.extend((v as u64).to_be_bytes());
+        }
+        5 if i8::try_from(v).is_ok() => out.extend([0xd0, v as i8 as u8]),
+        6 if i16::try_from(v).is_ok() => {
+            out.push(0xd1);
+            out.extend((v as i16).to_be_bytes());
+        }
+        7 if i32::try_from(v).is_ok() => {
+            out.push(0xd2);
+            out.extend((v as i32).to_be_bytes());
+        }
+        8 if i64::try_from(v).is_ok() => {
+            out.push(0xd3);
+            out.extend((v as i64).to_be_bytes());
+        }
+        _ => return None,
+    }
+    Some(out)
+}
+
+/// A msgpack integer for `v`: the type `pick` chose when it fits, else the smallest.
+fn uint_field(v: u64, pick: u8) -> Vec<u8> {
+    int_bytes(i128::from(v), pick).unwrap_or_else(|| {
+        let mut out = Vec::new();
+        rmp::encode::write_uint(&mut out, v).expect("write");
+        out
+    })
+}
+
+/// A float field as Python or another client may write it: float32, float64, or an integer.
+fn float_field(v: f32, alt: f64, pick: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    match pick % 4 {
+        0 | 1 => rmp::encode::write_f32(&mut out, v).expect("write"),
+        2 => rmp::encode::write_f64(&mut out, alt).expect("write"),
+        _ => {
+            out = int_bytes(alt.clamp(-1e12, 1e12) as i128, pick / 4)
+                .unwrap_or_else(|| uint_field(alt.abs().min(1e12) as u64, 0))
+        }
+    }
+    out
+}
+
+/// A msgpack str/array/map header with the type `pick` chose when it fits.
+fn header(fix: u8, fix_max: usize, wide: [u8; 3], len: usize, pick: u8) -> Vec<u8> {
+    match pick % 4 {
+        0 if len <= fix_max => vec![fix | len as u8],
+        1 if wide[0] != 0 && len <= 0xff => vec![wide[0], len as u8],
+        2 if len <= 0xffff => {
+            let mut h = vec![wide[1]];
+            h.extend((len as u16).to_be_bytes());
+            h
+        }
+        _ => {
+            let mut h = vec![wide[2]];
+            h.extend((len as u32).to_be_bytes());
+            h
+        }
+    }
+}
+
+fn str_field(s: &str, pick: u8) -> Vec<u8> {
+    let mut out = header(0xa0, 31, [0xd9, 0xda, 0xdb], s.len(), pick);
+    out.extend(s.as_bytes());
+    out
+}
+
+fn arb_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Nil),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f32>().prop_map(Value::F32),
+        any::<f64>().prop_map(Value::F64),
+        ".{0,40}".prop_map(Value::from),
+        proptest::collection::vec(any::<u8>(), 0..40).prop_map(Value::Binary),
+        (any::<i8>(), proptest::collection::vec(any::<u8>(), 0..20))
+            .prop_map(|(t, d)| Value::Ext(t, d)),
+    ];
+    leaf.prop_recursive(4, 32, 6, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::vec((inner.clone(), inner), 0..6).prop_map(Value::Map),
+        ]
+    })
+}
+
+/// How the foreign-encoding proptest spoils a message (`Clean` must take the fast path).
+#[derive(Debug, Clone, Copy)]
+enum Spoil {
+    Clean,
+    Drop(usize),
+    Duplicate(usize),
+    /// Replace a field's value with an arbitrary msgpack value.
+    Replace(usize),
+    Schema(u64),
+    Kind,
+    /// Cut the bytes at a point.
+    Cut(prop::sample::Index),
+}
+
+fn arb_spoil() -> impl Strategy<Value = Spoil> {
+    prop_oneof![
+        4 => Just(Spoil::Clean),
+        1 => (0usize..11).prop_map(Spoil::Drop),
+        1 => (0usize..11).prop_map(Spoil::Duplicate),
+        2 => (0usize..11).prop_map(Spoil::Replace),
+        1 => prop_oneof![Just(0u64), Just(2), any::<u64>()].prop_map(Spoil::Schema),
+        1 => Just(Spoil::Kind),
+        1 => any::<prop::sample::Index>().prop_map(Spoil::Cut),
+    ]
+}
+
+#[test]
+fn progress_codec_writes_the_documented_bytes() {
+    let m = progress();
+    let bytes = encode(&m).expect("encode");
+    let mut serde = Vec::new();
+    encode_serde_into(&m, &mut serde).expect("serde");
+    assert_eq!(bytes, serde);
+    let v = to_value(&bytes);
+    let keys: Vec<&str> = v
+        .as_map()
+        .expect("a map")
+        .iter()
+        .filter_map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "schema",
+            "kind",
+            "robot",
+            "env",
+            "episode",
+            "step",
+            "stage",
+            "stage_probs",
+            "tau",
+            "phi",
+            "stamp_ns"
+        ]
+    );
+    assert!(matches!(get(&v, "tau"), Value::F32(_)));
+    assert!(progress_codec::decode_fast(&bytes).is_some());
+    // Errors are the serde path's, kind and text: a missing field names it.
+    let mut v = to_value(&bytes);
+    remove(&mut v, "stage_probs");
+    let bad = from_value(&v);
+    assert!(progress_codec::decode_fast(&bad).is_none());
+    let err = decode::<ProgressMsg>(&bad).expect_err("missing field");
+    assert_eq!(
+        Err(err.clone()),
+        decode_serde::<ProgressMsg>(&bad).map(|_| ())
+    );
+    assert!(err.to_string().contains("stage_probs"), "{err}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    /// The hand-written encoder writes rmp_serde's bytes, and they decode back to the same message.
+    #[test]
+    fn progress_encoder_writes_rmp_serde_bytes(m in arb_progress()) {
+        let fast = encode(&m).expect("encode");
+        let mut serde = Vec::new();
+        encode_serde_into(&m, &mut serde).expect("serde encode");
+        prop_assert_eq!(&fast, &serde);
+        prop_assert!(progress_codec::decode_fast(&fast).is_some());
+        let back = decode::<ProgressMsg>(&fast);
+        prop_assert!(same_result(&back, &Ok(m)));
+    }
+
+    /// Foreign encodings (keys in any order, unknown keys, other integer and float types, other str/array/map
+    /// headers, trailing bytes) and spoiled ones (missing, duplicate or mistyped fields, other schemas and
+    /// kinds, cuts): `decode` gives exactly what the serde path gives, and the clean ones take the fast path.
+    #[test]
+    fn progress_decoder_agrees_with_serde(
+        m in arb_progress(),
+        picks in proptest::collection::vec(any::<u8>(), 64),
+        alts in proptest::collection::vec(any::<f64>(), 64),
+        order in Just((0usize..11).collect::<Vec<_>>()).prop_shuffle(),
+        extra in proptest::collection::vec(("[a-z_]{1,12}", arb_value()), 0..4),
+        spoil in arb_spoil(),
+        junk in arb_value(),
+        trailing in proptest::collection::vec(any::<u8>(), 0..4),
+    ) {
+        let p = |i: usize| picks[i % picks.len()];
+        let a = |i: usize| alts[i % alts.len()];
+        let names = ["schema", "kind", "robot", "env", "episode", "step", "stage", "stage_probs", "tau",
+                     "phi", "stamp_ns"];
+        let value = |field: usize| -> Vec<u8> {
+            match field {
+                0 => uint_field(u64::from(SCHEMA_VERSION), p(0)),
+                1 => str_field("progress", p(1)),
+                2 => str_field(&m.robot, p(2)),
+                3 => uint_field(u64::from(m.env), p(3)),
+                4 => uint_field(m.episode, p(4)),
+                5 => uint_field(m.step, p(5)),
+                6 => uint_field(u64::from(m.stage), p(6)),
+                7 => {
+                    let mut out = header(0x90, 15, [0, 0xdc, 0xdd], m.stage_probs.len(), p(7));
+                    for (i, &x) in m.stage_probs.iter().enumerate() {
+                        out.extend(float_field(x, a(20 + i), p(20 + i)));
+                    }
+                    out
+                }
+                8 => float_field(m.tau, a(8), p(8)),
+                9 => float_field(m.phi, a(9), p(9)),
+                _ => uint_field(m.stamp_ns, p(10)),
+            }
+        };
+        let mut entries: Vec<(Vec<u8>, Vec<u8>)> = order
+            .iter()
+            .map(|&f| (str_field(names[f], p(11 + f)), value(f)))
+            .collect();
+        for (k, v) in &extra {
+            if !names.contains(&k.as_str()) {
+                let at = p(entries.len()) as usize % (entries.len() + 1);
+                entries.insert(at, (str_field(k, p(30)), from_value(v)));
+            }
+        }
+        let field_at = |entries: &Vec<(Vec<u8>, Vec<u8>)>, f: usize| {
+            let key = str_field(names[f], p(11 + f));
+            entries.iter().position(|(k, _)| *k == key).expect("field present")
+        };
+        match spoil {
+            Spoil::Clean | Spoil::Cut(_) => {}
+            Spoil::Drop(f) => {
+                let i = field_at(&entries, f);
+                entries.remove(i);
+            }
+            Spoil::Duplicate(f) => {
+                let i = field_at(&entries, f);
+                let e = entries[i].clone();
+                entries.push(e);
+            }
+            Spoil::Replace(f) => {
+                let i = field_at(&entries, f);
+                entries[i].1 = from_value(&junk);
+            }
+            Spoil::Schema(s) => {
+                let i = field_at(&entries, 0);
+                entries[i].1 = uint_field(s, p(40));
+            }
+            Spoil::Kind => {
+                let i = field_at(&entries, 1);
+                entries[i].1 = str_field("transition", p(41));
+            }
+        }
+        let mut bytes = header(0x80, 15, [0, 0xde, 0xdf], entries.len(), p(42));
+        for (k, v) in &entries {
+            bytes.extend(k);
+            bytes.extend(v);
+        }
+        bytes.extend(&trailing);
+        if let Spoil::Cut(at) = spoil {
+            bytes.truncate(at.index(bytes.len()));
+        }
+        let got = decode::<ProgressMsg>(&bytes);
+        let want = decode_serde::<ProgressMsg>(&bytes);
+        prop_assert!(same_result(&got, &want), "fast {:?}\nserde {:?}\nbytes {:?}", got, want, bytes);
+        if matches!(spoil, Spoil::Clean) {
+            prop_assert!(want.is_ok(), "{:?}", want);
+            prop_assert!(progress_codec::decode_fast(&bytes).is_some(), "clean input left the fast path");
+        }
+        if let Ok(fast) = progress_codec::decode_fast(&bytes).ok_or(()) {
+            prop_assert!(same_result(&Ok(fast), &want));
+        }
+    }
+
+    /// Mutated and cut progress messages: an error or a message, never a panic, and always the serde path's.
+    #[test]
+    fn progress_decoder_agrees_with_serde_on_mutated_bytes(
+        m in arb_progress(),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut bytes = encode(&m).expect("encode");
+        for (i, b) in flips {
+            let i = i.index(bytes.len());
+            bytes[i] = b;
+        }
+        let bytes = &bytes[..cut.index(bytes.len() + 1)];
+        let got = decode::<ProgressMsg>(bytes);
+        prop_assert!(same_result(&got, &decode_serde::<ProgressMsg>(bytes)));
+    }
+
+    #[test]
+    fn progress_decoder_agrees_with_serde_on_arbitrary_bytes(
+        bytes in proptest::collection::vec(any::<u8>(), 0..256),
+    ) {
+        let got = decode::<ProgressMsg>(&bytes);
+        prop_assert!(same_result(&got, &decode_serde::<ProgressMsg>(&bytes)));
+    }
+}
