@@ -4,12 +4,14 @@
 //! ```text
 //! stagewise-stream-probe [--robot NAME] [--what transition|progress|episode|policy]
 //!                        [--connect ENDPOINT]... [--listen ENDPOINT]... [--mode peer|client]
-//!                        [--count N] [--timeout-s S] [--slow-ms MS]
+//!                        [--zenoh-config FILE] [--count N] [--timeout-s S] [--slow-ms MS]
 //! ```
 //!
 //! Prints `READY <zid>` once subscribed, then per message `T ...`, `G ...` (progress), `E ...` (episode),
 //! `P ok ...` / `P err ...` (policy), or `X err ...` for undecodable bytes; `DONE ok=N err=M` at the end
-//! (after `--count` messages, or `--timeout-s`).
+//! (after `--count` messages, or `--timeout-s`). `--zenoh-config` reads a zenoh JSON5 config as
+//! `stagewise run --zenoh-config` does (e.g. TLS endpoints and certificates); its mode holds unless `--mode`
+//! is given.
 
 use stagewise_stream::{
     EpisodeMsg, Keys, Mode, Node, ProgressMsg, Received, StreamConfig, TransitionMsg,
@@ -41,6 +43,8 @@ fn parse() -> Result<Args, String> {
         timeout: Duration::from_secs(300),
         slow: Duration::ZERO,
     };
+    let mut config_file: Option<std::path::PathBuf> = None;
+    let mut mode_given = false;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -49,7 +53,9 @@ fn parse() -> Result<Args, String> {
             "--what" => a.what = value()?,
             "--connect" => a.config.connect.push(value()?),
             "--listen" => a.config.listen.push(value()?),
+            "--zenoh-config" => config_file = Some(value()?.into()),
             "--mode" => {
+                mode_given = true;
                 a.config.mode = Some(match value()?.as_str() {
                     "peer" => Mode::Peer,
                     "client" => Mode::Client,
@@ -69,6 +75,10 @@ fn parse() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}")),
         }
     }
+    if config_file.is_some() && !mode_given {
+        a.config.mode = None;
+    }
+    a.config.config_file = config_file;
     if a.config.listen.is_empty() && a.config.mode == Some(Mode::Peer) {
         a.config.listen.push("tcp/127.0.0.1:0".into());
     }
