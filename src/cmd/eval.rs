@@ -15,7 +15,7 @@ use image::RgbImage;
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use stagewise_core::metrics;
-use stagewise_core::{HopConfig, HopFusion, Observation, View};
+use stagewise_core::{Observation, View};
 use stagewise_dataset::{Dataset, Images};
 use stagewise_model::{HopModel, Manifest, ModelKind, RewardModel};
 use std::path::{Path, PathBuf};
@@ -120,42 +120,6 @@ pub fn score_progress(
         out.extend(res);
     }
     Ok(out)
-}
-
-/// Fused hop progress (core's `HopFusion`, consistency weight off) of one episode.
-pub fn score_hop(
-    model: &mut HopModel,
-    ep: &[Observation],
-    goal: &Observation,
-) -> anyhow::Result<Vec<f64>> {
-    let Some(first) = ep.first() else {
-        return Ok(Vec::new());
-    };
-    let mut fusion = HopFusion::new(HopConfig {
-        consistency_alpha: None,
-        ..HopConfig::default()
-    })?;
-    let mut phi = Vec::with_capacity(ep.len());
-    let chunk = 64;
-    for start in (0..ep.len()).step_by(chunk) {
-        let end = (start + chunk).min(ep.len());
-        let mut pairs: Vec<(&Observation, &Observation)> = Vec::with_capacity(3 * (end - start));
-        for t in start..end {
-            pairs.push((&ep[t.saturating_sub(1)], &ep[t]));
-            pairs.push((first, &ep[t]));
-            pairs.push((goal, &ep[t]));
-        }
-        let h = model.score_pairs(&pairs)?;
-        for t in 0..end - start {
-            let e = fusion.step(
-                f64::from(h[3 * t]),
-                f64::from(h[3 * t + 1]),
-                f64::from(h[3 * t + 2]),
-            )?;
-            phi.push(e.phi);
-        }
-    }
-    Ok(phi)
 }
 
 /// The observations in reverse order, renumbered from step 0 (reversed playback for VROC).
@@ -454,8 +418,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
                 .clone();
             let mut out = Vec::with_capacity(eps.len());
             for e in &eps {
-                let phi = score_hop(&mut model, &e.obs, &goal)?;
-                let phi_reversed = score_hop(&mut model, &reversed(&e.obs), &goal)?;
+                let phi = model.fused_progress(&e.obs, &goal)?;
+                let phi_reversed = model.fused_progress(&reversed(&e.obs), &goal)?;
                 out.push(Scored {
                     phi,
                     stage: None,

@@ -12,7 +12,7 @@ use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::ModelError;
 use ort::session::Session;
 use ort::value::TensorRef;
-use stagewise_core::Observation;
+use stagewise_core::{HopConfig, HopError, HopFusion, Observation};
 use std::path::Path;
 
 /// A pairwise hop model. Owned by one thread (`Session::run` needs `&mut`).
@@ -201,5 +201,56 @@ impl HopModel {
             return Err(bad_out(format!("value {i} is {}", data[i])));
         }
         Ok(data.iter().map(|x| x.clamp(-1.0, 1.0)).collect())
+    }
+
+    /// Fused progress of one episode through core's `HopFusion` (consistency weight off), scoring the pairs
+    /// (previous frame, frame), (first frame, frame) and (`goal`, frame) of every step in batches of 64 steps.
+    /// `goal` is a reference goal observation (e.g. the last frame of a successful episode).
+    pub fn fused_progress(
+        &mut self,
+        ep: &[Observation],
+        goal: &Observation,
+    ) -> Result<Vec<f64>, ModelError> {
+        let Some(first) = ep.first() else {
+            return Ok(Vec::new());
+        };
+        let (path, tensor) = (
+            self.manifest.onnx.clone(),
+            self.manifest.outputs.hop.clone().unwrap_or_default(),
+        );
+        let fusion_err = |e: HopError| ModelError::BadOutput {
+            path: path.clone(),
+            tensor: tensor.clone(),
+            reason: format!("hop fusion: {e}"),
+        };
+        let mut fusion = HopFusion::new(HopConfig {
+            consistency_alpha: None,
+            ..HopConfig::default()
+        })
+        .map_err(fusion_err)?;
+        let mut phi = Vec::with_capacity(ep.len());
+        let chunk = 64;
+        for start in (0..ep.len()).step_by(chunk) {
+            let end = (start + chunk).min(ep.len());
+            let mut pairs: Vec<(&Observation, &Observation)> =
+                Vec::with_capacity(3 * (end - start));
+            for t in start..end {
+                pairs.push((&ep[t.saturating_sub(1)], &ep[t]));
+                pairs.push((first, &ep[t]));
+                pairs.push((goal, &ep[t]));
+            }
+            let h = self.score_pairs(&pairs)?;
+            for t in 0..end - start {
+                let e = fusion
+                    .step(
+                        f64::from(h[3 * t]),
+                        f64::from(h[3 * t + 1]),
+                        f64::from(h[3 * t + 2]),
+                    )
+                    .map_err(fusion_err)?;
+                phi.push(e.phi);
+            }
+        }
+        Ok(phi)
     }
 }

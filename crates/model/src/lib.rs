@@ -6,6 +6,7 @@
 //! `Session::run` takes `&mut self`, so a [`RewardModel`] is owned by one worker thread; make one per thread.
 
 mod error;
+mod graph;
 pub mod hop;
 pub mod manifest;
 pub mod policy;
@@ -13,6 +14,7 @@ pub mod preprocess;
 pub mod reward;
 pub mod runtime;
 pub mod synthetic;
+pub mod two_part;
 pub mod window;
 
 pub use error::ModelError;
@@ -21,3 +23,4 @@ pub use manifest::{Manifest, ModelKind, ProgressMode};
 pub use policy::PolicyModel;
 pub use reward::{RewardModel, StepTiming};
 pub use runtime::{OrtRuntime, Provider, SessionOptions};
+pub use two_part::TwoPartModel;

@@ -27,6 +27,13 @@
 //! names = ["reach", "grasp", "lift", "place"]
 //! proportions = [0.2, 0.2, 0.3, 0.3]  # normalised to sum 1
 //! progress = "hard"                 # hard | soft (DESIGN.md "Progress")
+//!
+//! [parts]                           # optional: the same model as a per-frame encoder and a head (the fast path)
+//! encoder = "tiny3v.encoder.onnx"   # frames f32 [M, 3, height, width] -> embedding f32 [M, embedding]
+//! encoder_sha256 = "..."
+//! head = "tiny3v.head.onnx"         # embeddings f32 [N, views, frames, embedding] (+ state) -> the [outputs]
+//! head_sha256 = "..."
+//! embedding = 64
 //! ```
 
 use crate::ModelError;
@@ -106,7 +113,27 @@ pub struct Stages {
     pub progress: ProgressMode,
 }
 
-/// A parsed manifest, with `onnx` resolved against the manifest's directory.
+/// Tensor names of the two-part graphs ([`Parts`]).
+pub const ENCODER_INPUT: &str = "frames";
+pub const ENCODER_OUTPUT: &str = "embedding";
+pub const HEAD_INPUT: &str = "embeddings";
+
+/// The two-part form of a stage-progress model (DESIGN.md "Two-part models are the fast path"): a per-frame
+/// `encoder` (input `frames` [M, 3, H, W] -> output `embedding` [M, E]) and a `head` (input `embeddings`
+/// [N, views, frames, E] plus the manifest's state input -> the manifest's outputs). Each frame is encoded once,
+/// however many windows it is in. The single graph (`onnx`) stays the reference.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Parts {
+    pub encoder: PathBuf,
+    pub encoder_sha256: String,
+    pub head: PathBuf,
+    pub head_sha256: String,
+    /// Values per frame embedding (E).
+    pub embedding: usize,
+}
+
+/// A parsed manifest, with `onnx` (and the [`Parts`] files) resolved against the manifest's directory.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
@@ -125,6 +152,7 @@ pub struct Manifest {
     pub inputs: Inputs,
     pub outputs: Outputs,
     pub stages: Option<Stages>,
+    pub parts: Option<Parts>,
     /// Free text: where the model came from, what it was trained on.
     #[serde(default)]
     pub description: String,
@@ -161,8 +189,12 @@ impl Manifest {
             source,
         })?;
         let mut m = Self::parse(&text, path)?;
-        let onnx = path.parent().unwrap_or(Path::new(".")).join(&m.onnx);
-        m.onnx = onnx;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        m.onnx = dir.join(&m.onnx);
+        if let Some(p) = &mut m.parts {
+            p.encoder = dir.join(&p.encoder);
+            p.head = dir.join(&p.head);
+        }
         m.verify_checksum()?;
         Ok(m)
     }
@@ -187,8 +219,23 @@ impl Manifest {
     }
 
     fn check_fields(&self) -> Result<(), ModelError> {
-        if self.sha256.len() != 64 || !self.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+        let is_sha256 = |s: &str| s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit());
+        if !is_sha256(&self.sha256) {
             return Err(self.field_err("sha256", "must be 64 hexadecimal digits"));
+        }
+        if let Some(p) = &self.parts {
+            if self.kind != ModelKind::StageProgress {
+                return Err(self.field_err("parts", "only stage_progress models have parts"));
+            }
+            if !is_sha256(&p.encoder_sha256) {
+                return Err(self.field_err("parts.encoder_sha256", "must be 64 hexadecimal digits"));
+            }
+            if !is_sha256(&p.head_sha256) {
+                return Err(self.field_err("parts.head_sha256", "must be 64 hexadecimal digits"));
+            }
+            if p.embedding == 0 {
+                return Err(self.field_err("parts.embedding", "must be >= 1"));
+            }
         }
         if self.frames == 0 {
             return Err(self.field_err("frames", "must be >= 1"));
@@ -280,16 +327,23 @@ impl Manifest {
         Ok(())
     }
 
-    /// Checks the .onnx file's sha256 against the manifest.
+    /// Checks the sha256 of the .onnx file (and of the parts' files) against the manifest.
     pub fn verify_checksum(&self) -> Result<(), ModelError> {
-        let actual = sha256_file(&self.onnx)?;
-        if !actual.eq_ignore_ascii_case(&self.sha256) {
-            return Err(ModelError::Checksum {
-                path: self.onnx.clone(),
-                manifest: self.path.clone(),
-                expected: self.sha256.clone(),
-                actual,
-            });
+        let mut files = vec![(&self.onnx, &self.sha256)];
+        if let Some(p) = &self.parts {
+            files.push((&p.encoder, &p.encoder_sha256));
+            files.push((&p.head, &p.head_sha256));
+        }
+        for (file, expected) in files {
+            let actual = sha256_file(file)?;
+            if !actual.eq_ignore_ascii_case(expected) {
+                return Err(ModelError::Checksum {
+                    path: file.clone(),
+                    manifest: self.path.clone(),
+                    expected: expected.clone(),
+                    actual,
+                });
+            }
         }
         Ok(())
     }
@@ -342,6 +396,49 @@ names = ["a", "b"]
 proportions = [1.0, 3.0]
 "#;
 
+    const PARTS: &str = r#"
+[parts]
+encoder = "m.encoder.onnx"
+encoder_sha256 = "2222222222222222222222222222222222222222222222222222222222222222"
+head = "m.head.onnx"
+head_sha256 = "1111111111111111111111111111111111111111111111111111111111111111"
+embedding = 16
+"#;
+
+    #[test]
+    fn parts_parse_and_resolve_next_to_the_manifest() {
+        let m = parse(&format!("{GOOD}{PARTS}")).unwrap();
+        let p = m.parts.as_ref().unwrap();
+        assert_eq!(
+            (p.embedding, p.head.as_path()),
+            (16, Path::new("m.head.onnx"))
+        );
+        assert!(parse(GOOD).unwrap().parts.is_none());
+        // load() resolves the files against the manifest's directory, then checks their sha256
+        let dir = tempfile::tempdir().unwrap();
+        let sha = |b: &[u8]| format!("{:x}", Sha256::digest(b));
+        for (f, b) in [
+            ("m.onnx", b"a"),
+            ("m.encoder.onnx", b"b"),
+            ("m.head.onnx", b"c"),
+        ] {
+            std::fs::write(dir.path().join(f), b).unwrap();
+        }
+        let text = format!("{GOOD}{PARTS}")
+            .replace(&"0".repeat(64), &sha(b"a"))
+            .replace(&"2".repeat(64), &sha(b"b"))
+            .replace(&"1".repeat(64), &sha(b"c"));
+        let path = dir.path().join("m.toml");
+        std::fs::write(&path, &text).unwrap();
+        let m = Manifest::load(&path).unwrap();
+        assert_eq!(m.parts.unwrap().encoder, dir.path().join("m.encoder.onnx"));
+        std::fs::write(dir.path().join("m.head.onnx"), b"tampered").unwrap();
+        match Manifest::load(&path).unwrap_err() {
+            ModelError::Checksum { path, .. } => assert_eq!(path, dir.path().join("m.head.onnx")),
+            other => panic!("expected a checksum error, got {other}"),
+        }
+    }
+
     fn parse(text: &str) -> Result<Manifest, ModelError> {
         Manifest::parse(text, Path::new("test.toml"))
     }
@@ -385,6 +482,18 @@ proportions = [1.0, 3.0]
             (GOOD.replace("sha256 = \"0000", "sha256 = \"zz00"), "sha256"),
             (GOOD.replace("tau = \"tau\"", ""), "outputs.tau"),
             (GOOD.replace("width = 32", "width = 0"), "image"),
+            (
+                format!("{GOOD}{PARTS}").replace("embedding = 16", "embedding = 0"),
+                "parts.embedding",
+            ),
+            (
+                format!("{GOOD}{PARTS}").replace("head_sha256 = \"11", "head_sha256 = \"zz"),
+                "parts.head_sha256",
+            ),
+            (
+                format!("{GOOD}{PARTS}").replace("encoder_sha256 = \"2222", "encoder_sha256 = \"2"),
+                "parts.encoder_sha256",
+            ),
         ];
         for (text, field) in cases {
             assert_eq!(field_of(parse(&text).unwrap_err()), field, "{text}");

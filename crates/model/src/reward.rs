@@ -1,13 +1,14 @@
 //! Batched scoring of stage-aware progress models: observations of N environments in, one ONNX Runtime run,
 //! `Progress` per environment out.
 
+use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind, ProgressMode};
 use crate::preprocess::Normaliser;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::window::FrameWindow;
 use crate::ModelError;
 use ort::session::Session;
-use ort::value::{TensorElementType, TensorRef, ValueType};
+use ort::value::TensorRef;
 use stagewise_core::progress::{argmax, softmax};
 use stagewise_core::{Observation, Progress, StageProportions};
 use std::path::Path;
@@ -32,7 +33,6 @@ pub struct RewardModel {
     provider: Provider,
     proportions: StageProportions,
     normaliser: Normaliser,
-    stages: usize,
     fixed_batch: Option<usize>,
     windows: Vec<Option<FrameWindow>>,
     /// Batch staging for more than one env (one env's window is read in place).
@@ -72,8 +72,12 @@ impl RewardModel {
         provider: Provider,
     ) -> Result<Self, ModelError> {
         let check = GraphCheck {
-            manifest: &manifest,
+            path: &manifest.onnx,
             session: &session,
+            known_inputs: vec![
+                manifest.inputs.images.as_deref(),
+                manifest.inputs.state.as_deref(),
+            ],
         };
         let (image_spec, stages_spec) = match (&manifest.image, &manifest.stages) {
             (Some(i), Some(s)) => (i, s),
@@ -116,7 +120,6 @@ impl RewardModel {
         })?;
         Ok(Self {
             normaliser: Normaliser::new(image_spec),
-            stages: k,
             fixed_batch,
             proportions,
             session,
@@ -445,88 +448,102 @@ impl RewardModel {
         let t0 = Instant::now();
         let (logits, taus) = self.run_raw(n, given)?;
         let t1 = Instant::now();
-        let k = self.stages;
-        // tau is one value per env ([N] or [N, 1]) or one per stage ([N, K]): the graph may leave the axis dynamic.
-        let tau_width = if taus.len() == n { 1 } else { k };
-        let logits_name = self
-            .manifest
-            .outputs
-            .stage_logits
-            .clone()
-            .unwrap_or_default();
-        let tau_name = self.manifest.outputs.tau.clone().unwrap_or_default();
-        let bad = |tensor: &str, reason: String| ModelError::BadOutput {
-            path: self.manifest.onnx.clone(),
-            tensor: tensor.into(),
-            reason,
-        };
-        if logits.len() != n * k {
-            return Err(bad(
-                &logits_name,
-                format!(
-                    "has {} values, expected {} ([{n}, {k}])",
-                    logits.len(),
-                    n * k
-                ),
-            ));
-        }
-        if taus.len() != n * tau_width {
-            return Err(bad(
-                &tau_name,
-                format!(
-                    "has {} values, expected {n} or {} ([{n}, {k}])",
-                    taus.len(),
-                    n * k
-                ),
-            ));
-        }
-        let mode = self
-            .manifest
-            .stages
-            .as_ref()
-            .map(|s| s.progress)
-            .unwrap_or_default();
-        let mut out = Vec::with_capacity(n);
-        for env in 0..n {
-            let l: Vec<f64> = logits[env * k..(env + 1) * k]
-                .iter()
-                .map(|&x| x as f64)
-                .collect();
-            let t: Vec<f64> = taus[env * tau_width..(env + 1) * tau_width]
-                .iter()
-                .map(|&x| x as f64)
-                .collect();
-            if let Some(x) = l.iter().find(|x| !x.is_finite()) {
-                return Err(bad(
-                    &logits_name,
-                    format!("env {env}: value {x} is not finite"),
-                ));
-            }
-            if let Some(x) = t.iter().find(|x| !x.is_finite()) {
-                return Err(bad(
-                    &tau_name,
-                    format!("env {env}: value {x} is not finite"),
-                ));
-            }
-            let probs = softmax(&l).map_err(|e| bad(&logits_name, e.to_string()))?;
-            let stage = argmax(&l).unwrap_or(0);
-            let tau = if tau_width == k { t[stage] } else { t[0] };
-            let phi = match mode {
-                ProgressMode::Hard => self.proportions.hard_phi(stage, tau),
-                ProgressMode::Soft => self.proportions.soft_phi(&l, &t),
-            }
-            .map_err(|e| bad(&tau_name, e.to_string()))?;
-            out.push(Progress {
-                stage,
-                stage_probs: probs.iter().map(|&p| p as f32).collect(),
-                tau: tau.clamp(0.0, 1.0) as f32,
-                phi: phi as f32,
-            });
-        }
+        let out = progress_from_outputs(
+            &self.manifest,
+            &self.proportions,
+            &self.manifest.onnx,
+            n,
+            &logits,
+            &taus,
+        )?;
         self.timing.run = t1 - t0;
         self.timing.finish = t1.elapsed();
         Ok(out)
     }
+}
+
+/// `Progress` per env from a run's outputs: `logits` `[n, K]` and `taus` `[n]`, `[n, 1]` or `[n, K]` (the graph
+/// may leave the axis dynamic). Refuses wrong sizes and non-finite values; `graph` names the file in errors.
+pub(crate) fn progress_from_outputs(
+    manifest: &Manifest,
+    proportions: &StageProportions,
+    graph: &Path,
+    n: usize,
+    logits: &[f32],
+    taus: &[f32],
+) -> Result<Vec<Progress>, ModelError> {
+    let k = proportions.len();
+    let tau_width = if taus.len() == n { 1 } else { k };
+    let logits_name = manifest.outputs.stage_logits.clone().unwrap_or_default();
+    let tau_name = manifest.outputs.tau.clone().unwrap_or_default();
+    let bad = |tensor: &str, reason: String| ModelError::BadOutput {
+        path: graph.to_path_buf(),
+        tensor: tensor.into(),
+        reason,
+    };
+    if logits.len() != n * k {
+        return Err(bad(
+            &logits_name,
+            format!(
+                "has {} values, expected {} ([{n}, {k}])",
+                logits.len(),
+                n * k
+            ),
+        ));
+    }
+    if taus.len() != n * tau_width {
+        return Err(bad(
+            &tau_name,
+            format!(
+                "has {} values, expected {n} or {} ([{n}, {k}])",
+                taus.len(),
+                n * k
+            ),
+        ));
+    }
+    let mode = manifest
+        .stages
+        .as_ref()
+        .map(|s| s.progress)
+        .unwrap_or_default();
+    let mut out = Vec::with_capacity(n);
+    for env in 0..n {
+        let l: Vec<f64> = logits[env * k..(env + 1) * k]
+            .iter()
+            .map(|&x| x as f64)
+            .collect();
+        let t: Vec<f64> = taus[env * tau_width..(env + 1) * tau_width]
+            .iter()
+            .map(|&x| x as f64)
+            .collect();
+        if let Some(x) = l.iter().find(|x| !x.is_finite()) {
+            return Err(bad(
+                &logits_name,
+                format!("env {env}: value {x} is not finite"),
+            ));
+        }
+        if let Some(x) = t.iter().find(|x| !x.is_finite()) {
+            return Err(bad(
+                &tau_name,
+                format!("env {env}: value {x} is not finite"),
+            ));
+        }
+        let probs = softmax(&l).map_err(|e| bad(&logits_name, e.to_string()))?;
+        let stage = argmax(&l).unwrap_or(0);
+        let tau = if tau_width == k { t[stage] } else { t[0] };
+        let phi = match mode {
+            ProgressMode::Hard => proportions.hard_phi(stage, tau),
+            ProgressMode::Soft => proportions.soft_phi(&l, &t),
+        }
+        .map_err(|e| bad(&tau_name, e.to_string()))?;
+        out.push(Progress {
+            stage,
+            stage_probs: probs.iter().map(|&p| p as f32).collect(),
+            tau: tau.clamp(0.0, 1.0) as f32,
+            phi: phi as f32,
+        });
+    }
+    Ok(out)
 }
 
 fn missing_image_or_stages<T>(m: &Manifest) -> Result<T, ModelError> {
@@ -535,153 +552,4 @@ fn missing_image_or_stages<T>(m: &Manifest) -> Result<T, ModelError> {
         field: "image".into(),
         reason: "a stage_progress model needs [image] and [stages]".into(),
     })
-}
-
-/// Checks the manifest's tensors against the ONNX graph: names, element type, ranks and fixed sizes.
-struct GraphCheck<'a> {
-    manifest: &'a Manifest,
-    session: &'a Session,
-}
-
-impl GraphCheck<'_> {
-    fn err(&self, field: &str, reason: String) -> ModelError {
-        ModelError::GraphMismatch {
-            path: self.manifest.onnx.clone(),
-            field: field.into(),
-            reason,
-        }
-    }
-
-    fn tensor_shape(
-        &self,
-        field: &str,
-        name: &str,
-        ty: &ValueType,
-    ) -> Result<Vec<i64>, ModelError> {
-        match ty {
-            ValueType::Tensor {
-                ty: TensorElementType::Float32,
-                shape,
-                ..
-            } => Ok(shape.to_vec()),
-            ValueType::Tensor { ty, .. } => Err(self.err(
-                field,
-                format!("tensor `{name}` is {ty:?}, expected float32"),
-            )),
-            other => Err(self.err(
-                field,
-                format!("`{name}` is {other:?}, expected a float32 tensor"),
-            )),
-        }
-    }
-
-    /// Checks one input's shape against `expected` (None = any size). Returns the fixed batch size, if any.
-    fn input(
-        &self,
-        field: &str,
-        name: &str,
-        expected: &[Option<usize>],
-    ) -> Result<Option<usize>, ModelError> {
-        let outlet = self
-            .session
-            .inputs()
-            .iter()
-            .find(|o| o.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = self.session.inputs().iter().map(|o| o.name()).collect();
-                self.err(
-                    field,
-                    format!("the graph has no input named `{name}` (its inputs: {names:?})"),
-                )
-            })?;
-        let shape = self.tensor_shape(field, name, outlet.dtype())?;
-        self.match_shape(field, name, &shape, expected)?;
-        Ok(shape.first().and_then(|&d| usize::try_from(d).ok()))
-    }
-
-    /// Checks one output against any of the allowed shapes.
-    fn output(
-        &self,
-        field: &str,
-        name: &str,
-        allowed: &[&[Option<usize>]],
-    ) -> Result<(), ModelError> {
-        let outlet = self
-            .session
-            .outputs()
-            .iter()
-            .find(|o| o.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = self.session.outputs().iter().map(|o| o.name()).collect();
-                self.err(
-                    field,
-                    format!("the graph has no output named `{name}` (its outputs: {names:?})"),
-                )
-            })?;
-        let shape = self.tensor_shape(field, name, outlet.dtype())?;
-        let mut first_err = None;
-        for expected in allowed {
-            match self.match_shape(field, name, &shape, expected) {
-                Ok(()) => return Ok(()),
-                Err(e) => first_err = first_err.or(Some(e)),
-            }
-        }
-        Err(first_err.unwrap_or_else(|| self.err(field, "no allowed shape".into())))
-    }
-
-    fn match_shape(
-        &self,
-        field: &str,
-        name: &str,
-        shape: &[i64],
-        expected: &[Option<usize>],
-    ) -> Result<(), ModelError> {
-        let show = |e: &[Option<usize>]| {
-            e.iter()
-                .map(|d| d.map_or("N".to_string(), |d| d.to_string()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        if shape.len() != expected.len() {
-            return Err(self.err(
-                field,
-                format!(
-                    "tensor `{name}` has rank {} {shape:?}, the manifest implies rank {} [{}]",
-                    shape.len(),
-                    expected.len(),
-                    show(expected)
-                ),
-            ));
-        }
-        for (axis, (&got, want)) in shape.iter().zip(expected).enumerate() {
-            if let Some(want) = want {
-                if got >= 0 && got as usize != *want {
-                    return Err(self.err(
-                        field,
-                        format!("tensor `{name}` axis {axis} is {got}, the manifest implies {want} (shape [{}])", show(expected)),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn no_extra_inputs(&self) -> Result<(), ModelError> {
-        let known = [
-            self.manifest.inputs.images.as_deref(),
-            self.manifest.inputs.state.as_deref(),
-        ];
-        for o in self.session.inputs() {
-            if !known.contains(&Some(o.name())) {
-                return Err(self.err(
-                    "inputs",
-                    format!(
-                        "the graph takes input `{}`, which the manifest does not name",
-                        o.name()
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
 }

@@ -1,0 +1,155 @@
+//! Checking an ONNX graph's inputs and outputs against its manifest.
+
+use crate::ModelError;
+use ort::session::Session;
+use ort::value::{TensorElementType, ValueType};
+use std::path::Path;
+
+/// Checks a graph's tensors against what its manifest implies: names, element type, ranks and fixed sizes.
+/// Errors name the graph file and the manifest field.
+pub(crate) struct GraphCheck<'a> {
+    /// The graph's file (for errors).
+    pub path: &'a Path,
+    pub session: &'a Session,
+    /// Input names the manifest gives; any other graph input is refused.
+    pub known_inputs: Vec<Option<&'a str>>,
+}
+
+impl GraphCheck<'_> {
+    pub fn err(&self, field: &str, reason: String) -> ModelError {
+        ModelError::GraphMismatch {
+            path: self.path.to_path_buf(),
+            field: field.into(),
+            reason,
+        }
+    }
+
+    fn tensor_shape(
+        &self,
+        field: &str,
+        name: &str,
+        ty: &ValueType,
+    ) -> Result<Vec<i64>, ModelError> {
+        match ty {
+            ValueType::Tensor {
+                ty: TensorElementType::Float32,
+                shape,
+                ..
+            } => Ok(shape.to_vec()),
+            ValueType::Tensor { ty, .. } => Err(self.err(
+                field,
+                format!("tensor `{name}` is {ty:?}, expected float32"),
+            )),
+            other => Err(self.err(
+                field,
+                format!("`{name}` is {other:?}, expected a float32 tensor"),
+            )),
+        }
+    }
+
+    /// Checks one input's shape against `expected` (None = any size). Returns the fixed batch size, if any.
+    pub fn input(
+        &self,
+        field: &str,
+        name: &str,
+        expected: &[Option<usize>],
+    ) -> Result<Option<usize>, ModelError> {
+        let outlet = self
+            .session
+            .inputs()
+            .iter()
+            .find(|o| o.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.session.inputs().iter().map(|o| o.name()).collect();
+                self.err(
+                    field,
+                    format!("the graph has no input named `{name}` (its inputs: {names:?})"),
+                )
+            })?;
+        let shape = self.tensor_shape(field, name, outlet.dtype())?;
+        self.match_shape(field, name, &shape, expected)?;
+        Ok(shape.first().and_then(|&d| usize::try_from(d).ok()))
+    }
+
+    /// Checks one output against any of the allowed shapes.
+    pub fn output(
+        &self,
+        field: &str,
+        name: &str,
+        allowed: &[&[Option<usize>]],
+    ) -> Result<(), ModelError> {
+        let outlet = self
+            .session
+            .outputs()
+            .iter()
+            .find(|o| o.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = self.session.outputs().iter().map(|o| o.name()).collect();
+                self.err(
+                    field,
+                    format!("the graph has no output named `{name}` (its outputs: {names:?})"),
+                )
+            })?;
+        let shape = self.tensor_shape(field, name, outlet.dtype())?;
+        let mut first_err = None;
+        for expected in allowed {
+            match self.match_shape(field, name, &shape, expected) {
+                Ok(()) => return Ok(()),
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        Err(first_err.unwrap_or_else(|| self.err(field, "no allowed shape".into())))
+    }
+
+    fn match_shape(
+        &self,
+        field: &str,
+        name: &str,
+        shape: &[i64],
+        expected: &[Option<usize>],
+    ) -> Result<(), ModelError> {
+        let show = |e: &[Option<usize>]| {
+            e.iter()
+                .map(|d| d.map_or("N".to_string(), |d| d.to_string()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if shape.len() != expected.len() {
+            return Err(self.err(
+                field,
+                format!(
+                    "tensor `{name}` has rank {} {shape:?}, the manifest implies rank {} [{}]",
+                    shape.len(),
+                    expected.len(),
+                    show(expected)
+                ),
+            ));
+        }
+        for (axis, (&got, want)) in shape.iter().zip(expected).enumerate() {
+            if let Some(want) = want {
+                if got >= 0 && got as usize != *want {
+                    return Err(self.err(
+                        field,
+                        format!("tensor `{name}` axis {axis} is {got}, the manifest implies {want} (shape [{}])", show(expected)),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn no_extra_inputs(&self) -> Result<(), ModelError> {
+        for o in self.session.inputs() {
+            if !self.known_inputs.contains(&Some(o.name())) {
+                return Err(self.err(
+                    "inputs",
+                    format!(
+                        "the graph takes input `{}`, which the manifest does not name",
+                        o.name()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

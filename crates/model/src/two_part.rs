@@ -1,0 +1,271 @@
+//! The two-part fast path of a stage-progress model (DESIGN.md "Two-part models are the fast path"): a per-frame
+//! encoder and a head over windows of embeddings, from the manifest's `[parts]`. A frame is encoded once however
+//! many windows it is in (a window of F frames re-encodes F - 1 frames of the previous one in the single graph).
+//! Offline labelling uses it: encode every frame of an episode in batches, then run the head on the windows.
+
+use crate::graph::GraphCheck;
+use crate::manifest::{Manifest, ModelKind, Parts, ENCODER_INPUT, ENCODER_OUTPUT, HEAD_INPUT};
+use crate::preprocess::Normaliser;
+use crate::reward::progress_from_outputs;
+use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::ModelError;
+use ort::session::{Session, SessionOutputs};
+use ort::value::TensorRef;
+use stagewise_core::{Progress, StageProportions};
+use std::path::Path;
+
+/// Encoder and head sessions of one model. Owned by one thread (`Session::run` needs `&mut`).
+pub struct TwoPartModel {
+    manifest: Manifest,
+    parts: Parts,
+    encoder: Session,
+    head: Session,
+    provider: Provider,
+    proportions: StageProportions,
+    normaliser: Normaliser,
+}
+
+impl TwoPartModel {
+    /// Loads the encoder and head named by the manifest's `[parts]` and checks both graphs against it.
+    pub fn load(
+        manifest_path: &Path,
+        runtime: &OrtRuntime,
+        opts: &SessionOptions,
+    ) -> Result<Self, ModelError> {
+        let manifest = Manifest::load_kind(
+            manifest_path,
+            ModelKind::StageProgress,
+            "a stage-progress reward model",
+        )?;
+        let field = |field: &str, reason: &str| ModelError::ManifestField {
+            path: manifest.path.clone(),
+            field: field.into(),
+            reason: reason.into(),
+        };
+        let parts = manifest.parts.clone().ok_or_else(|| {
+            field(
+                "parts",
+                "missing: this model has no two-part form (models/training/export_parts.py adds one)",
+            )
+        })?;
+        let (image, stages) = match (&manifest.image, &manifest.stages) {
+            (Some(i), Some(s)) => (i.clone(), s.clone()),
+            _ => {
+                return Err(field(
+                    "image",
+                    "a stage_progress model needs [image] and [stages]",
+                ))
+            }
+        };
+        let proportions = StageProportions::new(&stages.proportions)
+            .map_err(|e| field("stages.proportions", &e.to_string()))?;
+        let (encoder, provider) = runtime.session(&parts.encoder, opts)?;
+        let (head, _) = runtime.session(&parts.head, opts)?;
+        let e = Some(parts.embedding);
+        let enc = GraphCheck {
+            path: &parts.encoder,
+            session: &encoder,
+            known_inputs: vec![Some(ENCODER_INPUT)],
+        };
+        enc.input(
+            "parts.encoder",
+            ENCODER_INPUT,
+            &[
+                None,
+                Some(3),
+                Some(image.height as usize),
+                Some(image.width as usize),
+            ],
+        )?;
+        enc.no_extra_inputs()?;
+        enc.output("parts.embedding", ENCODER_OUTPUT, &[&[None, e]])?;
+        let hd = GraphCheck {
+            path: &parts.head,
+            session: &head,
+            known_inputs: vec![Some(HEAD_INPUT), manifest.inputs.state.as_deref()],
+        };
+        hd.input(
+            "parts.head",
+            HEAD_INPUT,
+            &[None, Some(manifest.views.len()), Some(manifest.frames), e],
+        )?;
+        if let Some(state) = &manifest.inputs.state {
+            hd.input("inputs.state", state, &[None, Some(manifest.state_size)])?;
+        }
+        hd.no_extra_inputs()?;
+        let k = Some(stages.names.len());
+        hd.output(
+            "outputs.stage_logits",
+            manifest.outputs.stage_logits.as_deref().unwrap_or_default(),
+            &[&[None, k]],
+        )?;
+        hd.output(
+            "outputs.tau",
+            manifest.outputs.tau.as_deref().unwrap_or_default(),
+            &[&[None], &[None, Some(1)], &[None, k]],
+        )?;
+        Ok(Self {
+            normaliser: Normaliser::new(&image),
+            manifest,
+            parts,
+            encoder,
+            head,
+            provider,
+            proportions,
+        })
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The execution provider the encoder got.
+    pub fn provider(&self) -> Provider {
+        self.provider
+    }
+
+    /// How frames are resized and normalised before [`Self::encode`].
+    pub fn normaliser(&self) -> &Normaliser {
+        &self.normaliser
+    }
+
+    /// Values per frame embedding.
+    pub fn embedding_len(&self) -> usize {
+        self.parts.embedding
+    }
+
+    /// Encodes `m` normalised frames (`frames` is `[m, 3, H, W]`) and appends their embeddings (`[m, E]`) to `out`.
+    pub fn encode(
+        &mut self,
+        frames: &[f32],
+        m: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let frame_len = self.normaliser.frame_len();
+        if frames.len() != m * frame_len {
+            return Err(bad_input(
+                ENCODER_INPUT,
+                format!(
+                    "has {} values, expected {} for {m} frames",
+                    frames.len(),
+                    m * frame_len
+                ),
+            ));
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        let img = self
+            .manifest
+            .image
+            .as_ref()
+            .map_or((0, 0), |i| (i.height as usize, i.width as usize));
+        let path = &self.parts.encoder;
+        let input = TensorRef::from_array_view(([m, 3, img.0, img.1], frames))
+            .map_err(|e| run_err(path, e))?;
+        let outputs = self
+            .encoder
+            .run(ort::inputs![ENCODER_INPUT => input])
+            .map_err(|e| run_err(path, e))?;
+        let emb = extract(&outputs, path, ENCODER_OUTPUT)?;
+        if emb.len() != m * self.parts.embedding {
+            return Err(ModelError::BadOutput {
+                path: path.clone(),
+                tensor: ENCODER_OUTPUT.into(),
+                reason: format!(
+                    "has {} values, expected {m} x {}",
+                    emb.len(),
+                    self.parts.embedding
+                ),
+            });
+        }
+        out.extend_from_slice(emb);
+        Ok(())
+    }
+
+    /// Runs the head on `n` windows of embeddings (`embeddings` is `[n, views, frames, E]`, oldest frame first)
+    /// and `state` (`[n, state_size]`).
+    pub fn score_embeddings(
+        &mut self,
+        embeddings: &[f32],
+        state: &[f32],
+        n: usize,
+    ) -> Result<Vec<Progress>, ModelError> {
+        let m = &self.manifest;
+        let shape = [n, m.views.len(), m.frames, self.parts.embedding];
+        let want: usize = shape.iter().product();
+        if embeddings.len() != want {
+            return Err(bad_input(
+                HEAD_INPUT,
+                format!(
+                    "has {} values, expected {want} for {n} windows",
+                    embeddings.len()
+                ),
+            ));
+        }
+        if state.len() != n * m.state_size {
+            return Err(bad_input(
+                m.inputs.state.as_deref().unwrap_or("state"),
+                format!(
+                    "has {} values, expected {} for {n} windows",
+                    state.len(),
+                    n * m.state_size
+                ),
+            ));
+        }
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let path = &self.parts.head;
+        let emb = TensorRef::from_array_view((shape, embeddings)).map_err(|e| run_err(path, e))?;
+        let outputs = if let Some(state_name) = &m.inputs.state {
+            let st = TensorRef::from_array_view(([n, m.state_size], state))
+                .map_err(|e| run_err(path, e))?;
+            self.head
+                .run(ort::inputs![HEAD_INPUT => emb, state_name.clone() => st])
+        } else {
+            self.head.run(ort::inputs![HEAD_INPUT => emb])
+        }
+        .map_err(|e| run_err(path, e))?;
+        let logits = extract(
+            &outputs,
+            path,
+            m.outputs.stage_logits.as_deref().unwrap_or_default(),
+        )?;
+        let taus = extract(&outputs, path, m.outputs.tau.as_deref().unwrap_or_default())?;
+        progress_from_outputs(m, &self.proportions, path, n, logits, taus)
+    }
+}
+
+fn bad_input(tensor: &str, reason: String) -> ModelError {
+    ModelError::BadInput {
+        tensor: tensor.into(),
+        reason,
+    }
+}
+
+fn run_err(path: &Path, e: ort::Error) -> ModelError {
+    ModelError::Run {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    }
+}
+
+fn extract<'a>(
+    outputs: &'a SessionOutputs<'_>,
+    path: &Path,
+    name: &str,
+) -> Result<&'a [f32], ModelError> {
+    let bad = |reason: String| ModelError::BadOutput {
+        path: path.to_path_buf(),
+        tensor: name.into(),
+        reason,
+    };
+    let v = outputs
+        .get(name)
+        .ok_or_else(|| bad("missing from the run's outputs".into()))?;
+    let (_, data) = v
+        .try_extract_tensor::<f32>()
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(data)
+}

@@ -1,0 +1,147 @@
+//! The two-part form of a stage-progress model (manifest `[parts]`: per-frame encoder + head) against its single
+//! graph, on the shipped pick-place model, and the errors for bad parts and bad input.
+
+mod common;
+
+use common::{cpu, observation, root, runtime};
+use stagewise_model::{ModelError, RewardModel, TwoPartModel};
+use std::path::{Path, PathBuf};
+
+fn shipped() -> PathBuf {
+    root().join("models/pick-place/pick-place-progress.toml")
+}
+
+/// Copies the shipped model's files into `dir` with the manifest edited by `edit`; returns the manifest path.
+fn edited_copy(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
+    let src = root().join("models/pick-place");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    }
+    let manifest = dir.join("pick-place-progress.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, edit(text)).unwrap();
+    manifest
+}
+
+#[test]
+fn encoder_plus_head_equals_the_single_graph() {
+    let mut single = RewardModel::load(&shipped(), runtime(), &cpu()).unwrap();
+    let mut parts = TwoPartModel::load(&shipped(), runtime(), &cpu()).unwrap();
+    let m = single.manifest().clone();
+    let (views, frames, e) = (m.views.len(), m.frames, parts.embedding_len());
+    let img = m.image.clone().unwrap();
+    let frame_len = parts.normaliser().frame_len();
+    let names: Vec<&str> = m.views.iter().map(String::as_str).collect();
+    let n = 5;
+    // n windows of normalised synthetic frames, [n, views, frames, CHW], and their states
+    let mut windows = vec![0.0f32; n * views * frames * frame_len];
+    let mut state = Vec::new();
+    for (i, w) in windows.chunks_mut(frame_len).enumerate() {
+        let o = observation(&names, i as u64, 1, img.width, img.height, m.state_size);
+        parts
+            .normaliser()
+            .write_chw(&o.views[i % views].rgb, w)
+            .unwrap();
+    }
+    for i in 0..n {
+        let o = observation(&names, 100 + i as u64, 1, 4, 4, m.state_size);
+        state.extend_from_slice(&o.state);
+    }
+    let want = single.score_windows(&windows, &state, n).unwrap();
+    let mut emb = Vec::new();
+    parts
+        .encode(&windows, n * views * frames, &mut emb)
+        .unwrap();
+    assert_eq!(emb.len(), n * views * frames * e);
+    let got = parts.score_embeddings(&emb, &state, n).unwrap();
+    for (a, b) in want.iter().zip(&got) {
+        assert_eq!(a.stage, b.stage);
+        assert!((a.phi - b.phi).abs() < 1e-5, "{} vs {}", a.phi, b.phi);
+        assert!((a.tau - b.tau).abs() < 1e-5);
+    }
+}
+
+#[test]
+fn bad_input_is_refused_and_the_model_keeps_working() {
+    let mut parts = TwoPartModel::load(&shipped(), runtime(), &cpu()).unwrap();
+    let mut emb = Vec::new();
+    let e = parts.encode(&[0.0; 10], 1, &mut emb).unwrap_err();
+    assert!(
+        matches!(e, ModelError::BadInput { ref tensor, .. } if tensor == "frames"),
+        "{e}"
+    );
+    let e = parts.score_embeddings(&[0.0; 3], &[], 1).unwrap_err();
+    assert!(
+        matches!(e, ModelError::BadInput { ref tensor, .. } if tensor == "embeddings"),
+        "{e}"
+    );
+    let m = parts.manifest().clone();
+    let len = m.views.len() * m.frames * parts.embedding_len();
+    let e = parts
+        .score_embeddings(&vec![0.0; len], &[0.0; 3], 1)
+        .unwrap_err();
+    assert!(
+        matches!(e, ModelError::BadInput { ref tensor, .. } if tensor == "state"),
+        "{e}"
+    );
+    let out = parts
+        .score_embeddings(&vec![0.0; len], &vec![0.0; m.state_size], 1)
+        .unwrap();
+    assert!(out[0].phi.is_finite());
+}
+
+#[test]
+fn bad_parts_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    // the manifest's embedding size disagrees with the graphs
+    let path = edited_copy(dir.path(), |t| {
+        t.replace("embedding = 64", "embedding = 32")
+    });
+    let e = TwoPartModel::load(&path, runtime(), &cpu()).err().unwrap();
+    match e {
+        ModelError::GraphMismatch { field, .. } => assert_eq!(field, "parts.embedding"),
+        other => panic!("expected a graph mismatch, got {other}"),
+    }
+    // no [parts] at all: a clear error, and the single graph still loads
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_copy(dir.path(), |t| {
+        t.split("\n[parts]\n").next().unwrap().to_string()
+    });
+    let e = TwoPartModel::load(&path, runtime(), &cpu()).err().unwrap();
+    assert!(e.to_string().contains("parts"), "{e}");
+    RewardModel::load(&path, runtime(), &cpu()).unwrap();
+    // encoder and head swapped: the encoder graph has no `frames` input
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_copy(dir.path(), |t| {
+        let enc = t
+            .lines()
+            .find(|l| l.starts_with("encoder "))
+            .unwrap()
+            .to_string();
+        let enc_sha = t
+            .lines()
+            .find(|l| l.starts_with("encoder_sha256"))
+            .unwrap()
+            .to_string();
+        let head = t
+            .lines()
+            .find(|l| l.starts_with("head "))
+            .unwrap()
+            .to_string();
+        let head_sha = t
+            .lines()
+            .find(|l| l.starts_with("head_sha256"))
+            .unwrap()
+            .to_string();
+        t.replace(&enc, &head.replacen("head", "encoder", 1))
+            .replace(&enc_sha, &head_sha.replacen("head", "encoder", 1))
+            .replace(&head, &enc.replacen("encoder", "head", 1))
+            .replace(&head_sha, &enc_sha.replacen("encoder", "head", 1))
+    });
+    let e = TwoPartModel::load(&path, runtime(), &cpu()).err().unwrap();
+    match e {
+        ModelError::GraphMismatch { field, .. } => assert_eq!(field, "parts.encoder"),
+        other => panic!("expected a graph mismatch, got {other}"),
+    }
+}
