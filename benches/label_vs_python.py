@@ -12,7 +12,7 @@ default thread count (every core); `stagewise label` gets one session per core w
 
 Both sides write per-frame progress; the script checks they agree (stride 1) before it reports a ratio.
 
-    .venv/bin/python benches/label_vs_python.py [--episodes 30] [--strides 1,4] [--exe target-dataset/release/stagewise]
+    .venv/bin/python benches/label_vs_python.py [--episodes 30] [--strides 1,4] [--exe target/release/stagewise]
 
 Writes benches/label_vs_python.md and benches/label_vs_python.json. Ratios, not absolute numbers, are the result:
 the machines here are shared.
@@ -125,14 +125,15 @@ def python_loop(episodes, man, onnx_path):
     return labels, {"data_s": t_data, "model_s": t_model}
 
 
-def rust_label(exe, ds, model, stride, workers, batch, out_dir):
-    out = out_dir / f"rust_stride{stride}.parquet"
-    summary = out_dir / f"rust_stride{stride}.json"
+def rust_label(exe, ds, model, stride, workers, batch, out_dir, single_graph=False):
+    tag = f"rust_stride{stride}" + ("_single" if single_graph else "")
+    out = out_dir / f"{tag}.parquet"
+    summary = out_dir / f"{tag}.json"
     cmd = [
         str(exe), "--log", "warn", "label", "--dataset", str(ds), "--model", str(model), "--stride", str(stride),
         "--workers", str(workers), "--threads", "1", "--batch", str(batch), "--plots", "0",
         "--out", str(out), "--summary-json", str(summary), "--provider", "cpu",
-    ]
+    ] + (["--single-graph"] if single_graph else [])
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
@@ -149,15 +150,14 @@ def main():
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3, help="Rust runs per stride (median reported)")
-    ap.add_argument("--exe", help="a built stagewise binary (default: target-dataset/release/stagewise, built if missing)")
+    ap.add_argument("--exe", help="a built stagewise binary (default: target/release/stagewise, built if missing)")
     ap.add_argument("--work", default="/tmp/stagewise-label-bench")
     ap.add_argument("--out", default="benches/label_vs_python")
     args = ap.parse_args()
 
-    exe = Path(args.exe) if args.exe else ROOT / "target-dataset/release/stagewise"
+    exe = Path(args.exe) if args.exe else ROOT / "target/release/stagewise"
     if not exe.is_file():
-        env = dict(os.environ, CARGO_TARGET_DIR=str(ROOT / "target-dataset"))
-        subprocess.run(["cargo", "build", "--release", "-p", "stagewise"], cwd=ROOT, check=True, env=env)
+        subprocess.run(["cargo", "build", "--release", "-p", "stagewise"], cwd=ROOT, check=True)
     model = ROOT / args.model
     man = tomllib.loads(model.read_text())
     onnx_path = model.parent / man["onnx"]
@@ -185,8 +185,14 @@ def main():
     py_prog = np.concatenate(py_labels)
 
     results = []
-    for stride in [int(s) for s in args.strides.split(",")]:
-        runs = [rust_label(exe, ds, model, stride, args.workers, args.batch, work) for _ in range(args.repeats)]
+    # (stride, single graph): the model's two-part form (when its manifest has [parts]) at every stride, and the
+    # single graph at stride 1 (the exact graph the Python loop runs)
+    configs = [(int(s), False) for s in args.strides.split(",")]
+    if man.get("parts"):
+        configs.insert(1, (1, True))
+    for stride, single in configs:
+        runs = [rust_label(exe, ds, model, stride, args.workers, args.batch, work, single)
+                for _ in range(args.repeats)]
         runs.sort(key=lambda r: r[0])
         wall, summary, labels = runs[len(runs) // 2]
         rust = np.array([labels[int(i)] for i in py_index], dtype=np.float32)
@@ -196,6 +202,8 @@ def main():
         results.append(
             {
                 "stride": stride,
+                "two_part": summary.get("two_part", False),
+                "worker_seconds": summary.get("worker_seconds"),
                 "rust_wall_s": wall,
                 "rust_wall_all_s": [r[0] for r in runs],
                 "rust_label_s": summary["label_s"],
@@ -236,8 +244,11 @@ def main():
         f"| Python loop (batch 1, one query per frame) | {frames} | {py_wall:.2f} | {frames / py_wall:.0f} | 1.0x | - |",
     ]
     for r in results:
+        form = "two-part" if r["two_part"] else "single graph"
+        flag = "" if r["two_part"] or not man.get("parts") else " --single-graph"
         lines.append(
-            f"| `stagewise label --stride {r['stride']}` ({args.workers} workers x 1 thread, batch {args.batch}) | "
+            f"| `stagewise label --stride {r['stride']}{flag}` ({form}; {args.workers} workers x 1 thread, "
+            f"batch {args.batch}) | "
             f"{r['windows_scored']} | {r['rust_wall_s']:.2f} | {frames / r['rust_wall_s']:.0f} | "
             f"**{r['speedup_wall']:.1f}x** | {r['mean_abs_diff_vs_python']:.1e} / {r['max_abs_diff_vs_python']:.1e} |"
         )
@@ -253,7 +264,19 @@ def main():
         "`--stride 1` does the same work as the Python loop (every frame scored; labels agree to float32 rounding). "
         "`--stride N` scores every N-th frame (and each episode's last frame) and interpolates linearly between: "
         "the max abs diff column is what interpolation costs in label accuracy on this model.",
+        "",
+        "Where the Rust workers' time went (summed over workers, per frame; `worker_seconds` of the summary):",
+        "",
+        "| run | read + PNG decode | normalise + batch | model (encoder + head, or the single graph) |",
+        "|---|---|---|---|",
     ]
+    for r in results:
+        w = r["worker_seconds"] or {}
+        us = lambda k: 1e6 * w.get(k, float("nan")) / frames  # noqa: E731
+        lines.append(
+            f"| stride {r['stride']}, {'two-part' if r['two_part'] else 'single graph'} | {us('read_decode'):.1f} us "
+            f"| {us('prepare'):.1f} us | {us('model'):.1f} us |"
+        )
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

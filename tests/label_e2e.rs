@@ -216,6 +216,93 @@ fn labels_every_frame_in_lerobots_format() {
     assert!(!ds_dir.join("sarm_progress_plots/episode_0002.png").exists());
 }
 
+/// The shipped pick-place model has a two-part form (encoder + head); labels through it equal the single
+/// graph's, at stride 1 and with a stride (where only some frames are encoded).
+#[test]
+fn two_part_labels_equal_the_single_graph() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = "models/pick-place/pick-place-progress.toml";
+    let ds = dataset().to_str().unwrap();
+    for stride in ["1", "3"] {
+        let mut labels = Vec::new();
+        for single in [false, true] {
+            let out = tmp.path().join(format!("s{stride}-{single}.parquet"));
+            let summary = tmp.path().join(format!("s{stride}-{single}.json"));
+            let mut args = vec![
+                "label",
+                "--dataset",
+                ds,
+                "--model",
+                model,
+                "--stride",
+                stride,
+                "--batch",
+                "7",
+                "--plots",
+                "0",
+                "--out",
+                out.to_str().unwrap(),
+                "--summary-json",
+                summary.to_str().unwrap(),
+            ];
+            if single {
+                args.push("--single-graph");
+            }
+            let stdout = ok(&stagewise(&args));
+            let form = if single { "single graph" } else { "two-part" };
+            assert!(stdout.contains(form), "{stdout}");
+            let json: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&summary).unwrap()).unwrap();
+            assert_eq!(json["two_part"], serde_json::Value::Bool(!single));
+            labels.push(SarmProgress::read(&out).unwrap());
+        }
+        assert_eq!(labels[0].index, labels[1].index);
+        let max = labels[0]
+            .progress_sparse
+            .iter()
+            .zip(&labels[1].progress_sparse)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            max < 1e-5,
+            "stride {stride}: two-part vs single graph differ by {max}"
+        );
+        let spread = labels[0]
+            .progress_sparse
+            .iter()
+            .fold(0.0f32, |m, &p| m.max(p))
+            - labels[0]
+                .progress_sparse
+                .iter()
+                .fold(1.0f32, |m, &p| m.min(p));
+        assert!(
+            spread > 0.5,
+            "the trained model's labels should span the task: {spread}"
+        );
+    }
+    // A two-part manifest whose head file is missing is refused, naming the file.
+    let dir = tmp.path().join("broken");
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in [
+        "pick-place-progress.toml",
+        "pick-place-progress.onnx",
+        "pick-place-progress.encoder.onnx",
+    ] {
+        std::fs::copy(root().join("models/pick-place").join(f), dir.join(f)).unwrap();
+    }
+    let manifest = dir.join("pick-place-progress.toml");
+    let e = err(&stagewise(&[
+        "label",
+        "--dataset",
+        ds,
+        "--model",
+        manifest.to_str().unwrap(),
+        "--out",
+        tmp.path().join("x.parquet").to_str().unwrap(),
+    ]));
+    assert!(e.contains("pick-place-progress.head.onnx"), "{e}");
+}
+
 #[test]
 fn stride_keeps_scored_frames_and_interpolates_between() {
     let tmp = tempfile::tempdir().unwrap();

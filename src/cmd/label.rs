@@ -20,7 +20,7 @@ use stagewise_dataset::{
     interpolate_linear, strided_frames, Dataset, Images, SarmProgress, STATE_KEY,
 };
 use stagewise_model::preprocess::Normaliser;
-use stagewise_model::{Manifest, ModelKind, RewardModel};
+use stagewise_model::{Manifest, ModelKind, RewardModel, TwoPartModel};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -45,6 +45,10 @@ pub struct LabelArgs {
     /// Windows per Session::run.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
+    /// Run the model's single graph even when its manifest has a two-part form ([parts]: per-frame encoder +
+    /// head, which encodes each frame once instead of once per window it is in).
+    #[arg(long)]
+    pub single_graph: bool,
     /// RA-BC chunk size: frames ahead for the progress delta (the policy's action chunk; LeRobot's default 50).
     #[arg(long, default_value_t = 50)]
     pub chunk_size: usize,
@@ -80,6 +84,27 @@ struct Labelled {
     scored: Vec<usize>,
     /// `progress_gt` column, when the dataset has one (plots only).
     progress_gt: Option<Vec<f64>>,
+    /// Where the worker's time went on this episode.
+    time: StageTimes,
+}
+
+/// Seconds a worker spent per part of the job (summed over workers: CPU-side time, not wall time).
+#[derive(Debug, Default, Clone, Copy)]
+struct StageTimes {
+    /// Reading the parquet rows and decoding the PNG frames.
+    read_decode: f64,
+    /// Normalising frames and gathering windows into batches.
+    prepare: f64,
+    /// ONNX Runtime runs.
+    model: f64,
+}
+
+impl std::ops::AddAssign for StageTimes {
+    fn add_assign(&mut self, o: Self) {
+        self.read_decode += o.read_decode;
+        self.prepare += o.prepare;
+        self.model += o.model;
+    }
 }
 
 /// What every worker needs to know about the model and the dataset.
@@ -92,6 +117,14 @@ struct Plan {
     state_size: usize,
     stride: usize,
     batch: usize,
+    /// Use the manifest's [parts] (encoder + head).
+    two_part: bool,
+}
+
+/// A worker's model: the single graph, or the two-part form.
+enum Labeller {
+    Single(RewardModel),
+    TwoPart(TwoPartModel),
 }
 
 fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Plan> {
@@ -152,6 +185,7 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
         state_size,
         stride: args.stride,
         batch: args.batch,
+        two_part: m.parts.is_some() && !args.single_graph,
     })
 }
 
@@ -159,12 +193,16 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
 fn label_episode(
     ds: &Dataset,
     plan: &Plan,
-    model: &mut RewardModel,
+    model: &mut Labeller,
     ep: usize,
 ) -> anyhow::Result<Labelled> {
+    let mut time = StageTimes::default();
+    let t0 = Instant::now();
     let data = ds
         .read_episode(ep, Images::Decode)
         .with_context(|| format!("reading episode {ep}"))?;
+    time.read_decode = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
     let len = data.len();
     if len == 0 {
         bail!("episode {ep} has no frames");
@@ -207,46 +245,77 @@ fn label_episode(
     }
     let scored = strided_frames(len, plan.stride);
     let back = |t: usize, f: usize| t.saturating_sub((plan.frames - 1 - f) * plan.stride_model);
-    // Normalise every frame a scored window needs, once.
-    let mut needed = vec![false; len];
+    // The frames the scored windows need, each normalised once into row `slot[t]` of `pre` ([row, view, CHW]).
+    let mut slot = vec![usize::MAX; len];
+    let mut needed = Vec::new();
     for &t in &scored {
         for f in 0..plan.frames {
-            needed[back(t, f)] = true;
+            let b = back(t, f);
+            if slot[b] == usize::MAX {
+                slot[b] = 0;
+                needed.push(b);
+            }
         }
     }
-    let mut pre = vec![0.0f32; len * step_len];
-    for t in (0..len).filter(|&t| needed[t]) {
+    needed.sort_unstable();
+    for (row, &t) in needed.iter().enumerate() {
+        slot[t] = row;
+    }
+    let mut pre = vec![0.0f32; needed.len() * step_len];
+    for (row, &t) in needed.iter().enumerate() {
         for (v, cam) in cams.iter().enumerate() {
-            let dst = &mut pre[t * step_len + v * frame_len..t * step_len + (v + 1) * frame_len];
+            let dst =
+                &mut pre[row * step_len + v * frame_len..row * step_len + (v + 1) * frame_len];
             plan.normaliser.write_chw(&cam[t], dst).map_err(|reason| {
                 anyhow::anyhow!("episode {ep}, frame {t}, `{}`: {reason}", plan.keys[v])
             })?;
         }
     }
-    let window_len = views * plan.frames * frame_len;
-    let mut images = Vec::with_capacity(plan.batch * window_len);
+    // Two-part models: encode every needed frame once; windows are then windows of embeddings.
+    let (rows, row_len) = match model {
+        Labeller::Single(_) => (pre, frame_len),
+        Labeller::TwoPart(m) => {
+            let e = m.embedding_len();
+            let mut emb = Vec::with_capacity(needed.len() * views * e);
+            let t_run = Instant::now();
+            for chunk in pre.chunks(plan.batch * step_len) {
+                let n = chunk.len() / frame_len;
+                m.encode(chunk, n, &mut emb)
+                    .with_context(|| format!("encoding frames of episode {ep}"))?;
+            }
+            time.model += t_run.elapsed().as_secs_f64();
+            (emb, e)
+        }
+    };
+    let row_step = views * row_len;
+    let mut windows = Vec::with_capacity(plan.batch * views * plan.frames * row_len);
     let mut state = Vec::with_capacity(plan.batch * plan.state_size);
     let mut values = Vec::with_capacity(scored.len());
     for chunk in scored.chunks(plan.batch) {
-        images.clear();
+        windows.clear();
         state.clear();
         for &t in chunk {
-            // [views, frames, frame_len], oldest frame first (the layout of FrameWindow::window).
+            // [views, frames, row_len], oldest frame first (the layout of FrameWindow::window).
             for v in 0..views {
                 for f in 0..plan.frames {
-                    let s = back(t, f) * step_len + v * frame_len;
-                    images.extend_from_slice(&pre[s..s + frame_len]);
+                    let s = slot[back(t, f)] * row_step + v * row_len;
+                    windows.extend_from_slice(&rows[s..s + row_len]);
                 }
             }
             if plan.state_size > 0 {
                 state.extend_from_slice(data.state(t));
             }
         }
-        let out = model
-            .score_windows(&images, &state, chunk.len())
-            .with_context(|| format!("scoring episode {ep}, frames {chunk:?}"))?;
+        let t_run = Instant::now();
+        let out = match model {
+            Labeller::Single(m) => m.score_windows(&windows, &state, chunk.len()),
+            Labeller::TwoPart(m) => m.score_embeddings(&windows, &state, chunk.len()),
+        }
+        .with_context(|| format!("scoring episode {ep}, frames {chunk:?}"))?;
+        time.model += t_run.elapsed().as_secs_f64();
         values.extend(out.iter().map(|p| p.phi));
     }
+    time.prepare = t0.elapsed().as_secs_f64() - time.model;
     let progress = interpolate_linear(len, &scored, &values)
         .map_err(|e| anyhow::anyhow!("episode {ep}: interpolating progress: {e}"))?;
     Ok(Labelled {
@@ -256,6 +325,7 @@ fn label_episode(
         progress,
         scored,
         progress_gt: data.extra("progress_gt").map(<[f64]>::to_vec),
+        time,
     })
 }
 
@@ -278,11 +348,22 @@ fn label_all(
             let tx = tx.clone();
             let (next, stop) = (&next, &stop);
             s.spawn(move || {
-                let mut model = match args
-                    .ort
-                    .load_reward_model(&args.model)
-                    .with_context(|| format!("worker {w}"))
-                {
+                let loaded = if plan.two_part {
+                    args.ort
+                        .runtime()
+                        .and_then(|rt| {
+                            TwoPartModel::load(&args.model, rt, &args.ort.session_options())
+                                .with_context(|| {
+                                    format!("loading the two-part model {}", args.model.display())
+                                })
+                        })
+                        .map(Labeller::TwoPart)
+                } else {
+                    args.ort
+                        .load_reward_model(&args.model)
+                        .map(Labeller::Single)
+                };
+                let mut model = match loaded.with_context(|| format!("worker {w}")) {
                     Ok(m) => m,
                     Err(e) => {
                         let _ = tx.send(Err(e));
@@ -392,15 +473,32 @@ pub fn run(args: LabelArgs) -> anyhow::Result<()> {
     let frames: usize = labelled.iter().map(|l| l.progress.len()).sum();
     let windows: usize = labelled.iter().map(|l| l.scored.len()).sum();
     println!(
-        "labelled {} episodes, {frames} frames ({windows} windows scored, stride {}) with {} on {} worker(s) x {} \
-         ORT thread(s), batch {}: {label_s:.2} s, {:.0} frames/s",
+        "labelled {} episodes, {frames} frames ({windows} windows scored, stride {}) with {} ({}) on {} worker(s) \
+         x {} ORT thread(s), batch {}: {label_s:.2} s, {:.0} frames/s",
         labelled.len(),
         args.stride,
         args.model.display(),
+        if plan.two_part {
+            "two-part: encoder + head"
+        } else {
+            "single graph"
+        },
         workers,
         args.ort.threads,
         args.batch,
         frames as f64 / label_s.max(1e-9)
+    );
+    let mut time = StageTimes::default();
+    for l in &labelled {
+        time += l.time;
+    }
+    let us = |s: f64| 1e6 * s / frames.max(1) as f64;
+    println!(
+        "worker time per frame (summed over workers): read + PNG decode {:.1} us, normalise + batch {:.1} us, \
+         model {:.1} us",
+        us(time.read_decode),
+        us(time.prepare),
+        us(time.model)
     );
     println!(
         "wrote {} (columns index, episode_index, frame_index, progress_sparse; reward_model_path = {})",
@@ -454,9 +552,15 @@ pub fn run(args: LabelArgs) -> anyhow::Result<()> {
             "workers": workers,
             "ort_threads": args.ort.threads,
             "batch": args.batch,
+            "two_part": plan.two_part,
             "label_s": label_s,
             "total_s": t_start.elapsed().as_secs_f64(),
             "frames_per_s": frames as f64 / label_s.max(1e-9),
+            "worker_seconds": {
+                "read_decode": time.read_decode,
+                "prepare": time.prepare,
+                "model": time.model,
+            },
             "rabc": {
                 "chunk_size": args.chunk_size,
                 "kappa": args.kappa,
