@@ -83,10 +83,26 @@ class ProgressNet(nn.Module):
 
     def forward(self, images, state):
         x = images.reshape(-1, 3, self.h, self.w)
-        e = self.enc(x).reshape(-1, self.v * self.f * self.emb)
+        return self.head(self.enc(x).reshape(-1, self.v, self.f, self.emb), state)
+
+    def head(self, emb, state):
+        """Everything after the per-frame encoder: embeddings [N, V, F, E] + state -> (stage_logits, tau)."""
+        e = emb.reshape(-1, self.v * self.f * self.emb)
         s = self.state_mlp((state - self.s_mean) / self.s_std)
         z = self.trunk(torch.cat([e, s], dim=1))
         return self.stage(z), torch.sigmoid(self.tau(z))
+
+
+class Head(nn.Module):
+    """The head of a ProgressNet as its own module, for the two-part export (DESIGN.md: the runtime encodes each
+    new frame once and keeps its embedding in the window ring, instead of re-encoding every frame of every window)."""
+
+    def __init__(self, net: ProgressNet):
+        super().__init__()
+        self.net = net
+
+    def forward(self, emb, state):
+        return self.net.head(emb, state)
 
 
 class HopNet(nn.Module):
@@ -205,7 +221,9 @@ def toml_list(xs, fmt="{:.6g}"):
     return "[" + ", ".join(fmt.format(x) for x in xs) + "]"
 
 
-def write_manifest(path, kind, onnx_name, views, frames, stride, state_size, h, w, outputs, stages, description):
+def write_manifest(
+    path, kind, onnx_name, views, frames, stride, state_size, h, w, outputs, stages, description, parts=None
+):
     lines = [
         f'kind = "{kind}"',
         f'onnx = "{onnx_name}"',
@@ -236,6 +254,18 @@ def write_manifest(path, kind, onnx_name, views, frames, stride, state_size, h, 
             "names = [" + ", ".join(f'"{n}"' for n in names) + "]",
             f"proportions = {toml_list(props)}",
             'progress = "hard"',
+        ]
+    if parts is not None:
+        enc, head, emb = parts
+        d = os.path.dirname(path)
+        lines += [
+            "",
+            "[parts]",
+            f'encoder = "{enc}"',
+            f'encoder_sha256 = "{sha256(os.path.join(d, enc))}"',
+            f'head = "{head}"',
+            f'head_sha256 = "{sha256(os.path.join(d, head))}"',
+            f"embedding = {emb}",
         ]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -288,6 +318,29 @@ def check_onnx(path, example, model):
         raise SystemExit(f"exported graph disagrees with torch: {err}")
 
 
+def export_parts(model: ProgressNet, full_path: str, example, stem_path: str):
+    """Exports the encoder (frames [M, 3, H, W] -> embedding [M, E]) and the head (embeddings [N, V, F, E] +
+    state -> stage_logits, tau) as two graphs and checks that encoder + head reproduces the full graph."""
+    import onnxruntime as ort
+
+    images, state = example
+    enc_path, head_path = stem_path + ".encoder.onnx", stem_path + ".head.onnx"
+    frames = images.reshape(-1, 3, model.h, model.w)
+    export(model.enc, (frames[:1],), enc_path, ["frames"], ["embedding"])
+    emb_example = torch.zeros(1, model.v, model.f, model.emb)
+    export(Head(model), (emb_example, state[:1]), head_path, ["embeddings", "state"], ["stage_logits", "tau"])
+    run = lambda p, feeds: ort.InferenceSession(p, providers=["CPUExecutionProvider"]).run(None, feeds)  # noqa: E731
+    full = run(full_path, {"images": images.numpy(), "state": state.numpy()})
+    (emb,) = run(enc_path, {"frames": frames.numpy()})
+    parts = run(head_path, {"embeddings": emb.reshape(len(images), model.v, model.f, model.emb),
+                            "state": state.numpy()})
+    err = max(float(np.abs(a - b).max()) for a, b in zip(full, parts))
+    print(f"encoder + head vs full graph max abs diff: {err:.2e}")
+    if err > 1e-4:
+        raise SystemExit(f"two-part export disagrees with the full graph: {err}")
+    return os.path.basename(enc_path), os.path.basename(head_path), model.emb
+
+
 def train_progress(args, train, val, proportions, names):
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
@@ -327,7 +380,7 @@ def train_progress(args, train, val, proportions, names):
             loss.backward()
             opt.step()
             sched.step()
-            tot += float(loss) * len(g)
+            tot += float(loss.detach()) * len(g)
         msg = f"epoch {ep + 1}/{args.epochs} loss {tot / max(len(order), 1):.4f} ({time.time() - t0:.0f}s)"
         if val is not None and (ep + 1 == args.epochs or (ep + 1) % args.eval_every == 0):
             mae, acc = evaluate_progress(model, val, args.frames, args.stride, P, a)
@@ -454,6 +507,11 @@ def main():
         example = (torch.zeros(1, V, args.frames, 3, H, W), torch.from_numpy(train.state[:1]))
         export(model, example, onnx_path, ["images", "state"], ["stage_logits", "tau"])
         check_onnx(onnx_path, example, model)
+        # a real batch for the parts check (validation frames when there are some)
+        src = val if val is not None else train
+        g = np.linspace(0, src.n - 1, 8).astype(np.int64)
+        batch = (to_tensor(src.window(g, args.frames, args.stride)), torch.from_numpy(src.state[g]))
+        parts = export_parts(model, onnx_path, batch, os.path.join(args.out, stem))
         desc = (
             f"Stage-aware multi-view progress model for the sim task {args.task}, trained by "
             f"models/training/train.py on {seeds} for {args.epochs} epochs x {args.samples_per_epoch} samples "
@@ -463,7 +521,7 @@ def main():
         write_manifest(
             os.path.join(args.out, stem + ".toml"), "stage_progress", stem + ".onnx", train_ds.views,
             args.frames, args.stride, S, H, W, [("stage_logits", "stage_logits"), ("tau", "tau")],
-            (names, proportions), desc,
+            (names, proportions), desc, parts,
         )
     else:
         model, secs = train_hop(args, train, val)
