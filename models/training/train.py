@@ -448,7 +448,7 @@ def train_hop(args, train, val):
             loss.backward()
             opt.step()
             sched.step()
-            tot += float(loss)
+            tot += float(loss.detach())
         msg = f"epoch {ep + 1}/{args.epochs} loss {tot / per:.5f} ({time.time() - t0:.0f}s)"
         if val is not None:
             model.eval()

@@ -33,11 +33,11 @@ record() { # task split episodes degraded seed jitter
 for t in "${TASKS[@]}"; do
   task=$t kind=progress
   if [ "$t" = hop ]; then task=pick-place kind=hop; fi
-  record "$task" "train-d$DEGRADED" "$EPISODES" "$DEGRADED" 0 0.01
+  record "$task" "train-n$EPISODES-d$DEGRADED" "$EPISODES" "$DEGRADED" 0 0.01
   record "$task" val 12 0.4 500000 0
   mkdir -p "models/$task"
   start=$(date +%s)
-  "$PY" models/training/train.py --task "$task" --kind "$kind" --train "$DATA/$task-train-d$DEGRADED" \
+  "$PY" models/training/train.py --task "$task" --kind "$kind" --train "$DATA/$task-train-n$EPISODES-d$DEGRADED" \
     --val "$DATA/$task-val" --out "models/$task" --epochs "$EPOCHS" --samples-per-epoch 16384 --eval-every 10 \
     --targets "$TARGETS" --threads "$THREADS"
   echo "$t: trained in $(($(date +%s) - start)) s"
