@@ -7,7 +7,8 @@
 //! - latency: one message at a time (the next is sent when the previous arrived); one-way latency from the
 //!   send stamp (taken before encoding) to the end of decoding on the subscriber side; p50/p99.
 //!
-//! Stagewise progress goes through `RobotPublisher::publish_progress` (encode + put, `Drop`); transitions
+//! Stagewise progress goes through `RobotPublisher::publish_progress` (encode + put, `Drop`), and once more
+//! with the generic serde codec instead of the hand-written one (`serde codec`); transitions
 //! through `publish_transition` (bounded queue, publisher thread, encode + put, `Block`). Plain zenoh puts a
 //! pre-sized byte buffer with the same congestion control and only reads an 8-byte stamp on arrival.
 
@@ -163,6 +164,9 @@ fn stamp_of(bytes: &[u8]) -> u64 {
         .map_or(0, u64::from_le_bytes)
 }
 
+/// A path under test: its name, what its subscriber records, and how to send one message.
+type BenchPath<'a> = (&'static str, &'a Shared, &'a dyn Fn(Kind));
+
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Progress,
@@ -231,6 +235,34 @@ fn main() {
     };
     let rp_prog = raw_pub("bench/raw/progress", CongestionControl::Drop);
     let rp_tr = raw_pub("bench/raw/transition", CongestionControl::Block);
+    // Progress through the serde codec: its own robot, and a subscriber that does what `Node::subscribe`
+    // does (key string, decode) with the serde decoder.
+    let serde_keys = Keys::new("bench-serde").expect("keys");
+    let serde_publisher = a
+        .publisher(
+            &serde_keys,
+            PublisherOptions {
+                queue_capacity: 16,
+                liveliness: false,
+            },
+        )
+        .expect("publisher");
+    let serde_prog: Shared = Default::default();
+    let _s5 = {
+        let rx = serde_prog.clone();
+        b.session()
+            .declare_subscriber(serde_keys.progress())
+            .callback(move |s| {
+                let bytes = s.payload().to_bytes();
+                let key = s.key_expr().as_str().to_string();
+                if let Ok(m) = decode_serde::<ProgressMsg>(&bytes) {
+                    record(&rx, m.stamp_ns)
+                }
+                std::hint::black_box(key);
+            })
+            .wait()
+            .expect("serde sub")
+    };
     for (what, ok) in [
         (
             "progress",
@@ -249,6 +281,11 @@ fn main() {
         (
             "progress",
             a.wait_for_subscribers(&keys.progress(), Duration::from_secs(30))
+                .unwrap_or(false),
+        ),
+        (
+            "serde progress",
+            a.wait_for_subscribers(&serde_keys.progress(), Duration::from_secs(30))
                 .unwrap_or(false),
         ),
     ] {
@@ -281,6 +318,15 @@ fn main() {
             let _ = publisher.publish_transition(m);
         }
     };
+    // The same progress messages through the generic serde codec (what every message used before the
+    // hand-written progress codec), for a comparison under the same load.
+    let serde_send = |_: Kind| {
+        let mut m = pmsg.clone();
+        m.stamp_ns = now_ns();
+        let mut out = Vec::with_capacity(256);
+        encode_serde_into(&m, &mut out).expect("encode");
+        let _ = serde_publisher.publish_progress_encoded(out);
+    };
     let raw_send = |k: Kind| match k {
         Kind::Progress => {
             let _ = rp_prog.put(raw_payload(p_len)).wait();
@@ -294,43 +340,35 @@ fn main() {
     println!("two zenoh peers in one process over tcp/127.0.0.1; median of 5 interleaved runs");
     println!();
     println!(
-        "{:<11} {:<10} {:>12} {:>10} {:>11} {:>10} {:>10}",
+        "{:<11} {:<12} {:>12} {:>10} {:>11} {:>10} {:>10}",
         "payload", "path", "msg/s", "MB/s", "delivered", "p50 us", "p99 us"
     );
     // `LOOPBACK_ONLY=progress` (or `transition`) runs one payload only.
     let only = std::env::var("LOOPBACK_ONLY").unwrap_or_default();
     for kind in [Kind::Progress, Kind::Transition] {
-        let name = if kind == Kind::Progress {
-            "progress"
-        } else {
-            "transition"
-        };
-        if !only.is_empty() && only != name {
-            continue;
-        }
         let (name, len) = match kind {
             Kind::Progress => ("progress", p_len),
             Kind::Transition => ("transition", t_len),
         };
-        let mut rates: [Vec<(f64, u64, u64)>; 2] = [Vec::new(), Vec::new()];
-        let mut lats: [(f64, f64); 2] = [(0.0, 0.0); 2];
+        if !only.is_empty() && only != name {
+            continue;
+        }
+        // Path 0 is raw zenoh, path 1 Stagewise; the ratios are to path 0.
+        let paths: Vec<BenchPath> = match kind {
+            Kind::Progress => vec![
+                ("zenoh raw", &raw_prog, &raw_send),
+                ("stagewise", &sw_prog, &sw_send),
+                ("serde codec", &serde_prog, &serde_send),
+            ],
+            Kind::Transition => vec![
+                ("zenoh raw", &raw_tr, &raw_send),
+                ("stagewise", &sw_tr, &sw_send),
+            ],
+        };
+        let mut rates: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); paths.len()];
+        let mut lats: Vec<(f64, f64)> = vec![(0.0, 0.0); paths.len()];
         for rep in 0..5 {
-            for (i, (rx, send)) in [
-                (&raw_tr, &raw_send as &dyn Fn(Kind)),
-                (&sw_tr, &sw_send as &dyn Fn(Kind)),
-            ]
-            .into_iter()
-            .enumerate()
-            {
-                let rx = if kind == Kind::Progress {
-                    if i == 0 {
-                        &raw_prog
-                    } else {
-                        &sw_prog
-                    }
-                } else {
-                    rx
-                };
+            for (i, (_, rx, send)) in paths.iter().enumerate() {
                 // Throughput: a burst.
                 reset(rx);
                 let n = n_for(kind);
@@ -353,17 +391,17 @@ fn main() {
                 }
             }
         }
-        let pair_rates: [Vec<f64>; 2] = [
-            rates[0].iter().map(|r| r.0).collect(),
-            rates[1].iter().map(|r| r.0).collect(),
-        ];
-        let mut medians = [0.0f64; 2];
-        for (i, path) in ["zenoh raw", "stagewise"].iter().enumerate() {
+        let run_rates: Vec<Vec<f64>> = rates
+            .iter()
+            .map(|r| r.iter().map(|x| x.0).collect())
+            .collect();
+        let mut medians = vec![0.0f64; paths.len()];
+        for (i, (path, _, _)) in paths.iter().enumerate() {
             rates[i].sort_by(|x, y| x.0.total_cmp(&y.0));
             let (rate, delivered, sent) = rates[i][rates[i].len() / 2];
             medians[i] = rate;
             println!(
-                "{:<11} {:<10} {:>12.0} {:>10.1} {:>5}/{:<5} {:>10.1} {:>10.1}",
+                "{:<11} {:<12} {:>12.0} {:>10.1} {:>5}/{:<5} {:>10.1} {:>10.1}",
                 name,
                 path,
                 rate,
@@ -374,21 +412,24 @@ fn main() {
                 lats[i].1
             );
         }
-        // Runs are interleaved (raw, stagewise, raw, ...): the ratio of each adjacent pair shares the
-        // machine's load of that moment; report their median next to the ratio of the medians.
-        let mut pairs: Vec<f64> = (0..rates[0].len())
-            .map(|k| pair_rates[1][k] / pair_rates[0][k].max(1e-9))
-            .collect();
-        pairs.sort_by(f64::total_cmp);
-        println!(
-            "{:<11} {:<10} {:>12.2}x  (median of per-run ratios {:.2}x, range {:.2}-{:.2})",
-            name,
-            "ratio",
-            medians[1] / medians[0].max(1e-9),
-            pairs[pairs.len() / 2],
-            pairs[0],
-            pairs[pairs.len() - 1]
-        );
+        // Runs are interleaved (raw, stagewise, ..., raw, ...): the ratio of each run to the raw run just
+        // before it shares the machine's load of that moment; report their median next to the ratio of the
+        // medians.
+        for (i, (path, _, _)) in paths.iter().enumerate().skip(1) {
+            let mut pairs: Vec<f64> = (0..run_rates[0].len())
+                .map(|k| run_rates[i][k] / run_rates[0][k].max(1e-9))
+                .collect();
+            let per_run: Vec<String> = pairs.iter().map(|r| format!("{r:.2}")).collect();
+            pairs.sort_by(f64::total_cmp);
+            println!(
+                "{:<11} {:<12} {:>12.2}x  (median of per-run ratios {:.2}x; runs {})",
+                name,
+                format!("{path}/raw"),
+                medians[i] / medians[0].max(1e-9),
+                pairs[pairs.len() / 2],
+                per_run.join(" ")
+            );
+        }
     }
     // Codec cost alone (no zenoh): encode and decode per message.
     let codec = |n: u32, enc: &dyn Fn() -> Vec<u8>, dec: &dyn Fn(&[u8]) -> bool| {
