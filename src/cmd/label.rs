@@ -9,6 +9,10 @@
 //! `t - (F-1) s, ..., t` of the scored frames in batches (the same windows `RewardModel::score` builds step by step:
 //! early windows repeat the first frame). With `--stride N` only frames `0, N, 2N, ...` and the last frame are
 //! scored and the frames in between are interpolated linearly. LeRobot's own labelling runs one window per query.
+//!
+//! When the manifest has a two-part form (`[parts]`: per-frame encoder + head) each needed frame is also encoded
+//! once (`--batch` frames, all views, per encoder run) and the head runs on windows of embeddings, instead of the
+//! single graph re-encoding every frame of every window; `--single-graph` turns that off.
 
 use crate::cmd::ort_args::OrtArgs;
 use anyhow::{bail, Context};

@@ -1,6 +1,7 @@
 //! stagewise-model: ONNX Runtime sessions for Stagewise reward models (and later policies): the model
 //! manifest and its check against the ONNX graph, library discovery and execution providers, frame
-//! preprocessing, per-view frame windows, and batched scoring into `Progress`.
+//! preprocessing, per-view frame windows, batched scoring into `Progress`, and the two-part (per-frame encoder +
+//! head) form of a progress model that labelling uses ([`TwoPartModel`]).
 //!
 //! Depends on `stagewise-core` and `ort` only: never on the simulator, streaming or runtime crates.
 //! `Session::run` takes `&mut self`, so a [`RewardModel`] is owned by one worker thread; make one per thread.
