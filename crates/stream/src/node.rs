@@ -272,12 +272,10 @@ impl Node {
         M: WireMessage + Send + 'static,
     {
         let (tx, rx) = mpsc::channel();
-        let tx = std::sync::Mutex::new(tx);
+        // `Sender` is `Sync`: zenoh's threads send without a lock. A dropped receiver just means nobody
+        // listens any more.
         let sub = self.subscribe::<M, _>(key, move |r| {
-            if let Ok(tx) = tx.lock() {
-                // A dropped receiver just means nobody listens any more.
-                let _ = tx.send(r);
-            }
+            let _ = tx.send(r);
         })?;
         Ok((sub, rx))
     }
@@ -301,11 +299,8 @@ impl Node {
         keys: &Keys,
     ) -> Result<(Subscription, mpsc::Receiver<Result<PolicyMsg, WireError>>), StreamError> {
         let (tx, rx) = mpsc::channel();
-        let tx = std::sync::Mutex::new(tx);
         let sub = self.subscribe_policy(keys, move |r| {
-            if let Ok(tx) = tx.lock() {
-                let _ = tx.send(r);
-            }
+            let _ = tx.send(r);
         })?;
         Ok((sub, rx))
     }
