@@ -90,6 +90,15 @@ pub(super) fn encode_into(msg: &ProgressMsg, out: &mut Vec<u8>) -> Result<(), Wi
         kind: ProgressMsg::KIND,
         reason: format!("`{field}` has {len} elements; msgpack allows at most 2^32 - 1"),
     };
+    // Checked before anything is written, so that a failed encode leaves `out` as it was.
+    for (field, len) in [
+        ("robot", msg.robot.len()),
+        ("stage_probs", msg.stage_probs.len()),
+    ] {
+        if u32::try_from(len).is_err() {
+            return Err(too_long(field, len));
+        }
+    }
     // At most: keys 70 bytes, `kind` 9, integers 9 each, floats 5 each, str/array headers 5 each.
     out.reserve(160 + msg.robot.len() + 5 * msg.stage_probs.len());
     out.push(0x8b); // fixmap, 11 entries
