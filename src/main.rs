@@ -3,6 +3,11 @@
 
 mod cmd;
 
+// mimalloc instead of glibc malloc: glibc gives the ~80 KB image buffers of every transition back to the OS and
+// page-faults them in again, which halved transition throughput (crates/stream/benches/RESULTS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]

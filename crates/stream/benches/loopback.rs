@@ -13,6 +13,10 @@
 //! pre-sized byte buffer with the same congestion control and only reads an 8-byte stamp on arrival.
 
 use stagewise_core::{Frame, Observation, Progress, Transition, View};
+
+// The allocator the `stagewise` binary uses (see its main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use stagewise_stream::{
     decode, decode_serde, encode, encode_serde_into, now_ns, Keys, Node, ObservationMsg,
     ProgressMsg, PublisherOptions, StreamConfig, TransitionMsg,

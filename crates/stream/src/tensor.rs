@@ -342,6 +342,16 @@ pub struct ObservationMsg {
 }
 
 impl ObservationMsg {
+    /// Bytes of tensor data it carries, plus room for the names and headers (an encoding-size estimate).
+    pub fn data_len(&self) -> usize {
+        let map = |m: &TensorMap| {
+            m.iter()
+                .map(|(k, t)| k.len() + 64 + t.data().len())
+                .sum::<usize>()
+        };
+        128 + map(&self.images) + map(&self.depth) + self.state.data().len()
+    }
+
     /// Copies an observation into wire tensors.
     pub fn from_observation(obs: &Observation) -> Self {
         let mut images = TensorMap::new();

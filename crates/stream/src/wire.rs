@@ -61,6 +61,11 @@ pub trait WireMessage: Serialize + DeserializeOwned {
     fn validate(&self) -> Result<(), WireError> {
         Ok(())
     }
+    /// Roughly how many bytes the encoding takes, so [`encode`] allocates once instead of growing the buffer
+    /// through a dozen reallocations (and copies) for a message with images.
+    fn size_hint(&self) -> usize {
+        256
+    }
     /// Appends the message's wire bytes to `out`; what [`encode`] calls. The default is the serde path
     /// ([`encode_serde_into`]); a message may replace it with a hand-written encoder that writes the same bytes
     /// ([`ProgressMsg`] does).
@@ -76,7 +81,7 @@ pub trait WireMessage: Serialize + DeserializeOwned {
 
 /// Encodes a message as a msgpack map with named fields.
 pub fn encode<M: WireMessage>(msg: &M) -> Result<Vec<u8>, WireError> {
-    let mut out = Vec::with_capacity(256);
+    let mut out = Vec::with_capacity(msg.size_hint());
     msg.encode_into(&mut out)?;
     Ok(out)
 }
@@ -384,6 +389,10 @@ impl TransitionMsg {
 
 impl WireMessage for TransitionMsg {
     const KIND: &'static str = kind::Transition::NAME;
+    fn size_hint(&self) -> usize {
+        let obs = |o: &Option<ObservationMsg>| o.as_ref().map_or(0, ObservationMsg::data_len);
+        512 + 4 * self.action.len() + obs(&self.obs) + obs(&self.next_obs)
+    }
     fn validate(&self) -> Result<(), WireError> {
         check_obs(Self::KIND, "obs", &self.obs)?;
         check_obs(Self::KIND, "next_obs", &self.next_obs)
@@ -539,6 +548,9 @@ impl PolicyMsg {
 
 impl WireMessage for PolicyMsg {
     const KIND: &'static str = kind::Policy::NAME;
+    fn size_hint(&self) -> usize {
+        1024 + self.onnx.len()
+    }
     /// Shape checks only (hash format, signature length); [`PolicyMsg::verify_sha256`] checks the hash itself.
     fn validate(&self) -> Result<(), WireError> {
         if self.sha256.len() != 64 || !self.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -731,6 +743,9 @@ impl ResetReply {
 
 impl WireMessage for ResetReply {
     const KIND: &'static str = kind::ResetReply::NAME;
+    fn size_hint(&self) -> usize {
+        2048 + self.obs.as_ref().map_or(0, ObservationMsg::data_len)
+    }
     fn validate(&self) -> Result<(), WireError> {
         check_obs(Self::KIND, "obs", &self.obs)
     }
@@ -833,6 +848,9 @@ impl StepReply {
 
 impl WireMessage for StepReply {
     const KIND: &'static str = kind::StepReply::NAME;
+    fn size_hint(&self) -> usize {
+        1024 + self.obs.as_ref().map_or(0, ObservationMsg::data_len)
+    }
     fn validate(&self) -> Result<(), WireError> {
         check_obs(Self::KIND, "obs", &self.obs)
     }

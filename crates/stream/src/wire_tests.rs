@@ -852,3 +852,26 @@ proptest! {
         prop_assert!(same_result(&got, &decode_serde::<ProgressMsg>(&bytes)));
     }
 }
+
+/// `encode` sizes its buffer from `size_hint`: for messages with images the hint covers the encoding, so the
+/// buffer is allocated once (no growth copies of 80 KB transitions).
+#[test]
+fn size_hints_cover_the_encoding_of_messages_with_images() {
+    let t = transition();
+    let bytes = encode(&t).unwrap();
+    assert!(
+        bytes.len() <= t.size_hint(),
+        "{} > {}",
+        bytes.len(),
+        t.size_hint()
+    );
+    assert!(
+        t.size_hint() < 2 * bytes.len() + 1024,
+        "hint {} for {} bytes",
+        t.size_hint(),
+        bytes.len()
+    );
+    let mut bare = transition();
+    (bare.obs, bare.next_obs) = (None, None);
+    assert!(encode(&bare).unwrap().len() <= bare.size_hint());
+}
