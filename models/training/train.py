@@ -11,6 +11,10 @@ embedding of the (standardised) state go through an MLP trunk to the stage head 
 view is blanked (all zeros after normalisation = the mean colour) with probability --view-dropout, so a missing
 camera (fed as a mean-colour frame) degrades gracefully; frames are shifted by up to --shift pixels per view.
 
+Every progress model is also exported in two parts (DESIGN.md's fast path; manifest [parts]): the per-frame encoder
+(frames [M, 3, H, W] -> embedding [M, E]) and the head (embeddings [N, V, F, E] + state -> stage_logits, tau),
+checked against the single graph; `stagewise label` runs them so each frame is encoded once.
+
 Hop model (kind = "hop", --kind hop): images f32 [N, V, 2, 3, H, W] (frame 0 = s_p, frame 1 = s_q), state
 f32 [N, 2, S] -> hop [N, 1] = H(s_p, s_q) in [-1, 1] (tanh). Label (Robo-Dopamine's relative hop, from the oracle
 progress): d = phi_q - phi_p; H = d / (1 - phi_p) when d >= 0, else d / phi_p.
