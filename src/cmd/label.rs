@@ -354,13 +354,7 @@ fn label_all(
             s.spawn(move || {
                 let loaded = if plan.two_part {
                     args.ort
-                        .runtime()
-                        .and_then(|rt| {
-                            TwoPartModel::load(&args.model, rt, &args.ort.session_options())
-                                .with_context(|| {
-                                    format!("loading the two-part model {}", args.model.display())
-                                })
-                        })
+                        .load_two_part_model(&args.model)
                         .map(Labeller::TwoPart)
                 } else {
                     args.ort

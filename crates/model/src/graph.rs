@@ -1,5 +1,6 @@
 //! Checking an ONNX graph's inputs and outputs against its manifest.
 
+use crate::manifest::Manifest;
 use crate::ModelError;
 use ort::session::Session;
 use ort::value::{TensorElementType, ValueType};
@@ -136,6 +137,26 @@ impl GraphCheck<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The checks every stage-progress graph that produces the outputs shares (the single graph and the head
+    /// of a two-part model): the manifest's state input, no unnamed inputs, and `stage_logits` `[N, K]` and
+    /// `tau` `[N]`, `[N, 1]` or `[N, K]`.
+    pub fn progress_state_and_outputs(&self, m: &Manifest, k: usize) -> Result<(), ModelError> {
+        if let Some(state) = &m.inputs.state {
+            self.input("inputs.state", state, &[None, Some(m.state_size)])?;
+        }
+        self.no_extra_inputs()?;
+        self.output(
+            "outputs.stage_logits",
+            m.outputs.stage_logits.as_deref().unwrap_or_default(),
+            &[&[None, Some(k)]],
+        )?;
+        self.output(
+            "outputs.tau",
+            m.outputs.tau.as_deref().unwrap_or_default(),
+            &[&[None], &[None, Some(1)], &[None, Some(k)]],
+        )
     }
 
     pub fn no_extra_inputs(&self) -> Result<(), ModelError> {

@@ -2,7 +2,7 @@
 //! `Progress` per environment out.
 
 use crate::graph::GraphCheck;
-use crate::manifest::{Manifest, ModelKind, ProgressMode};
+use crate::manifest::{ImageSpec, Manifest, ModelKind, ProgressMode};
 use crate::preprocess::Normaliser;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::window::FrameWindow;
@@ -79,11 +79,7 @@ impl RewardModel {
                 manifest.inputs.state.as_deref(),
             ],
         };
-        let (image_spec, stages_spec) = match (&manifest.image, &manifest.stages) {
-            (Some(i), Some(s)) => (i, s),
-            _ => missing_image_or_stages(&manifest)?,
-        };
-        let k = stages_spec.names.len();
+        let (image_spec, k, proportions) = progress_spec(&manifest)?;
         let images_name = manifest.inputs.images.as_deref().unwrap_or_default();
         let fixed_batch = check.input(
             "inputs.images",
@@ -97,29 +93,9 @@ impl RewardModel {
                 Some(image_spec.width as usize),
             ],
         )?;
-        if let Some(state) = &manifest.inputs.state {
-            check.input("inputs.state", state, &[None, Some(manifest.state_size)])?;
-        }
-        check.no_extra_inputs()?;
-        check.output(
-            "outputs.stage_logits",
-            manifest.outputs.stage_logits.as_deref().unwrap_or_default(),
-            &[&[None, Some(k)]],
-        )?;
-        check.output(
-            "outputs.tau",
-            manifest.outputs.tau.as_deref().unwrap_or_default(),
-            &[&[None], &[None, Some(1)], &[None, Some(k)]],
-        )?;
-        let proportions = StageProportions::new(&stages_spec.proportions).map_err(|e| {
-            ModelError::ManifestField {
-                path: manifest.path.clone(),
-                field: "stages.proportions".into(),
-                reason: e.to_string(),
-            }
-        })?;
+        check.progress_state_and_outputs(&manifest, k)?;
         Ok(Self {
-            normaliser: Normaliser::new(image_spec),
+            normaliser: Normaliser::new(&image_spec),
             fixed_batch,
             proportions,
             session,
@@ -546,10 +522,23 @@ pub(crate) fn progress_from_outputs(
     Ok(out)
 }
 
-fn missing_image_or_stages<T>(m: &Manifest) -> Result<T, ModelError> {
-    Err(ModelError::ManifestField {
+/// What a stage-progress manifest says about its images and stages: the image spec, the number of stages K
+/// and the (normalised) stage proportions.
+pub(crate) fn progress_spec(
+    m: &Manifest,
+) -> Result<(ImageSpec, usize, StageProportions), ModelError> {
+    let field = |field: &str, reason: String| ModelError::ManifestField {
         path: m.path.clone(),
-        field: "image".into(),
-        reason: "a stage_progress model needs [image] and [stages]".into(),
-    })
+        field: field.into(),
+        reason,
+    };
+    let (Some(image), Some(stages)) = (&m.image, &m.stages) else {
+        return Err(field(
+            "image",
+            "a stage_progress model needs [image] and [stages]".into(),
+        ));
+    };
+    let proportions = StageProportions::new(&stages.proportions)
+        .map_err(|e| field("stages.proportions", e.to_string()))?;
+    Ok((image.clone(), stages.names.len(), proportions))
 }

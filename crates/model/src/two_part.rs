@@ -6,7 +6,7 @@
 use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind, Parts, ENCODER_INPUT, ENCODER_OUTPUT, HEAD_INPUT};
 use crate::preprocess::Normaliser;
-use crate::reward::progress_from_outputs;
+use crate::reward::{progress_from_outputs, progress_spec};
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::ModelError;
 use ort::session::{Session, SessionOutputs};
@@ -37,28 +37,16 @@ impl TwoPartModel {
             ModelKind::StageProgress,
             "a stage-progress reward model",
         )?;
-        let field = |field: &str, reason: &str| ModelError::ManifestField {
-            path: manifest.path.clone(),
-            field: field.into(),
-            reason: reason.into(),
-        };
-        let parts = manifest.parts.clone().ok_or_else(|| {
-            field(
-                "parts",
-                "missing: this model has no two-part form (models/training/export_parts.py adds one)",
-            )
-        })?;
-        let (image, stages) = match (&manifest.image, &manifest.stages) {
-            (Some(i), Some(s)) => (i.clone(), s.clone()),
-            _ => {
-                return Err(field(
-                    "image",
-                    "a stage_progress model needs [image] and [stages]",
-                ))
-            }
-        };
-        let proportions = StageProportions::new(&stages.proportions)
-            .map_err(|e| field("stages.proportions", &e.to_string()))?;
+        let parts = manifest
+            .parts
+            .clone()
+            .ok_or_else(|| ModelError::ManifestField {
+                path: manifest.path.clone(),
+                field: "parts".into(),
+                reason: "missing: this model has no two-part form (models/training/export_parts.py adds one)"
+                    .into(),
+            })?;
+        let (image, k, proportions) = progress_spec(&manifest)?;
         let (encoder, provider) = runtime.session(&parts.encoder, opts)?;
         let (head, _) = runtime.session(&parts.head, opts)?;
         let e = Some(parts.embedding);
@@ -89,21 +77,7 @@ impl TwoPartModel {
             HEAD_INPUT,
             &[None, Some(manifest.views.len()), Some(manifest.frames), e],
         )?;
-        if let Some(state) = &manifest.inputs.state {
-            hd.input("inputs.state", state, &[None, Some(manifest.state_size)])?;
-        }
-        hd.no_extra_inputs()?;
-        let k = Some(stages.names.len());
-        hd.output(
-            "outputs.stage_logits",
-            manifest.outputs.stage_logits.as_deref().unwrap_or_default(),
-            &[&[None, k]],
-        )?;
-        hd.output(
-            "outputs.tau",
-            manifest.outputs.tau.as_deref().unwrap_or_default(),
-            &[&[None], &[None, Some(1)], &[None, k]],
-        )?;
+        hd.progress_state_and_outputs(&manifest, k)?;
         Ok(Self {
             normaliser: Normaliser::new(&image),
             manifest,
