@@ -4,6 +4,11 @@
 //!   env/reset, env/step, liveliness token `alive`).
 //! - [`wire`], [`tensor`]: the MessagePack wire format (named fields, a `schema` version in every message,
 //!   tensors as `{dtype, shape, data}` with raw little-endian bytes). docs/wire.md is its reference.
+//! - [`zero_copy`]: transitions without copying their images. [`decode_transition_ref`] reads a
+//!   [`TransitionRef`] whose tensor data borrow the received bytes (same validation and errors as [`decode`]);
+//!   [`Node::subscribe_transitions_ref`] hands those to a callback. [`TransitionMsg::encode_parts`] encodes
+//!   into [`WireParts`] that move the tensors' buffers in instead of copying them (same bytes as [`encode`]);
+//!   the publisher thread sends transitions that way.
 //! - [`Node`] (zenoh session from a [`StreamConfig`]), [`RobotPublisher`] (the actor's publisher: progress
 //!   dropped under congestion, transitions through a bounded queue with drops counted), typed subscriptions,
 //!   the policy subscription, and the remote env queryables ([`Node::serve_env`], [`EnvClient`]).
@@ -18,16 +23,21 @@ pub mod node;
 pub mod publisher;
 pub mod tensor;
 pub mod wire;
+pub mod zero_copy;
 
 pub use env::{EnvAdapter, EnvClient, EnvHandler, EnvServer};
 pub use keys::{validate_robot, KeyError, Keys};
-pub use node::{Mode, Node, Received, StreamConfig, StreamError, Subscription};
+pub use node::{Mode, Node, Received, ReceivedRef, StreamConfig, StreamError, Subscription};
 pub use publisher::{Counters, Enqueued, PublisherOptions, RobotPublisher};
 pub use tensor::{DType, ObservationMsg, Tensor, TensorError, TensorMap};
 pub use wire::{
     decode, decode_serde, encode, encode_serde_into, now_ns, peek_header, sha256_hex, BoxSpecMsg,
     EnvSpecMsg, EpisodeMsg, PolicyMsg, ProgressMsg, ResetReply, ResetRequest, Schema, StepInfoMsg,
     StepReply, StepRequest, TransitionMsg, ViewSpecMsg, WireError, WireMessage, SCHEMA_VERSION,
+};
+pub use zero_copy::{
+    decode_transition_ref, ObservationRef, TensorMapRef, TensorRef, TransitionRef, WireParts,
+    PART_MIN,
 };
 
 #[cfg(test)]

@@ -3,12 +3,14 @@
 
 use crate::keys::Keys;
 use crate::node::{wait_matching, zerr, Node, StreamError};
-use crate::wire::{encode, EpisodeMsg, ProgressMsg, TransitionMsg, WireError, WireMessage};
+use crate::wire::{encode, EpisodeMsg, ProgressMsg, TransitionMsg, WireError};
+use crate::zero_copy::WireParts;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use zenoh::bytes::ZBytes;
 use zenoh::qos::CongestionControl;
 use zenoh::Wait;
 
@@ -189,12 +191,17 @@ impl Node {
                         let closing = closing.load(Ordering::Acquire);
                         match out {
                             Outgoing::Transition(m) => {
-                                let ok = !closing && send(&transition, m.into_bytes(|m| &**m));
+                                // The images' buffers go out as parts of the payload, not copied.
+                                let payload = m.into_payload(|m| {
+                                    (*m).encode_parts().map(WireParts::into_zbytes)
+                                });
+                                let ok = !closing && send(&transition, payload);
                                 let c = if ok { &cells.t_sent } else { &cells.t_failed };
                                 c.fetch_add(1, Ordering::AcqRel);
                             }
                             Outgoing::Episode(m) => {
-                                let ok = !closing && send(&episode, m.into_bytes(|m| m));
+                                let payload = m.into_payload(|m| encode(&m).map(ZBytes::from));
+                                let ok = !closing && send(&episode, payload);
                                 let c = if ok { &cells.e_sent } else { &cells.e_failed };
                                 c.fetch_add(1, Ordering::AcqRel);
                             }
@@ -220,18 +227,18 @@ impl Node {
 }
 
 impl<M> Body<M> {
-    fn into_bytes<W: WireMessage>(
+    fn into_payload(
         self,
-        as_wire: impl FnOnce(&M) -> &W,
-    ) -> Result<Vec<u8>, WireError> {
+        encode: impl FnOnce(M) -> Result<ZBytes, WireError>,
+    ) -> Result<ZBytes, WireError> {
         match self {
-            Body::Message(m) => encode(as_wire(&m)),
-            Body::Encoded(bytes) => Ok(bytes),
+            Body::Message(m) => encode(m),
+            Body::Encoded(bytes) => Ok(bytes.into()),
         }
     }
 }
 
-fn send(publisher: &zenoh::pubsub::Publisher<'_>, encoded: Result<Vec<u8>, WireError>) -> bool {
+fn send(publisher: &zenoh::pubsub::Publisher<'_>, encoded: Result<ZBytes, WireError>) -> bool {
     match encoded {
         Ok(bytes) => match publisher.put(bytes).wait() {
             Ok(()) => true,
@@ -252,7 +259,9 @@ impl RobotPublisher {
         &self.keys
     }
 
-    /// Queues a transition for the publisher thread; never blocks. Full queue: dropped and counted.
+    /// Queues a transition for the publisher thread; never blocks. Full queue: dropped and counted. The thread
+    /// encodes it with [`TransitionMsg::encode_parts`]: the images' buffers become parts of the zenoh payload
+    /// instead of being copied into one buffer (the bytes on the wire are those of `encode`).
     pub fn publish_transition(&self, msg: TransitionMsg) -> Enqueued {
         self.enqueue(
             Outgoing::Transition(Body::Message(Box::new(msg))),

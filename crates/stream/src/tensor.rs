@@ -90,7 +90,8 @@ pub struct Tensor {
     data: Vec<u8>,
 }
 
-fn expected_len(dtype: DType, shape: &[u64]) -> Option<usize> {
+/// Bytes of data a `dtype` tensor of `shape` holds (None: more than `usize::MAX`).
+pub(crate) fn expected_len(dtype: DType, shape: &[u64]) -> Option<usize> {
     let mut n: u64 = dtype.size() as u64;
     for &d in shape {
         n = n.checked_mul(d)?;
@@ -110,6 +111,12 @@ impl Tensor {
                 got: data.len(),
             }),
         }
+    }
+
+    /// A tensor from parts already checked to hold together (a decoded [`crate::TensorRef`]).
+    pub(crate) fn from_checked(dtype: DType, shape: Vec<u64>, data: Vec<u8>) -> Self {
+        debug_assert_eq!(expected_len(dtype, &shape), Some(data.len()));
+        Self { dtype, shape, data }
     }
 
     /// A float32 tensor of shape `[values.len()]`.
@@ -166,6 +173,11 @@ impl Tensor {
     pub fn into_data(self) -> Vec<u8> {
         self.data
     }
+    /// Moves the data out, leaving the tensor empty (and no longer consistent with its shape): only for
+    /// encoders that consume the message it belongs to ([`crate::TransitionMsg::encode_parts`]).
+    pub(crate) fn take_data(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.data)
+    }
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.data.len() / self.dtype.size()
@@ -207,7 +219,7 @@ impl Tensor {
 }
 
 #[derive(Serialize)]
-struct TensorRef<'a> {
+struct TensorSer<'a> {
     dtype: &'static str,
     shape: &'a [u64],
     data: &'a serde_bytes::Bytes,
@@ -215,7 +227,7 @@ struct TensorRef<'a> {
 
 impl Serialize for Tensor {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        TensorRef {
+        TensorSer {
             dtype: self.dtype.name(),
             shape: &self.shape,
             data: serde_bytes::Bytes::new(&self.data),
@@ -276,6 +288,9 @@ impl TensorMap {
     }
     pub fn into_entries(self) -> Vec<(String, Tensor)> {
         self.entries
+    }
+    pub(crate) fn tensors_mut(&mut self) -> impl Iterator<Item = &mut Tensor> {
+        self.entries.iter_mut().map(|(_, t)| t)
     }
 }
 

@@ -260,35 +260,49 @@ fn check_obs(
     obs: &Option<ObservationMsg>,
 ) -> Result<(), WireError> {
     let Some(obs) = obs else { return Ok(()) };
+    check_obs_tensors(
+        kind,
+        field,
+        obs.images.iter().map(|(n, t)| (n, t.dtype(), t.shape())),
+        obs.depth.iter().map(|(n, t)| (n, t.dtype(), t.shape())),
+        (obs.state.dtype(), obs.state.shape()),
+    )
+}
+
+/// The checks of an observation beyond what decoding a tensor checks: images `uint8 [h, w, 3]` with sides
+/// below 2^32, depth `float32`, state `float32 [n]`. Given `(name, dtype, shape)` of the images and depth
+/// maps and `(dtype, shape)` of the state, so that the owned message ([`ObservationMsg`]) and the borrowed
+/// view ([`crate::ObservationRef`]) are held to the same rules, error for error.
+pub(crate) fn check_obs_tensors<'t>(
+    kind: &'static str,
+    field: &'static str,
+    images: impl IntoIterator<Item = (&'t str, crate::DType, &'t [u64])>,
+    depth: impl IntoIterator<Item = (&'t str, crate::DType, &'t [u64])>,
+    state: (crate::DType, &'t [u64]),
+) -> Result<(), WireError> {
     let invalid = |reason: String| WireError::Invalid {
         kind,
         field,
         reason,
     };
-    for (name, t) in obs.images.iter() {
-        let hwc = t.dtype() == crate::DType::Uint8
-            && matches!(t.shape(), [h, w, 3] if u32::try_from(*h).is_ok() && u32::try_from(*w).is_ok());
+    for (name, dtype, shape) in images {
+        let hwc = dtype == crate::DType::Uint8
+            && matches!(shape, [h, w, 3] if u32::try_from(*h).is_ok() && u32::try_from(*w).is_ok());
         if !hwc {
             return Err(invalid(format!(
-                "images[{name:?}]: expected uint8 [height, width, 3], got {} {:?}",
-                t.dtype(),
-                t.shape()
+                "images[{name:?}]: expected uint8 [height, width, 3], got {dtype} {shape:?}"
             )));
         }
     }
-    for (name, t) in obs.depth.iter() {
-        if t.dtype() != crate::DType::Float32 {
-            return Err(invalid(format!(
-                "depth[{name:?}] is {}, not float32",
-                t.dtype()
-            )));
+    for (name, dtype, _) in depth {
+        if dtype != crate::DType::Float32 {
+            return Err(invalid(format!("depth[{name:?}] is {dtype}, not float32")));
         }
     }
-    if obs.state.dtype() != crate::DType::Float32 || obs.state.shape().len() != 1 {
+    let (dtype, shape) = state;
+    if dtype != crate::DType::Float32 || shape.len() != 1 {
         return Err(invalid(format!(
-            "state must be float32 [n], got {} {:?}",
-            obs.state.dtype(),
-            obs.state.shape()
+            "state must be float32 [n], got {dtype} {shape:?}"
         )));
     }
     Ok(())

@@ -9,9 +9,10 @@ use stagewise_core::{
 };
 use stagewise_stream::{
     EnvAdapter, EpisodeMsg, Keys, Node, PolicyMsg, ProgressMsg, PublisherOptions, ResetReply,
-    ResetRequest, Schema, StepReply, StreamConfig, StreamError, WireError,
+    ResetRequest, Schema, StepReply, StreamConfig, StreamError, TransitionMsg, WireError,
 };
 use std::time::Duration;
+use zenoh::Wait;
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -340,4 +341,75 @@ fn every_transition_is_counted_once_and_publishing_never_blocks() {
         2000
     );
     assert_eq!(c.transitions_queued, 0);
+}
+
+/// Transitions with images leave the publisher as multi-part payloads (the images' buffers, not copies) and
+/// arrive as the bytes of `encode`; the borrowed subscription, the owned one and a plain zenoh subscriber see
+/// the same messages, and malformed bytes reach the borrowed callback as the owned decoder's error.
+#[test]
+fn transitions_arrive_byte_for_byte_through_the_borrowed_subscription() {
+    let (actor, learner) = pair();
+    let keys = Keys::new("zero-copy-arm").expect("keys");
+    let publisher = actor
+        .publisher(&keys, PublisherOptions::default())
+        .expect("publisher");
+    let (tx, by_ref) = std::sync::mpsc::channel();
+    let _r = learner
+        .subscribe_transitions_ref(&Keys::any_robot("transition"), move |r| {
+            // What must outlive the callback is copied out; the flag says the view borrowed the payload.
+            let borrowed = r.msg.as_ref().ok().map(|t| {
+                t.next_obs
+                    .as_ref()
+                    .is_some_and(|o| o.images.iter().all(|(_, i)| i.is_borrowed()))
+            });
+            let _ = tx.send((r.key.to_string(), r.msg.map(|t| t.to_msg()), borrowed));
+        })
+        .expect("subscribe by reference");
+    let (_o, owned) = learner
+        .subscribe_channel::<TransitionMsg>(&keys.transition())
+        .expect("subscribe");
+    let (rtx, raw) = std::sync::mpsc::channel();
+    let _raw = learner
+        .session()
+        .declare_subscriber(keys.transition())
+        .callback(move |s| {
+            let _ = rtx.send(s.payload().to_bytes().into_owned());
+        })
+        .wait()
+        .expect("raw subscriber");
+    assert!(publisher.wait_for_subscribers(LONG));
+    // Three subscribers on the learner: wait until the last one declared is routed as well.
+    std::thread::sleep(Duration::from_millis(300));
+    let sent: Vec<TransitionMsg> = (0..6)
+        .map(|step| common::transition("zero-copy-arm", step, step != 3))
+        .collect();
+    for m in &sent {
+        publisher.publish_transition(m.clone());
+    }
+    assert!(publisher.flush(LONG));
+    for m in &sent {
+        let want = stagewise_stream::encode(m).expect("encode");
+        let bytes = raw.recv_timeout(LONG).expect("raw sample");
+        assert_eq!(bytes, want, "step {}", m.step);
+        let (key, got, borrowed) = by_ref.recv_timeout(LONG).expect("borrowed sample");
+        assert_eq!(key, keys.transition());
+        assert_eq!(got.as_ref(), Ok(m));
+        assert_eq!(borrowed, Some(m.next_obs.is_some()), "step {}", m.step);
+        assert_eq!(
+            owned.recv_timeout(LONG).expect("owned sample").msg.as_ref(),
+            Ok(m)
+        );
+    }
+    // Bytes that are not a transition: the owned decoder's error, in both subscriptions.
+    let mut bad = stagewise_stream::encode(&sent[0]).expect("encode");
+    bad.truncate(bad.len() / 2);
+    let want = stagewise_stream::decode::<TransitionMsg>(&bad).expect_err("cut");
+    actor
+        .put_bytes(&keys.transition(), bad)
+        .expect("put bad bytes");
+    let (_, got, _) = by_ref.recv_timeout(LONG).expect("bad sample");
+    assert_eq!(got, Err(want.clone()));
+    assert_eq!(owned.recv_timeout(LONG).expect("bad sample").msg, Err(want));
+    let c = publisher.close(LONG);
+    assert_eq!((c.transitions_sent, c.transitions_failed), (6, 0));
 }
