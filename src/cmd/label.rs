@@ -194,16 +194,37 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
 }
 
 /// Labels one episode with `model`.
+/// A worker's buffers, reused across episodes: fresh multi-megabyte buffers per episode cost page faults and
+/// memsets that showed up at ~7% of a label run's profile.
+#[derive(Default)]
+struct Scratch {
+    /// Normalised frames ([row, view, CHW]).
+    pre: Vec<f32>,
+    /// Embeddings of the needed frames ([row, view, E]; two-part models).
+    emb: Vec<f32>,
+    /// One batch of windows and its states.
+    windows: Vec<f32>,
+    state: Vec<f32>,
+}
+
+/// Grows `buf` to at least `len` values; the contents are overwritten by the caller.
+fn grow(buf: &mut Vec<f32>, len: usize) {
+    if buf.len() < len {
+        buf.resize(len, 0.0);
+    }
+}
+
 fn label_episode(
     ds: &Dataset,
     plan: &Plan,
     model: &mut Labeller,
+    scratch: &mut Scratch,
     ep: usize,
 ) -> anyhow::Result<Labelled> {
     let mut time = StageTimes::default();
     let t0 = Instant::now();
     let data = ds
-        .read_episode(ep, Images::Decode)
+        .read_episode(ep, Images::DecodeOnThisThread)
         .with_context(|| format!("reading episode {ep}"))?;
     time.read_decode = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
@@ -249,7 +270,7 @@ fn label_episode(
     }
     let scored = strided_frames(len, plan.stride);
     let back = |t: usize, f: usize| t.saturating_sub((plan.frames - 1 - f) * plan.stride_model);
-    // The frames the scored windows need, each normalised once into row `slot[t]` of `pre` ([row, view, CHW]).
+    // The frames the scored windows need: row `slot[t]` of `rows` below holds frame t.
     let mut slot = vec![usize::MAX; len];
     let mut needed = Vec::new();
     for &t in &scored {
@@ -265,35 +286,52 @@ fn label_episode(
     for (row, &t) in needed.iter().enumerate() {
         slot[t] = row;
     }
-    let mut pre = vec![0.0f32; needed.len() * step_len];
-    for (row, &t) in needed.iter().enumerate() {
-        for (v, cam) in cams.iter().enumerate() {
-            let dst =
-                &mut pre[row * step_len + v * frame_len..row * step_len + (v + 1) * frame_len];
-            plan.normaliser.write_chw(&cam[t], dst).map_err(|reason| {
-                anyhow::anyhow!("episode {ep}, frame {t}, `{}`: {reason}", plan.keys[v])
-            })?;
-        }
-    }
-    // Two-part models: encode every needed frame once; windows are then windows of embeddings.
-    let (rows, row_len) = match model {
-        Labeller::Single(_) => (pre, frame_len),
-        Labeller::TwoPart(m) => {
-            let e = m.embedding_len();
-            let mut emb = Vec::with_capacity(needed.len() * views * e);
-            let t_run = Instant::now();
-            for chunk in pre.chunks(plan.batch * step_len) {
-                let n = chunk.len() / frame_len;
-                m.encode(chunk, n, &mut emb)
-                    .with_context(|| format!("encoding frames of episode {ep}"))?;
+    let normalise = |rows: &[usize], dst: &mut [f32]| -> anyhow::Result<()> {
+        for (&t, step) in rows.iter().zip(dst.chunks_exact_mut(step_len)) {
+            for ((v, cam), out) in cams
+                .iter()
+                .enumerate()
+                .zip(step.chunks_exact_mut(frame_len))
+            {
+                plan.normaliser.write_chw(&cam[t], out).map_err(|reason| {
+                    anyhow::anyhow!("episode {ep}, frame {t}, `{}`: {reason}", plan.keys[v])
+                })?;
             }
-            time.model += t_run.elapsed().as_secs_f64();
+        }
+        Ok(())
+    };
+    // Rows of `rows` ([row, view, row_len]): normalised frames (single graph) or their embeddings (two-part).
+    let Scratch {
+        pre,
+        emb,
+        windows,
+        state,
+    } = scratch;
+    let (rows, row_len): (&[f32], usize) = match model {
+        Labeller::Single(_) => {
+            grow(pre, needed.len() * step_len);
+            let pre = &mut pre[..needed.len() * step_len];
+            normalise(&needed, pre)?;
+            (pre, frame_len)
+        }
+        Labeller::TwoPart(m) => {
+            // Encode every needed frame once, a chunk at a time (the chunk stays in cache between the
+            // normalising and the encoder); windows are then windows of embeddings.
+            let e = m.embedding_len();
+            emb.clear();
+            grow(pre, plan.batch * step_len);
+            for chunk in needed.chunks(plan.batch) {
+                let pre = &mut pre[..chunk.len() * step_len];
+                normalise(chunk, pre)?;
+                let t_run = Instant::now();
+                m.encode(pre, chunk.len() * views, emb)
+                    .with_context(|| format!("encoding frames of episode {ep}"))?;
+                time.model += t_run.elapsed().as_secs_f64();
+            }
             (emb, e)
         }
     };
     let row_step = views * row_len;
-    let mut windows = Vec::with_capacity(plan.batch * views * plan.frames * row_len);
-    let mut state = Vec::with_capacity(plan.batch * plan.state_size);
     let mut values = Vec::with_capacity(scored.len());
     for chunk in scored.chunks(plan.batch) {
         windows.clear();
@@ -312,8 +350,8 @@ fn label_episode(
         }
         let t_run = Instant::now();
         let out = match model {
-            Labeller::Single(m) => m.score_windows(&windows, &state, chunk.len()),
-            Labeller::TwoPart(m) => m.score_embeddings(&windows, &state, chunk.len()),
+            Labeller::Single(m) => m.score_windows(windows, state, chunk.len()),
+            Labeller::TwoPart(m) => m.score_embeddings(windows, state, chunk.len()),
         }
         .with_context(|| format!("scoring episode {ep}, frames {chunk:?}"))?;
         time.model += t_run.elapsed().as_secs_f64();
@@ -368,12 +406,13 @@ fn label_all(
                         return;
                     }
                 };
+                let mut scratch = Scratch::default();
                 while !stop.load(Ordering::Relaxed) {
                     let ep = next.fetch_add(1, Ordering::Relaxed);
                     if ep >= n {
                         break;
                     }
-                    let r = label_episode(ds, plan, &mut model, ep);
+                    let r = label_episode(ds, plan, &mut model, &mut scratch, ep);
                     let failed = r.is_err();
                     if tx.send(r).is_err() || failed {
                         break;

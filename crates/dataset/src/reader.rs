@@ -1,12 +1,16 @@
 //! [`Dataset`]: reads a LeRobot v3 dataset from disk (info.json, tasks, episode metadata, data parquet files,
 //! image columns, SARM annotation columns; video columns with the `video` feature).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 use image::RgbImage;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 use parquet::file::statistics::Statistics;
 use rayon::prelude::*;
 
@@ -59,7 +63,11 @@ pub struct EpisodeMeta {
 /// Whether [`Dataset::read_episode`] decodes image/video columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Images {
+    /// Decode, the PNG frames spread over rayon's thread pool.
     Decode,
+    /// Decode on the calling thread: for callers that already run one reader per core (more threads than
+    /// cores would only take turns).
+    DecodeOnThisThread,
     Skip,
 }
 
@@ -124,6 +132,8 @@ pub struct Dataset {
     episodes: Vec<EpisodeMeta>,
     stats: Option<serde_json::Value>,
     proportions: Option<Vec<(String, f64)>>,
+    /// Parsed parquet footers of the data files, read once: an episode read parses only its row groups.
+    footers: Arc<Mutex<HashMap<PathBuf, ArrowReaderMetadata>>>,
 }
 
 fn read_all(path: &Path) -> Result<Vec<RecordBatch>> {
@@ -176,6 +186,7 @@ impl Dataset {
             episodes,
             stats,
             proportions,
+            footers: Default::default(),
         })
     }
 
@@ -296,11 +307,25 @@ impl Dataset {
 
     /// Reads all columns of episode `ep`; image columns are decoded (in parallel) unless `images` is
     /// [`Images::Skip`].
+    /// The parsed footer of data file `path` (opened as `f`), parsed on first use.
+    fn footer(&self, path: &Path, f: &File) -> Result<ArrowReaderMetadata> {
+        // A poisoned lock only means another reader panicked; the map itself is still valid.
+        let mut footers = self.footers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = footers.get(path) {
+            return Ok(m.clone());
+        }
+        let m =
+            ArrowReaderMetadata::load(f, ArrowReaderOptions::default()).map_err(pq_err(path))?;
+        footers.insert(path.to_owned(), m.clone());
+        Ok(m)
+    }
+
     pub fn read_episode(&self, ep: usize, images: Images) -> Result<Episode> {
         let meta = self.episode_meta(ep)?.clone();
         let path = self.data_file(ep)?;
         let f = File::open(&path).map_err(io_err(&path))?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(pq_err(&path))?;
+        let footer = self.footer(&path, &f)?;
+        let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(f, footer);
         let schema = builder.schema().clone();
 
         // Which columns to read: every non-video feature (images only when decoding).
@@ -465,26 +490,27 @@ impl Dataset {
         }
 
         for (k, key) in image_keys.iter().enumerate() {
-            let decoded: Result<Vec<RgbImage>> = png[k]
-                .par_iter()
-                .enumerate()
-                .map(|(row, bytes)| {
-                    image::load_from_memory(bytes)
-                        .map(|im| im.to_rgb8())
-                        .map_err(|source| DatasetError::Image {
-                            path: path.clone(),
-                            column: (*key).to_owned(),
-                            episode: ep,
-                            frame: row,
-                            source: Box::new(source),
-                        })
-                })
-                .collect();
+            let decode = |(row, bytes): (usize, &Vec<u8>)| {
+                image::load_from_memory(bytes)
+                    .map(|im| im.into_rgb8())
+                    .map_err(|source| DatasetError::Image {
+                        path: path.clone(),
+                        column: (*key).to_owned(),
+                        episode: ep,
+                        frame: row,
+                        source: Box::new(source),
+                    })
+            };
+            let decoded: Result<Vec<RgbImage>> = if images == Images::DecodeOnThisThread {
+                png[k].iter().enumerate().map(decode).collect()
+            } else {
+                png[k].par_iter().enumerate().map(decode).collect()
+            };
             out.images.push(((*key).to_owned(), decoded?));
         }
         #[cfg(feature = "video")]
         {
-            if images == Images::Decode {
+            if images != Images::Skip {
                 for (key, ft) in self
                     .info
                     .features

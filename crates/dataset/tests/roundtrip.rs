@@ -65,6 +65,8 @@ fn round_trip_frames_images_annotations() {
         assert_eq!(meta.stages, written.stages);
 
         let ep = ds.read_episode(e, Images::Decode).unwrap();
+        // Decoding on the calling thread reads the same episode (the label workers use it).
+        assert_eq!(ds.read_episode(e, Images::DecodeOnThisThread).unwrap(), ep);
         assert_eq!(ep.len(), len);
         assert_eq!(ep.frame_index, (0..len as i64).collect::<Vec<_>>());
         assert_eq!(
