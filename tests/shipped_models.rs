@@ -183,8 +183,6 @@ fn pick_place_model_meets_the_bars() {
 }
 
 #[test]
-#[ignore = "push-target misses the MAE bar on this held-out set (MAE 0.116 > 0.06; VOC 0.985, jitter VOC 0.967, \
-            stage acc 0.918, AUROC 1.0; models/README.md): run with --ignored"]
 fn push_target_model_meets_the_bars() {
     check_progress_model(Task::PushTarget);
 }

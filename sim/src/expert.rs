@@ -369,7 +369,7 @@ impl Expert {
             }
             return (Vec3::new(pre.x, pre.y, PUSH_Z), CLOSE, 1.0);
         }
-        if !miss && (along > -g.standoff + 0.012 || lat > 0.02) {
+        if !miss && (along > -g.standoff + 0.02 || lat > 0.02) {
             return (Vec3::new(tcp.x, tcp.y, HOVER_Z), CLOSE, 1.0);
         }
         let lateral_fix = if miss {

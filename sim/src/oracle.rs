@@ -14,6 +14,10 @@ pub const LIFT: f32 = 0.07;
 pub const RETREAT: f32 = 0.04;
 /// Push success radius (block centre to target centre).
 pub const PUSH_TOL: f32 = 0.025;
+/// Block-target distance at reset in the push task (metres). Fixed, so that push progress depends only on the
+/// current distance, which the cameras see: with a per-episode start distance as the normaliser, the same frames
+/// would carry different labels in different episodes and no frame-window model could learn them.
+pub const PUSH_START_DIST: f32 = 0.14;
 /// Place tolerance in the plane (block centre to place point).
 pub const PLACE_TOL: f32 = 0.02;
 
@@ -168,7 +172,7 @@ fn push(world: &World, failure: bool) -> OracleReading {
     let tcp = world.tcp();
     let b = world.block_pos(0).truncate();
     let success = g.dist < PUSH_TOL && !failure;
-    let push_tau = 1.0 - (g.dist - PUSH_TOL) / (world.d0_push - PUSH_TOL).max(1e-3);
+    let push_tau = 1.0 - (g.dist - PUSH_TOL) / (PUSH_START_DIST - PUSH_TOL);
     let pre = b - g.dir * (g.standoff + 0.02);
     let rel = tcp.truncate() - b;
     let along = rel.dot(g.dir);
@@ -177,7 +181,7 @@ fn push(world: &World, failure: bool) -> OracleReading {
         && along < -g.standoff + 0.01
         && along > -g.standoff - 0.04
         && lateral < 0.015;
-    if success || g.dist < world.d0_push - 0.01 || in_pose {
+    if success || g.dist < PUSH_START_DIST - 0.01 || in_pose {
         return reading(task, 2, push_tau, success, failure);
     }
     if (tcp.truncate() - pre).length() < 0.02 {

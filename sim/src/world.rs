@@ -83,7 +83,6 @@ pub struct World {
     /// Episode constants used by the oracle (distances at reset).
     pub(crate) d0_reach: f32,
     pub(crate) d0_carry: f32,
-    pub(crate) d0_push: f32,
 }
 
 fn rand_color(rng: &mut ChaCha8Rng, base: [u8; 3], amount: f32) -> [u8; 3] {
@@ -216,12 +215,13 @@ impl World {
         let target = if task.has_target() {
             let p = match task {
                 Task::PushTarget => {
-                    // 0.10-0.18 m from the block, inside the reachable area.
+                    // PUSH_START_DIST from the block in a random direction, inside the reachable area. A fixed
+                    // distance keeps push progress a function of what the cameras see (see oracle::push).
                     let b = block_xy[0];
                     let mut t = b;
+                    let d = crate::oracle::PUSH_START_DIST;
                     for _ in 0..200 {
                         let ang = rng.random_range(0.0..std::f32::consts::TAU);
-                        let d = rng.random_range(0.10..0.18f32);
                         t = b + Vec3::new(ang.cos() * d, ang.sin() * d, 0.0);
                         if t.x.abs() < 0.2 && t.y.abs() < 0.2 {
                             break;
@@ -260,7 +260,6 @@ impl World {
             control_dt,
             d0_reach: 1.0,
             d0_carry: 1.0,
-            d0_push: 1.0,
         };
         // Settle the blocks onto the table (and fill the query pipeline's BVH).
         for _ in 0..5 {
@@ -280,7 +279,6 @@ impl World {
             .truncate()
             .length()
             .max(0.05);
-        w.d0_push = (w.target - w.block_pos(0)).truncate().length().max(0.05);
         w
     }
 
