@@ -394,6 +394,25 @@ fn bad_input_gives_clear_errors() {
     ]));
     assert!(msg.contains("--stride"), "{msg}");
 
+    // A worker that cannot load ONNX Runtime (while it reads its first episode) fails the run, naming the
+    // library, and writes nothing.
+    let msg = err(&stagewise(&[
+        "label",
+        "--dataset",
+        ds,
+        "--model",
+        MODEL,
+        "--ort-lib",
+        "/nonexistent/libonnxruntime.so",
+        "--out",
+        out,
+    ]));
+    assert!(
+        msg.contains("could not load the ONNX Runtime library /nonexistent/libonnxruntime.so"),
+        "{msg}"
+    );
+    assert!(!Path::new(out).exists());
+
     // Malformed info.json names the file.
     let broken = tmp.path().join("broken");
     copy_dataset(&broken);

@@ -21,7 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
 use stagewise_core::{RabcConfig, RabcWeights};
 use stagewise_dataset::{
-    interpolate_linear, strided_frames, Dataset, Images, SarmProgress, STATE_KEY,
+    interpolate_linear, strided_frames, Dataset, Episode, Images, SarmProgress, STATE_KEY,
 };
 use stagewise_model::preprocess::Normaliser;
 use stagewise_model::{Manifest, ModelKind, RewardModel, TwoPartModel};
@@ -214,19 +214,36 @@ fn grow(buf: &mut Vec<f32>, len: usize) {
     }
 }
 
-fn label_episode(
-    ds: &Dataset,
-    plan: &Plan,
-    model: &mut Labeller,
-    scratch: &mut Scratch,
+/// One episode read from the dataset, its frames decoded.
+struct ReadEpisode {
     ep: usize,
-) -> anyhow::Result<Labelled> {
-    let mut time = StageTimes::default();
+    data: Episode,
+    seconds: f64,
+}
+
+fn read_episode(ds: &Dataset, ep: usize) -> anyhow::Result<ReadEpisode> {
     let t0 = Instant::now();
     let data = ds
         .read_episode(ep, Images::DecodeOnThisThread)
         .with_context(|| format!("reading episode {ep}"))?;
-    time.read_decode = t0.elapsed().as_secs_f64();
+    Ok(ReadEpisode {
+        ep,
+        data,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+fn label_episode(
+    plan: &Plan,
+    model: &mut Labeller,
+    scratch: &mut Scratch,
+    read: ReadEpisode,
+) -> anyhow::Result<Labelled> {
+    let ReadEpisode { ep, data, seconds } = read;
+    let mut time = StageTimes {
+        read_decode: seconds,
+        ..Default::default()
+    };
     let t0 = Instant::now();
     let len = data.len();
     if len == 0 {
@@ -390,15 +407,28 @@ fn label_all(
             let tx = tx.clone();
             let (next, stop) = (&next, &stop);
             s.spawn(move || {
-                let loaded = if plan.two_part {
-                    args.ort
-                        .load_two_part_model(&args.model)
-                        .map(Labeller::TwoPart)
-                } else {
-                    args.ort
-                        .load_reward_model(&args.model)
-                        .map(Labeller::Single)
+                // The next episode to read, or None when all are taken or a worker failed.
+                let claim = || {
+                    let ep = next.fetch_add(1, Ordering::Relaxed);
+                    (ep < n && !stop.load(Ordering::Relaxed)).then_some(ep)
                 };
+                // Loading ONNX Runtime and creating the sessions takes tens of milliseconds, part of it
+                // waiting on the library load: the worker reads and decodes its first episode meanwhile.
+                let loader = s.spawn(move || {
+                    if plan.two_part {
+                        args.ort
+                            .load_two_part_model(&args.model)
+                            .map(Labeller::TwoPart)
+                    } else {
+                        args.ort
+                            .load_reward_model(&args.model)
+                            .map(Labeller::Single)
+                    }
+                });
+                let mut pending = claim().map(|ep| read_episode(ds, ep));
+                let loaded = loader
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
                 let mut model = match loaded.with_context(|| format!("worker {w}")) {
                     Ok(m) => m,
                     Err(e) => {
@@ -407,12 +437,12 @@ fn label_all(
                     }
                 };
                 let mut scratch = Scratch::default();
-                while !stop.load(Ordering::Relaxed) {
-                    let ep = next.fetch_add(1, Ordering::Relaxed);
-                    if ep >= n {
-                        break;
-                    }
-                    let r = label_episode(ds, plan, &mut model, &mut scratch, ep);
+                while let Some(read) = pending
+                    .take()
+                    .or_else(|| claim().map(|ep| read_episode(ds, ep)))
+                {
+                    let r =
+                        read.and_then(|read| label_episode(plan, &mut model, &mut scratch, read));
                     let failed = r.is_err();
                     if tx.send(r).is_err() || failed {
                         break;
