@@ -8,9 +8,23 @@
 //!   send stamp (taken before encoding) to the end of decoding on the subscriber side; p50/p99.
 //!
 //! Stagewise progress goes through `RobotPublisher::publish_progress` (encode + put, `Drop`), and once more
-//! with the generic serde codec instead of the hand-written one (`serde codec`); transitions
-//! through `publish_transition` (bounded queue, publisher thread, encode + put, `Block`). Plain zenoh puts a
-//! pre-sized byte buffer with the same congestion control and only reads an 8-byte stamp on arrival.
+//! with the generic serde codec instead of the hand-written one (`serde codec`). Transitions go through
+//! `publish_transition` (bounded queue, publisher thread, `encode_parts` + put: the images' buffers are parts
+//! of the payload, not copied; `Block`) to three subscribers, each on its own robot's key, in the same
+//! interleaved runs:
+//!
+//! - `stagewise`: `Node::subscribe_transitions_ref`, the borrowed decode (tensor data are slices of the
+//!   payload);
+//! - `owned decode`: `Node::subscribe`, the owned decode (tensors copied out of the payload);
+//! - `encoded+owned`: the sender encodes into one buffer (`encode`, as the actor does when it also logs the
+//!   bytes) and publishes it with `publish_transition_encoded`; owned decode.
+//!
+//! Besides rate and latency the table gives the process's CPU time per delivered message (all threads, from
+//! `/proc/self/task/*/schedstat`; median of the runs).
+//!
+//! Plain zenoh puts a pre-sized byte buffer with the same congestion control and only reads an 8-byte stamp on
+//! arrival (`payload().to_bytes()`, which copies when zenoh delivers the payload in pieces: the bench counts
+//! how often).
 
 use stagewise_core::{Frame, Observation, Progress, Transition, View};
 
@@ -18,10 +32,11 @@ use stagewise_core::{Frame, Observation, Progress, Transition, View};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use stagewise_stream::{
-    decode, decode_serde, encode, encode_serde_into, now_ns, Keys, Node, ObservationMsg,
-    ProgressMsg, PublisherOptions, StreamConfig, TransitionMsg,
+    decode, decode_serde, decode_transition_ref, encode, encode_serde_into, now_ns, Keys, Node,
+    ObservationMsg, ProgressMsg, PublisherOptions, StreamConfig, TransitionMsg,
 };
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use zenoh::qos::CongestionControl;
@@ -43,6 +58,19 @@ fn record(rx: &Shared, stamp: u64) {
         r.last_ns = now;
         r.lat_ns.push(now.saturating_sub(stamp));
     }
+}
+
+/// CPU time of all of this process's threads so far, in ns (Linux `schedstat`; 0 where it cannot be read).
+/// On a machine where the bench's threads compete with other work for the cores, CPU time per message says
+/// what a path costs better than its rate.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 fn reset(rx: &Shared) {
@@ -212,24 +240,61 @@ fn main() {
         })
         .expect("sub")
     };
+    // The stamp is recorded after the decode and validation, as for every Stagewise path.
     let _s2 = {
         let rx = sw_tr.clone();
-        b.subscribe::<TransitionMsg, _>(&keys.transition(), move |r| {
+        b.subscribe_transitions_ref(&keys.transition(), move |r| {
             if let Ok(m) = r.msg {
                 record(&rx, m.stamp_ns)
             }
         })
         .expect("sub")
     };
-    let raw_sub = |key: &'static str, rx: Shared| {
+    // Transitions decoded into owned tensors: one publisher that encodes in parts, one fed with `encode`'s
+    // single buffer.
+    let options = || PublisherOptions {
+        queue_capacity: 1 << 16,
+        liveliness: false,
+    };
+    let owned_keys = Keys::new("bench-owned").expect("keys");
+    let owned_publisher = a.publisher(&owned_keys, options()).expect("publisher");
+    let enc_keys = Keys::new("bench-encoded").expect("keys");
+    let enc_publisher = a.publisher(&enc_keys, options()).expect("publisher");
+    let owned_tr: Shared = Default::default();
+    let enc_tr: Shared = Default::default();
+    let owned_sub = |key: String, rx: Shared| {
+        b.subscribe::<TransitionMsg, _>(&key, move |r| {
+            if let Ok(m) = r.msg {
+                record(&rx, m.stamp_ns)
+            }
+        })
+        .expect("sub")
+    };
+    let _s6 = owned_sub(owned_keys.transition(), owned_tr.clone());
+    let _s7 = owned_sub(enc_keys.transition(), enc_tr.clone());
+    // How many raw transition payloads zenoh delivers in more than one piece (then `to_bytes` copies).
+    let raw_pieces = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let raw_sub = |key: &'static str, rx: Shared, pieces: Option<Arc<(AtomicU64, AtomicU64)>>| {
         b.session()
             .declare_subscriber(key)
-            .callback(move |s| record(&rx, stamp_of(&s.payload().to_bytes())))
+            .callback(move |s| {
+                record(&rx, stamp_of(&s.payload().to_bytes()));
+                if let Some(p) = &pieces {
+                    p.0.fetch_add(1, Ordering::Relaxed);
+                    if s.payload().slices().nth(1).is_some() {
+                        p.1.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
             .wait()
             .expect("raw sub")
     };
-    let _s3 = raw_sub("bench/raw/progress", raw_prog.clone());
-    let _s4 = raw_sub("bench/raw/transition", raw_tr.clone());
+    let _s3 = raw_sub("bench/raw/progress", raw_prog.clone(), None);
+    let _s4 = raw_sub(
+        "bench/raw/transition",
+        raw_tr.clone(),
+        Some(raw_pieces.clone()),
+    );
     let raw_pub = |key: &'static str, cc| {
         a.session()
             .declare_publisher(key)
@@ -292,6 +357,19 @@ fn main() {
             a.wait_for_subscribers(&serde_keys.progress(), Duration::from_secs(30))
                 .unwrap_or(false),
         ),
+        (
+            "owned transition",
+            owned_publisher.wait_for_subscribers(Duration::from_secs(30)),
+        ),
+        (
+            "encoded transition",
+            enc_publisher.wait_for_subscribers(Duration::from_secs(30)),
+        ),
+        (
+            "transition",
+            a.wait_for_subscribers(&keys.transition(), Duration::from_secs(30))
+                .unwrap_or(false),
+        ),
     ] {
         assert!(ok, "{what} subscriber did not match");
     }
@@ -322,6 +400,16 @@ fn main() {
             let _ = publisher.publish_transition(m);
         }
     };
+    let owned_send = |_: Kind| {
+        let mut m = tmsg.clone();
+        m.stamp_ns = now_ns();
+        let _ = owned_publisher.publish_transition(m);
+    };
+    let enc_send = |_: Kind| {
+        let mut m = tmsg.clone();
+        m.stamp_ns = now_ns();
+        let _ = enc_publisher.publish_transition_encoded(encode(&m).expect("encode"));
+    };
     // The same progress messages through the generic serde codec (what every message used before the
     // hand-written progress codec), for a comparison under the same load.
     let serde_send = |_: Kind| {
@@ -344,8 +432,8 @@ fn main() {
     println!("two zenoh peers in one process over tcp/127.0.0.1; median of 5 interleaved runs");
     println!();
     println!(
-        "{:<11} {:<12} {:>12} {:>10} {:>11} {:>10} {:>10}",
-        "payload", "path", "msg/s", "MB/s", "delivered", "p50 us", "p99 us"
+        "{:<11} {:<18} {:>12} {:>10} {:>11} {:>10} {:>10} {:>11}",
+        "payload", "path", "msg/s", "MB/s", "delivered", "p50 us", "p99 us", "cpu us/msg"
     );
     // `LOOPBACK_ONLY=progress` (or `transition`) runs one payload only.
     let only = std::env::var("LOOPBACK_ONLY").unwrap_or_default();
@@ -367,22 +455,35 @@ fn main() {
             Kind::Transition => vec![
                 ("zenoh raw", &raw_tr, &raw_send),
                 ("stagewise", &sw_tr, &sw_send),
+                ("owned decode", &owned_tr, &owned_send),
+                ("encoded+owned", &enc_tr, &enc_send),
             ],
         };
         let mut rates: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); paths.len()];
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
         let mut lats: Vec<(f64, f64)> = vec![(0.0, 0.0); paths.len()];
         for rep in 0..5 {
-            for (i, (_, rx, send)) in paths.iter().enumerate() {
+            // Raw first, then the other paths in an order that rotates from run to run: a path's burst finds
+            // the allocator in the state the burst before it left (e.g. 250 MB of queued transitions just
+            // freed, or not), and no path should always come second.
+            let others = paths.len() - 1;
+            let order = std::iter::once(0).chain((0..others).map(|k| 1 + (k + rep) % others));
+            for i in order {
+                let (_, rx, send) = &paths[i];
                 // Throughput: a burst.
                 reset(rx);
                 let n = n_for(kind);
+                let c0 = cpu_ns();
                 let t0 = now_ns();
                 for _ in 0..n {
                     send(kind);
                 }
-                let _ = publisher.flush(Duration::from_secs(120));
+                for p in [&publisher, &owned_publisher, &enc_publisher] {
+                    let _ = p.flush(Duration::from_secs(120));
+                }
                 wait_for(rx, n, Duration::from_secs(2));
                 let r = summarize(rx, n, t0);
+                cpu[i].push(cpu_ns().saturating_sub(c0) as f64 / r.delivered.max(1) as f64 * 1e-3);
                 rates[i].push((r.rate, r.delivered, r.sent));
                 // Latency: one at a time (first run only).
                 if rep == 0 {
@@ -403,9 +504,11 @@ fn main() {
         for (i, (path, _, _)) in paths.iter().enumerate() {
             rates[i].sort_by(|x, y| x.0.total_cmp(&y.0));
             let (rate, delivered, sent) = rates[i][rates[i].len() / 2];
+            cpu[i].sort_by(f64::total_cmp);
+            let cpu_med = cpu[i][cpu[i].len() / 2];
             medians[i] = rate;
             println!(
-                "{:<11} {:<12} {:>12.0} {:>10.1} {:>5}/{:<5} {:>10.1} {:>10.1}",
+                "{:<11} {:<18} {:>12.0} {:>10.1} {:>5}/{:<5} {:>10.1} {:>10.1} {:>11.1}",
                 name,
                 path,
                 rate,
@@ -413,12 +516,13 @@ fn main() {
                 delivered,
                 sent,
                 lats[i].0,
-                lats[i].1
+                lats[i].1,
+                cpu_med
             );
         }
-        // Runs are interleaved (raw, stagewise, ..., raw, ...): the ratio of each run to the raw run just
-        // before it shares the machine's load of that moment; report their median next to the ratio of the
-        // medians.
+        // Runs are interleaved (raw, then the others, then raw again, ...): the ratio of each run to the raw
+        // run of the same round shares the machine's load of that moment; report their median next to the
+        // ratio of the medians.
         for (i, (path, _, _)) in paths.iter().enumerate().skip(1) {
             let mut pairs: Vec<f64> = (0..run_rates[0].len())
                 .map(|k| run_rates[i][k] / run_rates[0][k].max(1e-9))
@@ -426,7 +530,7 @@ fn main() {
             let per_run: Vec<String> = pairs.iter().map(|r| format!("{r:.2}")).collect();
             pairs.sort_by(f64::total_cmp);
             println!(
-                "{:<11} {:<12} {:>12.2}x  (median of per-run ratios {:.2}x; runs {})",
+                "{:<11} {:<18} {:>12.2}x  (median of per-run ratios {:.2}x; runs {})",
                 name,
                 format!("{path}/raw"),
                 medians[i] / medians[0].max(1e-9),
@@ -464,13 +568,38 @@ fn main() {
     let (te, td) = codec(2_000, &|| encode(&tmsg).expect("encode"), &|b| {
         decode::<TransitionMsg>(b).is_ok()
     });
+    let (_, tr) = codec(2_000, &|| encode(&tmsg).expect("encode"), &|b| {
+        decode_transition_ref(b).is_ok()
+    });
+    // `encode_parts` consumes the message: timed on clones made beforehand (and dropped with the parts, as
+    // `encode`'s timing drops its buffer), 100 at a time.
+    let (mut tp, mut tc) = (0.0, 0.0);
+    for _ in 0..20 {
+        let t = Instant::now();
+        let msgs: Vec<TransitionMsg> = (0..100).map(|_| tmsg.clone()).collect();
+        tc += t.elapsed().as_nanos() as f64 / 2_000.0;
+        let t = Instant::now();
+        for m in msgs {
+            std::hint::black_box(m.encode_parts().expect("encode"));
+        }
+        tp += t.elapsed().as_nanos() as f64 / 2_000.0;
+    }
     println!();
     println!(
         "codec alone: progress encode {pe:.0} ns, decode {pd:.0} ns (serde path: {se:.0} ns, {sd:.0} ns); \
-         transition encode {:.1} us, decode {:.1} us",
+         transition encode {:.1} us, decode {:.1} us, encode_parts {:.1} us, decode_transition_ref {:.1} us \
+         (clone of the message {:.1} us)",
         te / 1e3,
-        td / 1e3
+        td / 1e3,
+        tp / 1e3,
+        tr / 1e3,
+        tc / 1e3,
     );
+    let (all, pieces) = (
+        raw_pieces.0.load(Ordering::Relaxed),
+        raw_pieces.1.load(Ordering::Relaxed),
+    );
+    println!("raw transition payloads delivered in more than one piece: {pieces} of {all}");
     let c = publisher.counters();
     println!();
     println!(
