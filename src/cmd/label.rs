@@ -412,8 +412,8 @@ fn label_all(
                     let ep = next.fetch_add(1, Ordering::Relaxed);
                     (ep < n && !stop.load(Ordering::Relaxed)).then_some(ep)
                 };
-                // Loading ONNX Runtime and creating the sessions takes tens of milliseconds, part of it
-                // waiting on the library load: the worker reads and decodes its first episode meanwhile.
+                // Loading ONNX Runtime and creating the sessions takes tens of milliseconds (~45 ms here):
+                // the worker reads and decodes episodes meanwhile, at least one, until its model is ready.
                 let loader = s.spawn(move || {
                     if plan.two_part {
                         args.ort
@@ -425,7 +425,13 @@ fn label_all(
                             .map(Labeller::Single)
                     }
                 });
-                let mut pending = claim().map(|ep| read_episode(ds, ep));
+                let mut pending = std::collections::VecDeque::new();
+                while pending.is_empty() || !loader.is_finished() {
+                    match claim() {
+                        Some(ep) => pending.push_back(read_episode(ds, ep)),
+                        None => break,
+                    }
+                }
                 let loaded = loader
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -438,7 +444,7 @@ fn label_all(
                 };
                 let mut scratch = Scratch::default();
                 while let Some(read) = pending
-                    .take()
+                    .pop_front()
                     .or_else(|| claim().map(|ep| read_episode(ds, ep)))
                 {
                     let r =
