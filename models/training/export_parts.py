@@ -38,7 +38,11 @@ def main():
     V, F = len(man["views"]), man["frames"]
     H, W = man["image"]["height"], man["image"]["width"]
     K = len(man["stages"]["names"])
-    model = train.ProgressNet(V, F, H, W, weights["s_mean"].numpy(), weights["s_std"].numpy(), K)
+    # The encoder's conv widths, from its weights (`enc.conv.<i>.weight` is [out, in, 3, 3]).
+    convs = sorted((int(k.split(".")[2]), v.shape[0]) for k, v in weights.items()
+                   if k.startswith("enc.conv.") and k.endswith(".weight"))
+    model = train.ProgressNet(V, F, H, W, weights["s_mean"].numpy(), weights["s_std"].numpy(), K,
+                              chans=tuple(c for _, c in convs) or train.ENC_CHANNELS)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     if missing or unexpected:
         raise SystemExit(f"{onnx_path}: not a train.py ProgressNet (missing {missing}, unexpected {unexpected})")
