@@ -193,7 +193,6 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
     })
 }
 
-/// Labels one episode with `model`.
 /// A worker's buffers, reused across episodes: fresh multi-megabyte buffers per episode cost page faults and
 /// memsets that showed up at ~7% of a label run's profile.
 #[derive(Default)]
@@ -233,6 +232,7 @@ fn read_episode(ds: &Dataset, ep: usize) -> anyhow::Result<ReadEpisode> {
     })
 }
 
+/// Labels one read episode with `model`.
 fn label_episode(
     plan: &Plan,
     model: &mut Labeller,
@@ -388,6 +388,9 @@ fn label_episode(
     })
 }
 
+/// Decoded episodes a worker keeps while its model loads (bounded: a TensorRT build can take minutes).
+const READ_AHEAD: usize = 4;
+
 /// Labels every episode on `workers` threads; results in episode order.
 fn label_all(
     ds: &Dataset,
@@ -412,8 +415,9 @@ fn label_all(
                     let ep = next.fetch_add(1, Ordering::Relaxed);
                     (ep < n && !stop.load(Ordering::Relaxed)).then_some(ep)
                 };
-                // Loading ONNX Runtime and creating the sessions takes tens of milliseconds (~45 ms here):
-                // the worker reads and decodes episodes meanwhile, at least one, until its model is ready.
+                // Loading ONNX Runtime and creating the sessions takes tens of milliseconds (~45 ms here on
+                // the CPU; minutes for a first TensorRT engine build): the worker reads and decodes episodes
+                // meanwhile, at least one and at most READ_AHEAD, until its model is ready.
                 let loader = s.spawn(move || {
                     if plan.two_part {
                         args.ort
@@ -426,7 +430,7 @@ fn label_all(
                     }
                 });
                 let mut pending = std::collections::VecDeque::new();
-                while pending.is_empty() || !loader.is_finished() {
+                while pending.is_empty() || (!loader.is_finished() && pending.len() < READ_AHEAD) {
                     match claim() {
                         Some(ep) => pending.push_back(read_episode(ds, ep)),
                         None => break,

@@ -305,8 +305,6 @@ impl Dataset {
         })
     }
 
-    /// Reads all columns of episode `ep`; image columns are decoded (in parallel) unless `images` is
-    /// [`Images::Skip`].
     /// The parsed footer of data file `path` (opened as `f`), parsed on first use.
     fn footer(&self, path: &Path, f: &File) -> Result<ArrowReaderMetadata> {
         // A poisoned lock only means another reader panicked; the map itself is still valid.
@@ -320,6 +318,8 @@ impl Dataset {
         Ok(m)
     }
 
+    /// Reads all columns of episode `ep`; image columns are decoded (on rayon's pool, or on this thread)
+    /// unless `images` is [`Images::Skip`].
     pub fn read_episode(&self, ep: usize, images: Images) -> Result<Episode> {
         let meta = self.episode_meta(ep)?.clone();
         let path = self.data_file(ep)?;
