@@ -6,8 +6,8 @@ use ort::session::Session;
 use ort::value::{TensorElementType, ValueType};
 use std::path::Path;
 
-/// Checks a graph's tensors against what its manifest implies: names, element type, ranks and fixed sizes.
-/// Errors name the graph file and the manifest field.
+/// Checks a graph's tensors against what its manifest (or, for a policy, the env) implies: names, element
+/// type, ranks and fixed sizes. Errors name the graph file and the manifest field.
 pub(crate) struct GraphCheck<'a> {
     /// The graph's file (for errors).
     pub path: &'a Path,
@@ -119,7 +119,7 @@ impl GraphCheck<'_> {
             return Err(self.err(
                 field,
                 format!(
-                    "tensor `{name}` has rank {} {shape:?}, the manifest implies rank {} [{}]",
+                    "tensor `{name}` has rank {} {shape:?}, expected rank {} [{}]",
                     shape.len(),
                     expected.len(),
                     show(expected)
@@ -131,7 +131,10 @@ impl GraphCheck<'_> {
                 if got >= 0 && got as usize != *want {
                     return Err(self.err(
                         field,
-                        format!("tensor `{name}` axis {axis} is {got}, the manifest implies {want} (shape [{}])", show(expected)),
+                        format!(
+                            "tensor `{name}` axis {axis} is {got}, expected {want} (shape [{}])",
+                            show(expected)
+                        ),
                     ));
                 }
             }

@@ -6,6 +6,7 @@
 //! each normalised like a stage-progress model's frames), `state` f32 `[N, 2, state_size]` (when
 //! `state_size > 0`), output `hop` f32 `[N]` or `[N, 1]`. The manifest's `frames` must be 2.
 
+use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind};
 use crate::preprocess::Normaliser;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
@@ -26,7 +27,8 @@ pub struct HopModel {
 }
 
 impl HopModel {
-    /// Loads a `kind = "hop"` manifest and checks the graph's inputs and output names.
+    /// Loads a `kind = "hop"` manifest and checks the graph's inputs and output against it (names, element
+    /// type, ranks and the sizes the manifest fixes).
     pub fn load(
         manifest_path: &Path,
         runtime: &OrtRuntime,
@@ -51,51 +53,42 @@ impl HopModel {
         if manifest.views.is_empty() {
             return Err(field("views", "a hop model needs at least one view".into()));
         }
-        let (session, provider) = runtime.session(&manifest.onnx, opts)?;
-        let mismatch = |field: &str, reason: String| ModelError::GraphMismatch {
-            path: manifest.onnx.clone(),
-            field: field.into(),
-            reason,
+        let images_name = manifest
+            .inputs
+            .images
+            .clone()
+            .ok_or_else(|| field("inputs.images", "missing".into()))?;
+        let state_name = match (&manifest.inputs.state, manifest.state_size) {
+            (_, 0) => None,
+            (Some(n), _) => Some(n.clone()),
+            (None, _) => return Err(field("inputs.state", "missing".into())),
         };
-        let inputs: Vec<String> = session
-            .inputs()
-            .iter()
-            .map(|i| i.name().to_string())
-            .collect();
-        let outputs: Vec<String> = session
-            .outputs()
-            .iter()
-            .map(|o| o.name().to_string())
-            .collect();
-        let mut wanted = vec![manifest.inputs.images.clone()];
-        if manifest.state_size > 0 {
-            wanted.push(manifest.inputs.state.clone());
+        let (session, provider) = runtime.session(&manifest.onnx, opts)?;
+        let check = GraphCheck {
+            path: &manifest.onnx,
+            session: &session,
+            known_inputs: vec![Some(images_name.as_str()), state_name.as_deref()],
+        };
+        let (h, w) = (image.height as usize, image.width as usize);
+        let views = manifest.views.len();
+        check.input(
+            "inputs.images",
+            &images_name,
+            &[None, Some(views), Some(2), Some(3), Some(h), Some(w)],
+        )?;
+        if let Some(state) = &state_name {
+            check.input(
+                "inputs.state",
+                state,
+                &[None, Some(2), Some(manifest.state_size)],
+            )?;
         }
-        for (name, what) in wanted.iter().zip(["inputs.images", "inputs.state"]) {
-            match name {
-                Some(n) if inputs.contains(n) => {}
-                Some(n) => {
-                    return Err(mismatch(
-                        what,
-                        format!("`{n}` is not a graph input (inputs: {inputs:?})"),
-                    ))
-                }
-                None => return Err(field(what, "missing".into())),
-            }
-        }
-        if inputs.len() != wanted.len() {
-            return Err(mismatch(
-                "inputs",
-                format!("the graph takes {inputs:?}, the manifest names {wanted:?}"),
-            ));
-        }
-        let hop = manifest.outputs.hop.clone().unwrap_or_default();
-        if !outputs.contains(&hop) {
-            return Err(mismatch(
-                "outputs.hop",
-                format!("`{hop}` is not a graph output (outputs: {outputs:?})"),
-            ));
-        }
+        check.no_extra_inputs()?;
+        check.output(
+            "outputs.hop",
+            manifest.outputs.hop.as_deref().unwrap_or_default(),
+            &[&[None], &[None, Some(1)]],
+        )?;
         Ok(Self {
             normaliser: Normaliser::new(&image),
             manifest,

@@ -2,11 +2,12 @@
 //! (hot-swap) or as a manifest on disk; either way the graph is checked against the environment's state and
 //! action sizes before it may act.
 
+use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind};
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::ModelError;
 use ort::session::Session;
-use ort::value::{TensorElementType, TensorRef, ValueType};
+use ort::value::TensorRef;
 use std::path::{Path, PathBuf};
 
 /// A policy graph `state f32 [N, state_size] -> action f32 [N, action_size]`.
@@ -34,31 +35,38 @@ impl PolicyModel {
     ) -> Result<Self, ModelError> {
         let label = PathBuf::from(label);
         let (session, provider) = runtime.session_from_bytes(bytes, &label, opts)?;
-        let mismatch = |field: &str, reason: String| ModelError::GraphMismatch {
-            path: label.clone(),
-            field: field.to_string(),
-            reason,
-        };
-        let inputs = session.inputs();
-        if inputs.len() != 1 {
-            let names: Vec<&str> = inputs.iter().map(|i| i.name()).collect();
-            return Err(mismatch(
-                "inputs",
-                format!("a policy takes exactly one input (the state), this graph takes {names:?}"),
-            ));
-        }
-        let input = inputs[0].name().to_string();
-        check_2d(inputs[0].dtype(), state_size)
-            .map_err(|r| mismatch("inputs.state", format!("`{input}`: {r}")))?;
-        let outputs = session.outputs();
-        let out = outputs
+        let inputs: Vec<String> = session
+            .inputs()
             .iter()
-            .find(|o| o.name() == "action")
+            .map(|i| i.name().to_string())
+            .collect();
+        let outputs: Vec<String> = session
+            .outputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
+        let check = GraphCheck {
+            path: &label,
+            session: &session,
+            known_inputs: inputs.iter().map(|i| Some(i.as_str())).collect(),
+        };
+        // A policy's graph names are free: its one input is the state, its output `action` or else the first.
+        let [input] = inputs.as_slice() else {
+            return Err(check.err(
+                "inputs",
+                format!(
+                    "a policy takes exactly one input (the state), this graph takes {inputs:?}"
+                ),
+            ));
+        };
+        check.input("inputs.state", input, &[None, Some(state_size)])?;
+        let output = outputs
+            .iter()
+            .find(|o| *o == "action")
             .or_else(|| outputs.first())
-            .ok_or_else(|| mismatch("outputs.action", "the graph has no outputs".into()))?;
-        let output = out.name().to_string();
-        check_2d(out.dtype(), action_size)
-            .map_err(|r| mismatch("outputs.action", format!("`{output}`: {r}")))?;
+            .ok_or_else(|| check.err("outputs.action", "the graph has no outputs".into()))?;
+        check.output("outputs.action", output, &[&[None, Some(action_size)]])?;
+        let (input, output) = (input.clone(), output.clone());
         Ok(Self {
             session,
             provider,
@@ -181,30 +189,5 @@ impl PolicyModel {
             .chunks_exact(self.action_size)
             .map(<[f32]>::to_vec)
             .collect())
-    }
-}
-
-fn check_2d(ty: &ValueType, size: usize) -> Result<(), String> {
-    match ty {
-        ValueType::Tensor {
-            ty: TensorElementType::Float32,
-            shape,
-            ..
-        } => {
-            if shape.len() != 2 {
-                return Err(format!(
-                    "has rank {} {:?}, expected [N, {size}]",
-                    shape.len(),
-                    shape.to_vec()
-                ));
-            }
-            if shape[1] >= 0 && shape[1] as usize != size {
-                return Err(format!("axis 1 is {}, expected {size}", shape[1]));
-            }
-            Ok(())
-        }
-        other => Err(format!(
-            "is {other:?}, expected a float32 tensor [N, {size}]"
-        )),
     }
 }
