@@ -1,0 +1,249 @@
+//! The `meta/` side of [`DatasetWriter`]: at [`DatasetWriter::finish`], info.json, stats.json, tasks.parquet,
+//! the episodes parquet and the SARM stage priors.
+
+use super::*;
+
+impl DatasetWriter {
+    /// Closes the data file and writes `meta/`: info.json, stats.json, tasks.parquet, the episodes parquet and,
+    /// when any episode is annotated, temporal_proportions_sparse.json.
+    pub fn finish(mut self) -> Result<DatasetSummary> {
+        self.close_file()?;
+        tracing::debug!(
+            root = %self.root.display(),
+            episodes = self.episodes.len(),
+            frames = self.total_frames,
+            "writing dataset metadata"
+        );
+
+        // Stage priors a_k = (1/M) sum_i L_ik / T_i over the M annotated episodes (DESIGN.md; SARM eq. 1).
+        let mut stage_proportions = None;
+        let durations: Vec<Vec<f64>> = self
+            .episodes
+            .iter()
+            .filter_map(|e| e.stages.as_ref().map(StageAnnotation::durations))
+            .collect();
+        if let (false, Some(names)) = (durations.is_empty(), &self.stage_names) {
+            let props = StageProportions::from_durations(&durations)?;
+            let path = self.root.join(TEMPORAL_PROPORTIONS_SPARSE_PATH);
+            write_proportions_json(&path, names, props.proportions())?;
+            stage_proportions = Some(
+                names
+                    .iter()
+                    .cloned()
+                    .zip(props.proportions().iter().copied())
+                    .collect(),
+            );
+        }
+
+        self.write_tasks()?;
+        self.write_episodes()?;
+
+        // stats.json: one entry per feature, images per channel.
+        let mut stats = serde_json::Map::new();
+        for (v, spec) in self.info.views.iter().enumerate() {
+            if self.stats_images[v].count > 0 {
+                stats.insert(image_key(&spec.name), self.stats_images[v].to_json_image());
+            }
+        }
+        for ((key, _), st) in self.numeric.iter().zip(&self.stats_numeric) {
+            if st.count > 0 {
+                stats.insert(key.clone(), st.to_json());
+            }
+        }
+        let stats_path = self.root.join(STATS_PATH);
+        write_json(&stats_path, &serde_json::Value::Object(stats))?;
+
+        let n = self.episodes.len() as u64;
+        let info = InfoJson {
+            codebase_version: CODEBASE_VERSION.into(),
+            robot_type: self.info.robot_type.clone(),
+            total_episodes: n,
+            total_frames: self.total_frames,
+            total_tasks: self.tasks.len() as u64,
+            chunks_size: DEFAULT_CHUNK_SIZE,
+            data_files_size_in_mb: self.info.data_files_size_in_mb,
+            video_files_size_in_mb: DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+            fps: self.info.fps,
+            splits: OrderedMap(vec![("train".into(), format!("0:{n}"))]),
+            data_path: DEFAULT_DATA_PATH.into(),
+            video_path: None,
+            features: self.features.clone(),
+        };
+        let info_path = self.root.join(INFO_PATH);
+        write_json(&info_path, &info)?;
+        Ok(DatasetSummary {
+            root: self.root.clone(),
+            episodes: self.episodes.len(),
+            frames: self.total_frames,
+            data_files: self.data_files,
+            stage_proportions,
+        })
+    }
+
+    fn write_tasks(&self) -> Result<()> {
+        // pandas `DataFrame({"task_index": ...}, index=Index(tasks, name="task")).to_parquet()`: the index is
+        // stored as the last column, and the `pandas` schema metadata makes pandas restore it as the index
+        // (LeRobot looks tasks up by `tasks.loc[task]` and `tasks.iloc[i].name`).
+        let path = self.root.join(TASKS_PATH);
+        let pandas_meta = serde_json::json!({
+            "index_columns": ["task"],
+            "column_indexes": [{"name": null, "field_name": null, "pandas_type": "unicode", "numpy_type": "object",
+                                "metadata": {"encoding": "UTF-8"}}],
+            "columns": [
+                {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+                 "metadata": null},
+                {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object",
+                 "metadata": null}
+            ],
+            "creator": {"library": "stagewise-dataset", "version": env!("CARGO_PKG_VERSION")},
+            "pandas_version": "2.2.3"
+        });
+        let schema = Schema::new_with_metadata(
+            vec![
+                Field::new("task_index", DataType::Int64, true),
+                Field::new("task", DataType::Utf8, true),
+            ],
+            [("pandas".to_owned(), pandas_meta.to_string())]
+                .into_iter()
+                .collect::<HashMap<_, _>>(),
+        );
+        let batch = RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(Int64Array::from(
+                    (0..self.tasks.len() as i64).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(self.tasks.clone())),
+            ],
+        )
+        .map_err(arrow_err(&path))?;
+        write_parquet(&path, batch)
+    }
+
+    fn write_episodes(&self) -> Result<()> {
+        let rel = format_template(
+            EPISODES_PATH,
+            &[("chunk_index", "", 0), ("file_index", "", 0)],
+        )
+        .map_err(DatasetError::Input)?;
+        let path = self.root.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        let eps = &self.episodes;
+        let i64col = |f: &dyn Fn(&EpisodeRecord) -> i64| -> ArrayRef {
+            Arc::new(Int64Array::from(eps.iter().map(f).collect::<Vec<_>>()))
+        };
+        let mut fields = Vec::new();
+        let mut cols: Vec<ArrayRef> = Vec::new();
+        let mut push = |name: &str, col: ArrayRef| {
+            fields.push(Field::new(name, col.data_type().clone(), true));
+            cols.push(col);
+        };
+        push("episode_index", i64col(&|e| e.index as i64));
+        let mut tasks = ListBuilder::new(StringBuilder::new());
+        for e in eps {
+            tasks.values().append_value(&e.task);
+            tasks.append(true);
+        }
+        push("tasks", Arc::new(tasks.finish()));
+        push("length", i64col(&|e| e.length as i64));
+        push("data/chunk_index", i64col(&|e| e.chunk as i64));
+        push("data/file_index", i64col(&|e| e.file as i64));
+        push("dataset_from_index", i64col(&|e| e.from as i64));
+        push(
+            "dataset_to_index",
+            i64col(&|e| (e.from + e.length as u64) as i64),
+        );
+        let mut success = BooleanBuilder::new();
+        for e in eps {
+            success.append_value(e.success);
+        }
+        push("success", Arc::new(success.finish()));
+
+        // SARM sparse annotation columns (LeRobot subtask_annotation.py `save_annotations_to_dataset`), null for
+        // episodes without annotation.
+        let fps = self.info.fps as f64;
+        let mut names = ListBuilder::new(StringBuilder::new());
+        let mut starts = ListBuilder::new(Int64Builder::new());
+        let mut ends = ListBuilder::new(Int64Builder::new());
+        let mut start_t = ListBuilder::new(Float64Builder::new());
+        let mut end_t = ListBuilder::new(Float64Builder::new());
+        for e in eps {
+            match &e.stages {
+                Some(st) => {
+                    for n in &st.names {
+                        names.values().append_value(n);
+                    }
+                    for (&s, &en) in st.start_frames.iter().zip(&st.end_frames) {
+                        starts.values().append_value(s);
+                        ends.values().append_value(en);
+                        start_t.values().append_value(s as f64 / fps);
+                        end_t.values().append_value(en as f64 / fps);
+                    }
+                    names.append(true);
+                    starts.append(true);
+                    ends.append(true);
+                    start_t.append(true);
+                    end_t.append(true);
+                }
+                None => {
+                    names.append(false);
+                    starts.append(false);
+                    ends.append(false);
+                    start_t.append(false);
+                    end_t.append(false);
+                }
+            }
+        }
+        push("sparse_subtask_names", Arc::new(names.finish()));
+        push("sparse_subtask_start_times", Arc::new(start_t.finish()));
+        push("sparse_subtask_end_times", Arc::new(end_t.finish()));
+        push("sparse_subtask_start_frames", Arc::new(starts.finish()));
+        push("sparse_subtask_end_frames", Arc::new(ends.finish()));
+
+        // Per-episode statistics of the numeric features (`stats/<feature>/<stat>`, lists like LeRobot).
+        for (k, (key, _)) in self.numeric.iter().enumerate() {
+            let list = |get: &dyn Fn(&FeatureStats) -> Vec<f64>| -> ArrayRef {
+                let mut b = ListBuilder::new(Float64Builder::new());
+                for e in eps {
+                    for v in get(&e.stats[k]) {
+                        b.values().append_value(v);
+                    }
+                    b.append(true);
+                }
+                Arc::new(b.finish())
+            };
+            push(&format!("stats/{key}/min"), list(&|s| s.min.clone()));
+            push(&format!("stats/{key}/max"), list(&|s| s.max.clone()));
+            push(&format!("stats/{key}/mean"), list(&|s| s.mean.clone()));
+            push(&format!("stats/{key}/std"), list(&|s| s.std()));
+            let mut count = ListBuilder::new(Int64Builder::new());
+            for e in eps {
+                count.values().append_value(e.stats[k].count as i64);
+                count.append(true);
+            }
+            push(&format!("stats/{key}/count"), Arc::new(count.finish()));
+        }
+        push("meta/episodes/chunk_index", i64col(&|_| 0));
+        push("meta/episodes/file_index", i64col(&|_| 0));
+        let batch =
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(arrow_err(&path))?;
+        write_parquet(&path, batch)
+    }
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
+    // LeRobot's write_json: indent=4.
+    let mut buf = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+    value
+        .serialize(&mut ser)
+        .map_err(|source| DatasetError::Json {
+            path: path.to_owned(),
+            source,
+        })?;
+    buf.push(b'\n');
+    std::fs::write(path, buf).map_err(io_err(path))
+}
