@@ -282,6 +282,20 @@ impl<'a> TransitionRef<'a> {
     /// An owned copy (what [`decode`] gives for the same bytes).
     pub fn to_msg(&self) -> TransitionMsg {
         TransitionMsg {
+            obs: self.obs.as_ref().map(ObservationRef::to_msg),
+            next_obs: self.next_obs.as_ref().map(ObservationRef::to_msg),
+            ..self.fields_without_obs()
+        }
+    }
+
+    /// The core transition (observations are not part of it).
+    pub fn to_transition(&self) -> Transition {
+        self.fields_without_obs().to_transition()
+    }
+
+    /// An owned message with this view's fields and no observations (copies no image bytes).
+    fn fields_without_obs(&self) -> TransitionMsg {
+        TransitionMsg {
             schema: Schema,
             kind: kind::Transition,
             robot: self.robot.to_string(),
@@ -300,28 +314,8 @@ impl<'a> TransitionRef<'a> {
             success: self.success,
             stage: self.stage,
             stamp_ns: self.stamp_ns,
-            obs: self.obs.as_ref().map(ObservationRef::to_msg),
-            next_obs: self.next_obs.as_ref().map(ObservationRef::to_msg),
-        }
-    }
-
-    /// The core transition (observations are not part of it).
-    pub fn to_transition(&self) -> Transition {
-        Transition {
-            env: self.env,
-            episode: self.episode,
-            step: self.step,
-            action: self.action.clone(),
-            reward: self.reward,
-            task_reward: self.task_reward,
-            phi: self.phi,
-            phi_next: self.phi_next,
-            gamma: self.gamma,
-            shaping_scale: self.shaping_scale,
-            terminated: self.terminated,
-            truncated: self.truncated,
-            success: self.success,
-            stage: self.stage,
+            obs: None,
+            next_obs: None,
         }
     }
 
