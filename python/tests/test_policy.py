@@ -1,6 +1,7 @@
 """Policy push: signing, the SB3 -> ONNX export, and a pushed policy that a running `stagewise run` executes."""
 
 import hashlib
+import time
 import signal
 
 import msgpack
@@ -75,10 +76,12 @@ def test_trained_policy_exports_and_runs_in_stagewise_run(serve, run_actor, tmp_
         sha = publish_policy(onnx_bytes, 2, secret.hex(), robot="learner-test", connect=actor.endpoint, wait=60)
         assert sha == hashlib.sha256(onnx_bytes).hexdigest()
         assert wait_for_output(actor, "learner policy v2", 60), actor.output()
-        # Skip what was in flight, then find consecutive steps: the action at step k+1 is the policy's output
-        # for the state after step k.
+        # Skip what was in flight (the actor runs as fast as it can, so thousands of transitions of the old
+        # policy may be queued by now), then find consecutive steps: the action at step k+1 is the policy's
+        # output for the state after step k.
         matched, prev = 0, None
-        for _ in range(400):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
             t = stream.recv(timeout=30)
             assert t.next_obs is not None and t.next_obs["state"].shape == (14,)
             if prev is not None and prev.episode == t.episode and t.step == prev.step + 1:
