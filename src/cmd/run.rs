@@ -310,7 +310,14 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     };
     if let Some(node) = &node {
         let keys = actor.keys().clone();
-        let publisher = node.publisher(&keys, PublisherOptions::default())?;
+        // At a fixed rate the actor must never wait on a learner (a full queue drops); running as fast as it
+        // can, it waits for room instead (up to a second), so a slower learner paces it rather than losing data.
+        let options = if hz > 0.0 {
+            PublisherOptions::default()
+        } else {
+            PublisherOptions::backpressure()
+        };
+        let publisher = node.publisher(&keys, options)?;
         if a.wait_subscribers > 0.0
             && !publisher.wait_for_subscribers(Duration::from_secs_f64(a.wait_subscribers))
         {

@@ -10,11 +10,14 @@
 //! Stagewise progress goes through `RobotPublisher::publish_progress` (encode + put, `Drop`), and once more
 //! with the generic serde codec instead of the hand-written one (`serde codec`). Transitions go through
 //! `publish_transition` (bounded queue, publisher thread, `encode_parts` + put: the images' buffers are parts
-//! of the payload, not copied; `Block`) to three subscribers, each on its own robot's key, in the same
-//! interleaved runs:
+//! of the payload, not copied; `Block`) to four subscribers, each on its own robot's key, in the same
+//! interleaved runs. The publishers are set up as `stagewise run` sets them up when it runs as fast as it can,
+//! `PublisherOptions::backpressure()` (16 queued, the sender waits for room), except `deep queue`:
 //!
 //! - `stagewise`: `Node::subscribe_transitions_ref`, the borrowed decode (tensor data are slices of the
 //!   payload);
+//! - `deep queue`: the same with the publisher an actor on a fixed rate gets (a queue that never makes the
+//!   sender wait; 65536 deep here, so that the burst drops nothing);
 //! - `owned decode`: `Node::subscribe`, the owned decode (tensors copied out of the payload);
 //! - `encoded+owned`: the sender encodes into one buffer (`encode`, as the actor does when it also logs the
 //!   bytes) and publishes it with `publish_transition_encoded`; owned decode.
@@ -216,15 +219,14 @@ fn main() {
     )]))
     .expect("subscriber node");
     let keys = Keys::new("bench").expect("keys");
-    let publisher = a
-        .publisher(
-            &keys,
-            PublisherOptions {
-                queue_capacity: 1 << 16,
-                liveliness: false,
-            },
-        )
-        .expect("publisher");
+    // Stagewise publishers are configured as `stagewise run` configures them when it runs as fast as it can
+    // (a short queue with backpressure); `deep queue` is the configuration of an actor on a fixed rate (a
+    // queue that never makes the caller wait, here deep enough that the burst drops nothing).
+    let fast = || PublisherOptions {
+        liveliness: false,
+        ..PublisherOptions::backpressure()
+    };
+    let publisher = a.publisher(&keys, fast()).expect("publisher");
 
     // Subscribers: Stagewise ones decode fully; raw ones read the stamp.
     let sw_prog: Shared = Default::default();
@@ -252,16 +254,33 @@ fn main() {
     };
     // Transitions decoded into owned tensors: one publisher that encodes in parts, one fed with `encode`'s
     // single buffer.
-    let options = || PublisherOptions {
-        queue_capacity: 1 << 16,
-        liveliness: false,
-    };
     let owned_keys = Keys::new("bench-owned").expect("keys");
-    let owned_publisher = a.publisher(&owned_keys, options()).expect("publisher");
+    let owned_publisher = a.publisher(&owned_keys, fast()).expect("publisher");
     let enc_keys = Keys::new("bench-encoded").expect("keys");
-    let enc_publisher = a.publisher(&enc_keys, options()).expect("publisher");
+    let enc_publisher = a.publisher(&enc_keys, fast()).expect("publisher");
+    let deep_keys = Keys::new("bench-deep").expect("keys");
+    let deep_publisher = a
+        .publisher(
+            &deep_keys,
+            PublisherOptions {
+                queue_capacity: 1 << 16,
+                liveliness: false,
+                ..PublisherOptions::default()
+            },
+        )
+        .expect("publisher");
     let owned_tr: Shared = Default::default();
     let enc_tr: Shared = Default::default();
+    let deep_tr: Shared = Default::default();
+    let _s8 = {
+        let rx = deep_tr.clone();
+        b.subscribe_transitions_ref(&deep_keys.transition(), move |r| {
+            if let Ok(m) = r.msg {
+                record(&rx, m.stamp_ns)
+            }
+        })
+        .expect("sub")
+    };
     let owned_sub = |key: String, rx: Shared| {
         b.subscribe::<TransitionMsg, _>(&key, move |r| {
             if let Ok(m) = r.msg {
@@ -313,6 +332,7 @@ fn main() {
             PublisherOptions {
                 queue_capacity: 16,
                 liveliness: false,
+                ..PublisherOptions::default()
             },
         )
         .expect("publisher");
@@ -366,6 +386,10 @@ fn main() {
             enc_publisher.wait_for_subscribers(Duration::from_secs(30)),
         ),
         (
+            "deep-queue transition",
+            deep_publisher.wait_for_subscribers(Duration::from_secs(30)),
+        ),
+        (
             "transition",
             a.wait_for_subscribers(&keys.transition(), Duration::from_secs(30))
                 .unwrap_or(false),
@@ -399,6 +423,11 @@ fn main() {
             m.stamp_ns = now_ns();
             let _ = publisher.publish_transition(m);
         }
+    };
+    let deep_send = |_: Kind| {
+        let mut m = tmsg.clone();
+        m.stamp_ns = now_ns();
+        let _ = deep_publisher.publish_transition(m);
     };
     let owned_send = |_: Kind| {
         let mut m = tmsg.clone();
@@ -456,6 +485,7 @@ fn main() {
                 ("zenoh raw", &raw_tr, &raw_send),
                 ("stagewise", &sw_tr, &sw_send),
                 ("owned decode", &owned_tr, &owned_send),
+                ("deep queue", &deep_tr, &deep_send),
                 ("encoded+owned", &enc_tr, &enc_send),
             ],
         };
@@ -478,7 +508,12 @@ fn main() {
                 for _ in 0..n {
                     send(kind);
                 }
-                for p in [&publisher, &owned_publisher, &enc_publisher] {
+                for p in [
+                    &publisher,
+                    &owned_publisher,
+                    &enc_publisher,
+                    &deep_publisher,
+                ] {
                     let _ = p.flush(Duration::from_secs(120));
                 }
                 wait_for(rx, n, Duration::from_secs(2));

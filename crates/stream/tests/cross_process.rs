@@ -115,6 +115,7 @@ fn a_killed_subscriber_never_stalls_the_publisher_and_drops_are_counted() {
             PublisherOptions {
                 queue_capacity: 8,
                 liveliness: true,
+                ..PublisherOptions::default()
             },
         )
         .expect("publisher");

@@ -8,8 +8,9 @@ use stagewise_core::{
     BoxSpec, Env, EnvError, EnvSpec, Observation, Progress, StepInfo, StepResult, ViewSpec,
 };
 use stagewise_stream::{
-    EnvAdapter, EpisodeMsg, Keys, Node, PolicyMsg, ProgressMsg, PublisherOptions, ResetReply,
-    ResetRequest, Schema, StepReply, StreamConfig, StreamError, TransitionMsg, WireError,
+    Enqueued, EnvAdapter, EpisodeMsg, Keys, Node, PolicyMsg, ProgressMsg, PublisherOptions,
+    ResetReply, ResetRequest, Schema, StepReply, StreamConfig, StreamError, TransitionMsg,
+    WireError,
 };
 use std::time::Duration;
 use zenoh::Wait;
@@ -325,6 +326,7 @@ fn every_transition_is_counted_once_and_publishing_never_blocks() {
             PublisherOptions {
                 queue_capacity: 2,
                 liveliness: false,
+                ..PublisherOptions::default()
             },
         )
         .expect("publisher");
@@ -341,6 +343,52 @@ fn every_transition_is_counted_once_and_publishing_never_blocks() {
         2000
     );
     assert_eq!(c.transitions_queued, 0);
+}
+
+/// With backpressure a full queue makes the caller wait for room instead of dropping: a burst into a
+/// two-deep queue arrives whole.
+#[test]
+fn with_backpressure_a_burst_waits_for_room_and_nothing_is_dropped() {
+    let (actor, learner) = pair();
+    let keys = Keys::new("paced-arm").expect("keys");
+    let publisher = actor
+        .publisher(
+            &keys,
+            PublisherOptions {
+                queue_capacity: 2,
+                liveliness: false,
+                full_queue_wait: Duration::from_secs(5),
+            },
+        )
+        .expect("publisher");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _sub = learner
+        .subscribe::<TransitionMsg, _>(&keys.transition(), move |r| {
+            let _ = tx.send(r.msg.map(|m| m.step));
+        })
+        .expect("subscribe");
+    assert!(publisher.wait_for_subscribers(LONG));
+    let n = 500;
+    for step in 0..n {
+        let mut msg = transition("paced-arm", 0, true);
+        msg.step = step;
+        assert_eq!(
+            publisher.publish_transition(msg),
+            Enqueued::Queued,
+            "transition {step} was dropped instead of waiting for room"
+        );
+    }
+    assert!(publisher.flush(LONG));
+    let steps: Vec<u64> = (0..n)
+        .map(|_| {
+            rx.recv_timeout(LONG)
+                .expect("a transition")
+                .expect("decodes")
+        })
+        .collect();
+    assert_eq!(steps, (0..n).collect::<Vec<_>>(), "all arrive, in order");
+    let c = publisher.close(LONG);
+    assert_eq!((c.transitions_sent, c.transitions_dropped), (n, 0));
 }
 
 /// Transitions with images leave the publisher as multi-part payloads (the images' buffers, not copies) and
