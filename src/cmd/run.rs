@@ -55,7 +55,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 20)]
     pub episodes: u64,
     /// Control rate in Hz; 0 = as fast as possible (simulation). A robot runs at a fixed rate; missed deadlines
-    /// are counted.
+    /// are counted. At a fixed rate a full stream queue drops transitions (counted); as fast as possible, the
+    /// actor waits for room (up to 1 s per transition), so a slower learner paces it.
     #[arg(long, default_value_t = 0.0)]
     pub hz: f64,
     /// Seed of the first episode; each reset takes the next one.
