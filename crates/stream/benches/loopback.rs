@@ -243,15 +243,15 @@ fn main() {
         .expect("sub")
     };
     // The stamp is recorded after the decode and validation, as for every Stagewise path.
-    let _s2 = {
-        let rx = sw_tr.clone();
-        b.subscribe_transitions_ref(&keys.transition(), move |r| {
+    let ref_sub = |key: String, rx: Shared| {
+        b.subscribe_transitions_ref(&key, move |r| {
             if let Ok(m) = r.msg {
                 record(&rx, m.stamp_ns)
             }
         })
         .expect("sub")
     };
+    let _s2 = ref_sub(keys.transition(), sw_tr.clone());
     // Transitions decoded into owned tensors: one publisher that encodes in parts, one fed with `encode`'s
     // single buffer.
     let owned_keys = Keys::new("bench-owned").expect("keys");
@@ -272,15 +272,7 @@ fn main() {
     let owned_tr: Shared = Default::default();
     let enc_tr: Shared = Default::default();
     let deep_tr: Shared = Default::default();
-    let _s8 = {
-        let rx = deep_tr.clone();
-        b.subscribe_transitions_ref(&deep_keys.transition(), move |r| {
-            if let Ok(m) = r.msg {
-                record(&rx, m.stamp_ns)
-            }
-        })
-        .expect("sub")
-    };
+    let _s8 = ref_sub(deep_keys.transition(), deep_tr.clone());
     let owned_sub = |key: String, rx: Shared| {
         b.subscribe::<TransitionMsg, _>(&key, move |r| {
             if let Ok(m) = r.msg {

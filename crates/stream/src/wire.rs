@@ -882,4 +882,4 @@ mod progress_codec;
 
 #[cfg(test)]
 #[path = "wire_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -151,15 +151,29 @@ fn every_message_round_trips() {
     assert_eq!(spec_back, spec());
 }
 
-fn to_value(bytes: &[u8]) -> Value {
+pub(crate) fn to_value(bytes: &[u8]) -> Value {
     let mut r = bytes;
     rmpv::decode::read_value(&mut r).expect("msgpack value")
 }
 
-fn from_value(v: &Value) -> Vec<u8> {
+pub(crate) fn from_value(v: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     rmpv::encode::write_value(&mut out, v).expect("encode value");
     out
+}
+
+/// `bytes` with the bytes at the `flips` positions overwritten, then cut at `cut` (the proptests' mutations).
+pub(crate) fn spoil(
+    mut bytes: Vec<u8>,
+    flips: Vec<(prop::sample::Index, u8)>,
+    cut: prop::sample::Index,
+) -> Vec<u8> {
+    for (i, b) in flips {
+        let i = i.index(bytes.len());
+        bytes[i] = b;
+    }
+    bytes.truncate(cut.index(bytes.len() + 1));
+    bytes
 }
 
 fn get<'a>(v: &'a Value, key: &str) -> &'a Value {
@@ -456,18 +470,13 @@ proptest! {
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         cut in any::<prop::sample::Index>(),
     ) {
-        let mut bytes = match which {
+        let bytes = match which {
             0 => encode(&transition()),
             1 => encode(&progress()),
             2 => encode(&PolicyMsg::new(1, vec![3; 40]).with_signature(vec![1; 64])),
             _ => encode(&StepReply::error("x")),
         }.expect("encode");
-        for (i, b) in flips {
-            let i = i.index(bytes.len());
-            bytes[i] = b;
-        }
-        let cut = cut.index(bytes.len() + 1);
-        decode_all(&bytes[..cut]);
+        decode_all(&spoil(bytes, flips, cut));
     }
 
     #[test]
@@ -834,14 +843,9 @@ proptest! {
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
         cut in any::<prop::sample::Index>(),
     ) {
-        let mut bytes = encode(&m).expect("encode");
-        for (i, b) in flips {
-            let i = i.index(bytes.len());
-            bytes[i] = b;
-        }
-        let bytes = &bytes[..cut.index(bytes.len() + 1)];
-        let got = decode::<ProgressMsg>(bytes);
-        prop_assert!(same_result(&got, &decode_serde::<ProgressMsg>(bytes)));
+        let bytes = spoil(encode(&m).expect("encode"), flips, cut);
+        let got = decode::<ProgressMsg>(&bytes);
+        prop_assert!(same_result(&got, &decode_serde::<ProgressMsg>(&bytes)));
     }
 
     #[test]

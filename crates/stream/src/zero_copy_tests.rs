@@ -1,6 +1,7 @@
 //! The borrowed decode against the owned one, and the multi-part encode against `encode`.
 
 use super::*;
+use crate::wire::tests::{from_value, spoil, to_value};
 use crate::wire::{encode, encode_serde_into};
 use proptest::prelude::*;
 use rmpv::Value;
@@ -229,17 +230,6 @@ fn transitions_without_big_tensors_are_one_part() {
         assert_eq!(parts.parts().len(), 1);
         assert_eq!(parts.to_vec(), encode(&m).expect("encode"));
     }
-}
-
-fn to_value(bytes: &[u8]) -> Value {
-    let mut r = bytes;
-    rmpv::decode::read_value(&mut r).expect("msgpack value")
-}
-
-fn from_value(v: &Value) -> Vec<u8> {
-    let mut out = Vec::new();
-    rmpv::encode::write_value(&mut out, v).expect("encode value");
-    out
 }
 
 /// The map at `path` (keys) inside `v`.
@@ -583,13 +573,8 @@ proptest! {
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
         cut in any::<prop::sample::Index>(),
     ) {
-        let mut bytes = encode(&m).expect("encode");
-        for (i, b) in flips {
-            let i = i.index(bytes.len());
-            bytes[i] = b;
-        }
-        let bytes = &bytes[..cut.index(bytes.len() + 1)];
-        prop_assert!(borrowed_agrees(bytes).is_ok(), "{}", borrowed_agrees(bytes).unwrap_err());
+        let bytes = spoil(encode(&m).expect("encode"), flips, cut);
+        prop_assert!(borrowed_agrees(&bytes).is_ok(), "{}", borrowed_agrees(&bytes).unwrap_err());
     }
 
     #[test]
