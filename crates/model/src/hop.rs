@@ -34,7 +34,7 @@ impl HopModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        let manifest = Manifest::load_kind(manifest_path, ModelKind::Hop, "a hop model")?;
+        let manifest = Manifest::load_kind(manifest_path, ModelKind::Hop)?;
         let field = |field: &str, reason: String| ModelError::ManifestField {
             path: manifest.path.clone(),
             field: field.into(),

@@ -50,6 +50,17 @@ pub enum ModelKind {
     Policy,
 }
 
+impl ModelKind {
+    /// What a model of this kind is, for errors ("... is a hop model, expected a policy").
+    pub fn description(self) -> &'static str {
+        match self {
+            Self::StageProgress => "a stage-progress reward model",
+            Self::Hop => "a hop model",
+            Self::Policy => "a policy",
+        }
+    }
+}
+
 impl std::fmt::Display for ModelKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -166,17 +177,13 @@ fn one() -> usize {
 }
 
 impl Manifest {
-    /// Loads a manifest and refuses one of another kind (`wanted` names what the caller needs, for the error).
-    pub fn load_kind(
-        path: &Path,
-        kind: ModelKind,
-        wanted: &'static str,
-    ) -> Result<Self, ModelError> {
+    /// Loads a manifest and refuses one of another kind (the error says what `kind` is: [`ModelKind::description`]).
+    pub fn load_kind(path: &Path, kind: ModelKind) -> Result<Self, ModelError> {
         let m = Self::load(path)?;
         if m.kind != kind {
             return Err(ModelError::WrongKind {
                 kind: m.kind.to_string(),
-                wanted,
+                wanted: kind.description(),
             });
         }
         Ok(m)

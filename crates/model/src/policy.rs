@@ -87,7 +87,7 @@ impl PolicyModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        let m = Manifest::load_kind(manifest_path, ModelKind::Policy, "a policy")?;
+        let m = Manifest::load_kind(manifest_path, ModelKind::Policy)?;
         if m.state_size != state_size {
             return Err(ModelError::ManifestField {
                 path: m.path.clone(),

@@ -57,11 +57,7 @@ impl RewardModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        let manifest = Manifest::load_kind(
-            manifest_path,
-            ModelKind::StageProgress,
-            "a stage-progress reward model",
-        )?;
+        let manifest = Manifest::load_kind(manifest_path, ModelKind::StageProgress)?;
         let (session, provider) = runtime.session(&manifest.onnx, opts)?;
         Self::from_session(manifest, session, provider)
     }

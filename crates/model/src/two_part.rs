@@ -32,11 +32,7 @@ impl TwoPartModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        let manifest = Manifest::load_kind(
-            manifest_path,
-            ModelKind::StageProgress,
-            "a stage-progress reward model",
-        )?;
+        let manifest = Manifest::load_kind(manifest_path, ModelKind::StageProgress)?;
         let parts = manifest
             .parts
             .clone()
