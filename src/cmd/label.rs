@@ -123,6 +123,8 @@ struct Plan {
     batch: usize,
     /// Use the manifest's [parts] (encoder + head).
     two_part: bool,
+    /// The model's manifest, read (and its files hashed) once for all workers.
+    manifest: Manifest,
 }
 
 /// A worker's model: the single graph, or the two-part form.
@@ -190,6 +192,7 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
         stride: args.stride,
         batch: args.batch,
         two_part: m.parts.is_some() && !args.single_graph,
+        manifest: m.clone(),
     })
 }
 
@@ -418,15 +421,17 @@ fn label_all(
                 // Loading ONNX Runtime and creating the sessions takes tens of milliseconds (~45 ms here on
                 // the CPU; minutes for a first TensorRT engine build): the worker reads and decodes episodes
                 // meanwhile, at least one and at most READ_AHEAD, until its model is ready.
-                let loader = s.spawn(move || {
+                let loader = s.spawn(move || -> anyhow::Result<Labeller> {
+                    let (rt, opts) = (args.ort.runtime()?, args.ort.session_options());
+                    let (m, path) = (plan.manifest.clone(), args.model.display());
                     if plan.two_part {
-                        args.ort
-                            .load_two_part_model(&args.model)
+                        TwoPartModel::from_manifest(m, rt, &opts)
                             .map(Labeller::TwoPart)
+                            .with_context(|| format!("loading the two-part model {path}"))
                     } else {
-                        args.ort
-                            .load_reward_model(&args.model)
+                        RewardModel::from_manifest(m, rt, &opts)
                             .map(Labeller::Single)
+                            .with_context(|| format!("loading reward model {path}"))
                     }
                 });
                 let mut pending = std::collections::VecDeque::new();

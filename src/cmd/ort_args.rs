@@ -1,7 +1,7 @@
 //! Flags shared by every subcommand that runs an ONNX model.
 
 use anyhow::Context;
-use stagewise_model::{OrtRuntime, Provider, RewardModel, SessionOptions, TwoPartModel};
+use stagewise_model::{OrtRuntime, Provider, RewardModel, SessionOptions};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -43,12 +43,5 @@ impl OrtArgs {
         let rt = self.runtime()?;
         RewardModel::load(manifest, rt, &self.session_options())
             .with_context(|| format!("loading reward model {}", manifest.display()))
-    }
-
-    /// The two-part form (manifest `[parts]`) of a stage-progress model.
-    pub fn load_two_part_model(&self, manifest: &Path) -> anyhow::Result<TwoPartModel> {
-        let rt = self.runtime()?;
-        TwoPartModel::load(manifest, rt, &self.session_options())
-            .with_context(|| format!("loading the two-part model {}", manifest.display()))
     }
 }

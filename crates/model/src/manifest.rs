@@ -180,13 +180,19 @@ impl Manifest {
     /// Loads a manifest and refuses one of another kind (the error says what `kind` is: [`ModelKind::description`]).
     pub fn load_kind(path: &Path, kind: ModelKind) -> Result<Self, ModelError> {
         let m = Self::load(path)?;
-        if m.kind != kind {
+        m.expect_kind(kind)?;
+        Ok(m)
+    }
+
+    /// Refuses a manifest of another kind than `kind`.
+    pub fn expect_kind(&self, kind: ModelKind) -> Result<(), ModelError> {
+        if self.kind != kind {
             return Err(ModelError::WrongKind {
-                kind: m.kind.to_string(),
+                kind: self.kind.to_string(),
                 wanted: kind.description(),
             });
         }
-        Ok(m)
+        Ok(())
     }
 
     /// Reads and checks a manifest: syntax, field consistency, the .onnx file's existence and sha256.

@@ -33,6 +33,17 @@ impl TwoPartModel {
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
         let manifest = Manifest::load_kind(manifest_path, ModelKind::StageProgress)?;
+        Self::from_manifest(manifest, runtime, opts)
+    }
+
+    /// Like [`Self::load`] with a manifest already read and checked ([`Manifest::load`] hashes every file it
+    /// names: callers that build several models from one manifest read it once).
+    pub fn from_manifest(
+        manifest: Manifest,
+        runtime: &OrtRuntime,
+        opts: &SessionOptions,
+    ) -> Result<Self, ModelError> {
+        manifest.expect_kind(ModelKind::StageProgress)?;
         let parts = manifest
             .parts
             .clone()
