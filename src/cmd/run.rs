@@ -56,7 +56,7 @@ pub struct RunArgs {
     pub episodes: u64,
     /// Control rate in Hz; 0 = as fast as possible (simulation). A robot runs at a fixed rate; missed deadlines
     /// are counted. At a fixed rate a full stream queue drops transitions (counted); as fast as possible, the
-    /// actor waits for room (up to 1 s per transition), so a slower learner paces it.
+    /// actor puts each transition itself, so a slower learner paces it (nothing is dropped).
     #[arg(long, default_value_t = 0.0)]
     pub hz: f64,
     /// Seed of the first episode; each reset takes the next one.
@@ -311,8 +311,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     };
     if let Some(node) = &node {
         let keys = actor.keys().clone();
-        // At a fixed rate the actor must never wait on a learner (a full queue drops); running as fast as it
-        // can, it waits for room instead (up to a second), so a slower learner paces it rather than losing data.
+        // At a fixed rate the actor must never wait on a learner (a queue to a publisher thread; full, it
+        // drops); running as fast as it can, it puts itself, so a slower learner paces it rather than losing data.
         let options = if hz > 0.0 {
             PublisherOptions::default()
         } else {

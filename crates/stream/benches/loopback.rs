@@ -9,15 +9,15 @@
 //!
 //! Stagewise progress goes through `RobotPublisher::publish_progress` (encode + put, `Drop`), and once more
 //! with the generic serde codec instead of the hand-written one (`serde codec`). Transitions go through
-//! `publish_transition` (bounded queue, publisher thread, `encode_parts` + put: the images' buffers are parts
-//! of the payload, not copied; `Block`) to four subscribers, each on its own robot's key, in the same
-//! interleaved runs. The publishers are set up as `stagewise run` sets them up when it runs as fast as it can,
-//! `PublisherOptions::backpressure()` (16 queued, the sender waits for room), except `deep queue`:
+//! `publish_transition` (`encode_parts` + put: the images' buffers are parts of the payload, not copied;
+//! `Block`) to four subscribers, each on its own robot's key, in the same interleaved runs. The publishers are
+//! set up as `stagewise run` sets them up when it runs as fast as it can, `PublisherOptions::backpressure()`
+//! (the sending thread puts, as raw zenoh's does), except `deep queue`:
 //!
 //! - `stagewise`: `Node::subscribe_transitions_ref`, the borrowed decode (tensor data are slices of the
 //!   payload);
-//! - `deep queue`: the same with the publisher an actor on a fixed rate gets (a queue that never makes the
-//!   sender wait; 65536 deep here, so that the burst drops nothing);
+//! - `deep queue`: the same with the publisher an actor on a fixed rate gets (a bounded queue to a publisher
+//!   thread that never makes the sender wait; 65536 deep here, so that the burst drops nothing);
 //! - `owned decode`: `Node::subscribe`, the owned decode (tensors copied out of the payload);
 //! - `encoded+owned`: the sender encodes into one buffer (`encode`, as the actor does when it also logs the
 //!   bytes) and publishes it with `publish_transition_encoded`; owned decode.
@@ -220,8 +220,8 @@ fn main() {
     .expect("subscriber node");
     let keys = Keys::new("bench").expect("keys");
     // Stagewise publishers are configured as `stagewise run` configures them when it runs as fast as it can
-    // (a short queue with backpressure); `deep queue` is the configuration of an actor on a fixed rate (a
-    // queue that never makes the caller wait, here deep enough that the burst drops nothing).
+    // (the caller puts); `deep queue` is the configuration of an actor on a fixed rate (a queue to a publisher
+    // thread that never makes the caller wait, here deep enough that the burst drops nothing).
     let fast = || PublisherOptions {
         liveliness: false,
         ..PublisherOptions::backpressure()
@@ -263,9 +263,8 @@ fn main() {
         .publisher(
             &deep_keys,
             PublisherOptions {
-                queue_capacity: 1 << 16,
                 liveliness: false,
-                ..PublisherOptions::default()
+                ..PublisherOptions::queue(1 << 16)
             },
         )
         .expect("publisher");
@@ -322,9 +321,8 @@ fn main() {
         .publisher(
             &serde_keys,
             PublisherOptions {
-                queue_capacity: 16,
                 liveliness: false,
-                ..PublisherOptions::default()
+                ..PublisherOptions::queue(16)
             },
         )
         .expect("publisher");

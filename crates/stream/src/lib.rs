@@ -28,7 +28,7 @@ pub mod zero_copy;
 pub use env::{EnvAdapter, EnvClient, EnvHandler, EnvServer};
 pub use keys::{validate_robot, KeyError, Keys};
 pub use node::{Mode, Node, Received, ReceivedRef, StreamConfig, StreamError, Subscription};
-pub use publisher::{Counters, Enqueued, PublisherOptions, RobotPublisher};
+pub use publisher::{Counters, Delivery, Published, PublisherOptions, RobotPublisher};
 pub use tensor::{DType, ObservationMsg, Tensor, TensorError, TensorMap};
 pub use wire::{
     decode, decode_serde, encode, encode_serde_into, now_ns, peek_header, sha256_hex, BoxSpecMsg,

@@ -1,13 +1,13 @@
 //! The actor's side: progress (dropped under congestion), transitions and episodes (bounded queue to a
-//! publisher thread; a full queue drops, or first waits a bounded time: [`PublisherOptions`]), the robot's
-//! liveliness token, counters.
+//! publisher thread that drops when full, or put by the caller itself: [`Delivery`]), the robot's liveliness
+//! token, counters.
 
 use crate::keys::Keys;
 use crate::node::{wait_matching, zerr, Node, StreamError};
 use crate::wire::{encode, EpisodeMsg, ProgressMsg, TransitionMsg, WireError};
 use crate::zero_copy::WireParts;
-use crossbeam_channel::{SendTimeoutError, Sender, TrySendError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,14 +15,24 @@ use zenoh::bytes::ZBytes;
 use zenoh::qos::CongestionControl;
 use zenoh::Wait;
 
+/// How transitions and episodes reach zenoh (both with `CongestionControl::Block`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// Through a bounded queue to a publisher thread, so the caller never waits on zenoh: when the queue is
+    /// full (a slow or vanished learner) the message is dropped and counted at once. For actors on a fixed
+    /// control rate (robots).
+    Queue { capacity: usize },
+    /// Put by the caller's own thread: nothing is queued or dropped, a slower learner paces the caller (zenoh
+    /// closes a link that stays blocked for its `wait_before_close`, 5 s by default, after which the put goes
+    /// on). For actors that run as fast as they can (simulation): no hand-off to another thread, which the
+    /// loopback bench measured at ~30-40 us of CPU per 83 KB transition (a third of raw zenoh's cost).
+    Caller,
+}
+
 /// Options of a [`RobotPublisher`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublisherOptions {
-    /// Transitions and episodes waiting for the publisher thread.
-    pub queue_capacity: usize,
-    /// How long `publish_transition` / `publish_episode` wait for room in a full queue before the message is
-    /// dropped and counted. Zero (the default): never wait, as an actor on a fixed control rate needs.
-    pub full_queue_wait: Duration,
+    pub delivery: Delivery,
     /// Declare the liveliness token `stagewise/<robot>/alive`.
     pub liveliness: bool,
 }
@@ -31,24 +41,27 @@ impl Default for PublisherOptions {
     /// A deep queue that drops when full and never waits: for actors on a fixed control rate (robots).
     fn default() -> Self {
         Self {
-            queue_capacity: 1024,
-            full_queue_wait: Duration::ZERO,
+            delivery: Delivery::Queue { capacity: 1024 },
             liveliness: true,
         }
     }
 }
 
 impl PublisherOptions {
-    /// For an actor that runs as fast as it can (simulation): a short queue whose producer waits for room (up
-    /// to a second, then drops and counts), so the actor runs at the stream's pace instead of producing
-    /// transitions only to drop them, and the few queued messages are still in cache when they are sent (a
-    /// 1024-deep queue of 83 KB transitions is 85 MB of memory going cold: the loopback bench measured 12-14 k
-    /// transitions/s with it against 17-20 k/s with 4-16).
+    /// For an actor that runs as fast as it can (simulation): the caller puts ([`Delivery::Caller`]), so a
+    /// slower learner paces the actor instead of transitions being produced only to be dropped.
     pub fn backpressure() -> Self {
         Self {
-            queue_capacity: 16,
-            full_queue_wait: Duration::from_secs(1),
+            delivery: Delivery::Caller,
             liveliness: true,
+        }
+    }
+
+    /// The default options with a queue of `capacity` messages.
+    pub fn queue(capacity: usize) -> Self {
+        Self {
+            delivery: Delivery::Queue { capacity },
+            ..Self::default()
         }
     }
 }
@@ -116,138 +129,11 @@ enum Outgoing {
     Episode(Body<EpisodeMsg>),
 }
 
-/// A message for the publisher thread to encode, or its wire bytes when the caller already has them (the actor
-/// encodes once for its log and hands the same bytes over).
+/// A message to encode, or its wire bytes when the caller already has them (the actor encodes once for its
+/// log and hands the same bytes over).
 enum Body<M> {
     Message(M),
     Encoded(Vec<u8>),
-}
-
-/// Publishes one robot's stream. Transitions and episodes go through a bounded queue to a publisher thread
-/// (zenoh `CongestionControl::Block` there): when the queue is full they are dropped and counted, at once or
-/// after waiting at most [`PublisherOptions::full_queue_wait`] for room, so a slow or vanished learner stalls
-/// the caller by that much at most; progress goes straight out with `CongestionControl::Drop`.
-pub struct RobotPublisher {
-    keys: Keys,
-    progress: zenoh::pubsub::Publisher<'static>,
-    transition: Arc<zenoh::pubsub::Publisher<'static>>,
-    tx: Option<Sender<Outgoing>>,
-    full_queue_wait: Duration,
-    worker: Option<JoinHandle<()>>,
-    closing: Arc<AtomicBool>,
-    cells: Arc<Cells>,
-    _alive: Option<zenoh::liveliness::LivelinessToken>,
-}
-
-impl std::fmt::Debug for RobotPublisher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RobotPublisher")
-            .field("keys", &self.keys)
-            .field("counters", &self.counters())
-            .finish()
-    }
-}
-
-/// Whether a message was accepted by the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Enqueued {
-    Queued,
-    /// The queue was full (or the publisher is closing): the message was dropped and counted.
-    Dropped,
-}
-
-impl Node {
-    /// Declares the robot's publishers (and liveliness token) and starts the publisher thread.
-    pub fn publisher(
-        &self,
-        keys: &Keys,
-        options: PublisherOptions,
-    ) -> Result<RobotPublisher, StreamError> {
-        let s = self.session();
-        let progress = s
-            .declare_publisher(keys.progress())
-            .congestion_control(CongestionControl::Drop)
-            .wait()
-            .map_err(zerr(format!(
-                "declaring a publisher on `{}`",
-                keys.progress()
-            )))?;
-        let transition = Arc::new(
-            s.declare_publisher(keys.transition())
-                .congestion_control(CongestionControl::Block)
-                .wait()
-                .map_err(zerr(format!(
-                    "declaring a publisher on `{}`",
-                    keys.transition()
-                )))?,
-        );
-        let episode = s
-            .declare_publisher(keys.episode())
-            .congestion_control(CongestionControl::Block)
-            .wait()
-            .map_err(zerr(format!(
-                "declaring a publisher on `{}`",
-                keys.episode()
-            )))?;
-        let alive = if options.liveliness {
-            Some(
-                s.liveliness()
-                    .declare_token(keys.alive())
-                    .wait()
-                    .map_err(zerr(format!(
-                        "declaring the liveliness token `{}`",
-                        keys.alive()
-                    )))?,
-            )
-        } else {
-            None
-        };
-        let (tx, rx) = crossbeam_channel::bounded::<Outgoing>(options.queue_capacity.max(1));
-        let cells = Arc::new(Cells::default());
-        let closing = Arc::new(AtomicBool::new(false));
-        let worker = {
-            let (cells, closing, transition) = (cells.clone(), closing.clone(), transition.clone());
-            std::thread::Builder::new()
-                .name(format!("stagewise-pub-{}", keys.robot()))
-                .spawn(move || {
-                    for out in rx {
-                        let closing = closing.load(Ordering::Acquire);
-                        match out {
-                            Outgoing::Transition(m) => {
-                                // The images' buffers go out as parts of the payload, not copied.
-                                let payload = m.into_payload(|m| {
-                                    (*m).encode_parts().map(WireParts::into_zbytes)
-                                });
-                                let ok = !closing && send(&transition, payload);
-                                let c = if ok { &cells.t_sent } else { &cells.t_failed };
-                                c.fetch_add(1, Ordering::AcqRel);
-                            }
-                            Outgoing::Episode(m) => {
-                                let payload = m.into_payload(|m| encode(&m).map(ZBytes::from));
-                                let ok = !closing && send(&episode, payload);
-                                let c = if ok { &cells.e_sent } else { &cells.e_failed };
-                                c.fetch_add(1, Ordering::AcqRel);
-                            }
-                        }
-                    }
-                })
-                .map_err(|e| StreamError::Zenoh {
-                    what: "starting the publisher thread".into(),
-                    reason: e.to_string(),
-                })?
-        };
-        Ok(RobotPublisher {
-            keys: keys.clone(),
-            progress,
-            transition,
-            tx: Some(tx),
-            full_queue_wait: options.full_queue_wait,
-            worker: Some(worker),
-            closing,
-            cells,
-            _alive: alive,
-        })
-    }
 }
 
 impl<M> Body<M> {
@@ -259,6 +145,35 @@ impl<M> Body<M> {
             Body::Message(m) => encode(m),
             Body::Encoded(bytes) => Ok(bytes.into()),
         }
+    }
+}
+
+/// The transition and episode publishers and the counters: used by the publisher thread, or by the caller
+/// with [`Delivery::Caller`].
+struct Lines {
+    transition: zenoh::pubsub::Publisher<'static>,
+    episode: zenoh::pubsub::Publisher<'static>,
+    cells: Cells,
+}
+
+impl Lines {
+    /// Encodes and puts one message (not when `closing`) and counts it as sent or failed; true when sent.
+    fn put(&self, out: Outgoing, closing: bool) -> bool {
+        let (ok, sent, failed) = match out {
+            Outgoing::Transition(m) => {
+                // The images' buffers go out as parts of the payload, not copied.
+                let payload = m.into_payload(|m| (*m).encode_parts().map(WireParts::into_zbytes));
+                let ok = !closing && send(&self.transition, payload);
+                (ok, &self.cells.t_sent, &self.cells.t_failed)
+            }
+            Outgoing::Episode(m) => {
+                let payload = m.into_payload(|m| encode(&m).map(ZBytes::from));
+                let ok = !closing && send(&self.episode, payload);
+                (ok, &self.cells.e_sent, &self.cells.e_failed)
+            }
+        };
+        (if ok { sent } else { failed }).fetch_add(1, Ordering::AcqRel);
+        ok
     }
 }
 
@@ -278,74 +193,162 @@ fn send(publisher: &zenoh::pubsub::Publisher<'_>, encoded: Result<ZBytes, WireEr
     }
 }
 
+/// Publishes one robot's stream. Transitions and episodes go out as [`Delivery`] says (zenoh
+/// `CongestionControl::Block`): through a bounded queue to a publisher thread, dropped and counted when it is
+/// full, so a slow or vanished learner never stalls the caller; or put by the caller, whom a slow learner then
+/// paces. Progress goes straight out with `CongestionControl::Drop`.
+pub struct RobotPublisher {
+    keys: Keys,
+    progress: zenoh::pubsub::Publisher<'static>,
+    lines: Arc<Lines>,
+    /// The queue to the publisher thread; `None` with [`Delivery::Caller`] and once closing.
+    tx: Option<SyncSender<Outgoing>>,
+    caller_puts: bool,
+    worker: Option<JoinHandle<()>>,
+    closing: Arc<AtomicBool>,
+    _alive: Option<zenoh::liveliness::LivelinessToken>,
+}
+
+impl std::fmt::Debug for RobotPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RobotPublisher")
+            .field("keys", &self.keys)
+            .field("counters", &self.counters())
+            .finish()
+    }
+}
+
+/// What became of a transition or episode handed to the publisher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// Queued for the publisher thread ([`Delivery::Queue`]).
+    Queued,
+    /// Put by the caller's thread ([`Delivery::Caller`]).
+    Sent,
+    /// The queue was full (or the publisher is closing): the message was dropped and counted.
+    Dropped,
+    /// Encoding or the put failed ([`Delivery::Caller`]; logged and counted).
+    Failed,
+}
+
+impl Node {
+    /// Declares the robot's publishers (and liveliness token) and, with [`Delivery::Queue`], starts the
+    /// publisher thread.
+    pub fn publisher(
+        &self,
+        keys: &Keys,
+        options: PublisherOptions,
+    ) -> Result<RobotPublisher, StreamError> {
+        let s = self.session();
+        let declare = |key: String, cc| {
+            s.declare_publisher(key.clone())
+                .congestion_control(cc)
+                .wait()
+                .map_err(zerr(format!("declaring a publisher on `{key}`")))
+        };
+        let progress = declare(keys.progress(), CongestionControl::Drop)?;
+        let lines = Arc::new(Lines {
+            transition: declare(keys.transition(), CongestionControl::Block)?,
+            episode: declare(keys.episode(), CongestionControl::Block)?,
+            cells: Cells::default(),
+        });
+        let alive = if options.liveliness {
+            Some(
+                s.liveliness()
+                    .declare_token(keys.alive())
+                    .wait()
+                    .map_err(zerr(format!(
+                        "declaring the liveliness token `{}`",
+                        keys.alive()
+                    )))?,
+            )
+        } else {
+            None
+        };
+        let closing = Arc::new(AtomicBool::new(false));
+        let (tx, worker) = match options.delivery {
+            Delivery::Caller => (None, None),
+            Delivery::Queue { capacity } => {
+                let (tx, rx) = sync_channel::<Outgoing>(capacity.max(1));
+                let (lines, closing) = (lines.clone(), closing.clone());
+                let worker = std::thread::Builder::new()
+                    .name(format!("stagewise-pub-{}", keys.robot()))
+                    .spawn(move || {
+                        for out in rx {
+                            lines.put(out, closing.load(Ordering::Acquire));
+                        }
+                    })
+                    .map_err(|e| StreamError::Zenoh {
+                        what: "starting the publisher thread".into(),
+                        reason: e.to_string(),
+                    })?;
+                (Some(tx), Some(worker))
+            }
+        };
+        Ok(RobotPublisher {
+            keys: keys.clone(),
+            progress,
+            lines,
+            caller_puts: tx.is_none(),
+            tx,
+            worker,
+            closing,
+            _alive: alive,
+        })
+    }
+}
+
 impl RobotPublisher {
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
 
-    /// Queues a transition for the publisher thread. Full queue: dropped and counted, at once or after waiting
-    /// up to [`PublisherOptions::full_queue_wait`] for room. The thread
-    /// encodes it with [`TransitionMsg::encode_parts`]: the images' buffers become parts of the zenoh payload
-    /// instead of being copied into one buffer (the bytes on the wire are those of `encode`).
-    pub fn publish_transition(&self, msg: TransitionMsg) -> Enqueued {
-        self.enqueue(
-            Outgoing::Transition(Body::Message(Box::new(msg))),
-            &self.cells.t_enqueued,
-            &self.cells.t_dropped,
-        )
+    /// Publishes a transition as [`Delivery`] says: queued for the publisher thread (a full queue drops and
+    /// counts it), or put now by this thread. It is encoded with [`TransitionMsg::encode_parts`]: the images'
+    /// buffers become parts of the zenoh payload instead of being copied into one buffer (the bytes on the
+    /// wire are those of `encode`).
+    pub fn publish_transition(&self, msg: TransitionMsg) -> Published {
+        self.publish(Outgoing::Transition(Body::Message(Box::new(msg))))
     }
 
     /// Like [`Self::publish_transition`] with the message's wire bytes (`encode(&msg)`), for a caller that
     /// already encoded it (e.g. for its log): the bytes go out unchanged.
-    pub fn publish_transition_encoded(&self, bytes: Vec<u8>) -> Enqueued {
-        self.enqueue(
-            Outgoing::Transition(Body::Encoded(bytes)),
-            &self.cells.t_enqueued,
-            &self.cells.t_dropped,
-        )
+    pub fn publish_transition_encoded(&self, bytes: Vec<u8>) -> Published {
+        self.publish(Outgoing::Transition(Body::Encoded(bytes)))
     }
 
-    /// Queues an episode summary (same queue and rules as transitions).
-    pub fn publish_episode(&self, msg: EpisodeMsg) -> Enqueued {
-        self.enqueue(
-            Outgoing::Episode(Body::Message(msg)),
-            &self.cells.e_enqueued,
-            &self.cells.e_dropped,
-        )
+    /// Publishes an episode summary (same rules as transitions).
+    pub fn publish_episode(&self, msg: EpisodeMsg) -> Published {
+        self.publish(Outgoing::Episode(Body::Message(msg)))
     }
 
     /// Like [`Self::publish_episode`] with the message's wire bytes.
-    pub fn publish_episode_encoded(&self, bytes: Vec<u8>) -> Enqueued {
-        self.enqueue(
-            Outgoing::Episode(Body::Encoded(bytes)),
-            &self.cells.e_enqueued,
-            &self.cells.e_dropped,
-        )
+    pub fn publish_episode_encoded(&self, bytes: Vec<u8>) -> Published {
+        self.publish(Outgoing::Episode(Body::Encoded(bytes)))
     }
 
-    fn enqueue(&self, out: Outgoing, enqueued: &AtomicU64, dropped: &AtomicU64) -> Enqueued {
-        let Some(tx) = &self.tx else {
-            dropped.fetch_add(1, Ordering::AcqRel);
-            return Enqueued::Dropped;
+    fn publish(&self, out: Outgoing) -> Published {
+        let cells = &self.lines.cells;
+        let (enqueued, dropped) = match out {
+            Outgoing::Transition(_) => (&cells.t_enqueued, &cells.t_dropped),
+            Outgoing::Episode(_) => (&cells.e_enqueued, &cells.e_dropped),
         };
         // Count first so that `queued` (enqueued - finished) never underflows in a snapshot.
         enqueued.fetch_add(1, Ordering::AcqRel);
-        let sent = match tx.try_send(out) {
-            Ok(()) => true,
-            Err(TrySendError::Full(out)) if !self.full_queue_wait.is_zero() => {
-                match tx.send_timeout(out, self.full_queue_wait) {
-                    Ok(()) => true,
-                    Err(SendTimeoutError::Timeout(_) | SendTimeoutError::Disconnected(_)) => false,
-                }
+        if self.caller_puts {
+            return if self.lines.put(out, false) {
+                Published::Sent
+            } else {
+                Published::Failed
+            };
+        }
+        match self.tx.as_ref().map(|tx| tx.try_send(out)) {
+            Some(Ok(())) => Published::Queued,
+            Some(Err(TrySendError::Full(_) | TrySendError::Disconnected(_))) | None => {
+                enqueued.fetch_sub(1, Ordering::AcqRel);
+                dropped.fetch_add(1, Ordering::AcqRel);
+                Published::Dropped
             }
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
-        };
-        if sent {
-            Enqueued::Queued
-        } else {
-            enqueued.fetch_sub(1, Ordering::AcqRel);
-            dropped.fetch_add(1, Ordering::AcqRel);
-            Enqueued::Dropped
         }
     }
 
@@ -354,7 +357,7 @@ impl RobotPublisher {
         match encode(msg) {
             Ok(bytes) => self.publish_progress_encoded(bytes),
             Err(e) => {
-                self.cells.p_failed.fetch_add(1, Ordering::AcqRel);
+                self.lines.cells.p_failed.fetch_add(1, Ordering::AcqRel);
                 Err(e.into())
             }
         }
@@ -369,27 +372,28 @@ impl RobotPublisher {
             .wait()
             .map_err(|e| zerr(format!("put on `{}`", self.keys.progress()))(e));
         let c = if res.is_ok() {
-            &self.cells.p_sent
+            &self.lines.cells.p_sent
         } else {
-            &self.cells.p_failed
+            &self.lines.cells.p_failed
         };
         c.fetch_add(1, Ordering::AcqRel);
         res
     }
 
     pub fn counters(&self) -> Counters {
-        self.cells.snapshot()
+        self.lines.cells.snapshot()
     }
 
     /// Waits until a subscriber matches the transition key (true) or `timeout` passes (false). Anything put
     /// before that is lost: zenoh does not store messages for subscribers that come later.
     pub fn wait_for_subscribers(&self, timeout: Duration) -> bool {
-        wait_matching(&self.transition, timeout)
+        wait_matching(&self.lines.transition, timeout)
     }
 
     /// Whether a subscriber matches the transition key now.
     pub fn has_subscribers(&self) -> bool {
-        self.transition
+        self.lines
+            .transition
             .matching_status()
             .wait()
             .map(|s| s.matching())

@@ -38,7 +38,7 @@ fn transitions_with_images_reach_a_subscriber_in_another_process() {
     for step in 0..N {
         assert_eq!(
             publisher.publish_transition(transition("xproc-arm", step, true)),
-            stagewise_stream::Enqueued::Queued
+            stagewise_stream::Published::Queued
         );
         // The default queue (1024) holds all of them; pace a little so that this checks delivery, not drops.
         if step % 32 == 31 {
@@ -110,14 +110,7 @@ fn a_killed_subscriber_never_stalls_the_publisher_and_drops_are_counted() {
     let node = Node::open(&StreamConfig::loopback(port)).expect("open publisher node");
     let keys = Keys::new("kill-arm").expect("keys");
     let publisher = node
-        .publisher(
-            &keys,
-            PublisherOptions {
-                queue_capacity: 8,
-                liveliness: true,
-                ..PublisherOptions::default()
-            },
-        )
+        .publisher(&keys, PublisherOptions::queue(8))
         .expect("publisher");
     // A slow learner: 20 ms per transition (50/s) while we offer them as fast as we can.
     let mut probe = Probe::spawn(&[

@@ -8,7 +8,7 @@ use stagewise_core::{
     BoxSpec, Env, EnvError, EnvSpec, Observation, Progress, StepInfo, StepResult, ViewSpec,
 };
 use stagewise_stream::{
-    Enqueued, EnvAdapter, EpisodeMsg, Keys, Node, PolicyMsg, ProgressMsg, PublisherOptions,
+    EnvAdapter, EpisodeMsg, Keys, Node, PolicyMsg, ProgressMsg, Published, PublisherOptions,
     ResetReply, ResetRequest, Schema, StepReply, StreamConfig, StreamError, TransitionMsg,
     WireError,
 };
@@ -324,9 +324,8 @@ fn every_transition_is_counted_once_and_publishing_never_blocks() {
         .publisher(
             &keys,
             PublisherOptions {
-                queue_capacity: 2,
                 liveliness: false,
-                ..PublisherOptions::default()
+                ..PublisherOptions::queue(2)
             },
         )
         .expect("publisher");
@@ -345,19 +344,18 @@ fn every_transition_is_counted_once_and_publishing_never_blocks() {
     assert_eq!(c.transitions_queued, 0);
 }
 
-/// With backpressure a full queue makes the caller wait for room instead of dropping: a burst into a
-/// two-deep queue arrives whole.
+/// With backpressure the caller puts each transition itself: a burst of transitions with images arrives
+/// whole and in order, nothing is queued or dropped (a 2-deep queue would drop most of it).
 #[test]
-fn with_backpressure_a_burst_waits_for_room_and_nothing_is_dropped() {
+fn with_backpressure_the_caller_puts_and_a_burst_arrives_whole() {
     let (actor, learner) = pair();
     let keys = Keys::new("paced-arm").expect("keys");
     let publisher = actor
         .publisher(
             &keys,
             PublisherOptions {
-                queue_capacity: 2,
                 liveliness: false,
-                full_queue_wait: Duration::from_secs(5),
+                ..PublisherOptions::backpressure()
             },
         )
         .expect("publisher");
@@ -374,11 +372,11 @@ fn with_backpressure_a_burst_waits_for_room_and_nothing_is_dropped() {
         msg.step = step;
         assert_eq!(
             publisher.publish_transition(msg),
-            Enqueued::Queued,
-            "transition {step} was dropped instead of waiting for room"
+            Published::Sent,
+            "transition {step} was not put by the caller"
         );
+        assert_eq!(publisher.counters().transitions_queued, 0);
     }
-    assert!(publisher.flush(LONG));
     let steps: Vec<u64> = (0..n)
         .map(|_| {
             rx.recv_timeout(LONG)
