@@ -51,6 +51,12 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // ONNX Runtime's Linux wheel (1.31) starts its telemetry (a sqlite store under ~/.cache/Microsoft) while it
+    // creates the environment, before the `DisableTelemetryEvents` that `stagewise-model` calls can stop it;
+    // this variable keeps it off. Set first, while the process has a single thread.
+    if std::env::var_os("ORT_DISABLE_TELEMETRY").is_none() {
+        std::env::set_var("ORT_DISABLE_TELEMETRY", "1");
+    }
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)

@@ -451,3 +451,33 @@ fn bad_input_gives_clear_errors() {
     );
     assert!(!nocam.join("sarm_progress.parquet").exists());
 }
+
+/// ONNX Runtime's telemetry stays off: loading a model writes nothing under the user's cache directory
+/// (ONNX Runtime 1.31 creates ~/.cache/Microsoft/DeveloperTools/.onnxruntime/onnxruntime.db unless told not to).
+#[test]
+fn onnx_runtime_telemetry_writes_nothing_in_home() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(exe())
+        .current_dir(root())
+        .args(["models", "check", MODEL])
+        .env("HOME", home.path())
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("ORT_DISABLE_TELEMETRY")
+        .output()
+        .expect("run stagewise");
+    ok(&out);
+    let left: Vec<_> = files_under(home.path());
+    assert!(left.is_empty(), "written under HOME: {left:?}");
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        }
+        out.push(p);
+    }
+    out
+}
