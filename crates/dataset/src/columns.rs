@@ -179,8 +179,14 @@ fn arrow_field(dt: &DataType) -> std::sync::Arc<arrow_schema::Field> {
     std::sync::Arc::new(arrow_schema::Field::new("item", dt.clone(), true))
 }
 
-/// LeRobot / HF `datasets.Image()` column: `struct<bytes: binary, path: string>`. Returns the bytes per row.
-pub(crate) fn image_bytes(a: &ArrayRef, path: &Path, name: &str) -> Result<Vec<Vec<u8>>> {
+/// LeRobot / HF `datasets.Image()` column: `struct<bytes: binary, path: string>`. Returns the bytes of `rows`,
+/// in that order (only those are copied: a batch can hold other episodes too).
+pub(crate) fn image_bytes(
+    a: &ArrayRef,
+    rows: &[usize],
+    path: &Path,
+    name: &str,
+) -> Result<Vec<Vec<u8>>> {
     let expected = "struct<bytes: binary, path: string> (HF datasets Image)";
     let st = a
         .as_any()
@@ -194,8 +200,8 @@ pub(crate) fn image_bytes(a: &ArrayRef, path: &Path, name: &str) -> Result<Vec<V
     if binary.is_none() && large.is_none() {
         return Err(type_err(path, name, expected, a.data_type()));
     }
-    let mut out = Vec::with_capacity(st.len());
-    for row in 0..st.len() {
+    let mut out = Vec::with_capacity(rows.len());
+    for &row in rows {
         if st.is_null(row) || bytes.is_null(row) {
             return Err(DatasetError::BadValue {
                 path: path.to_owned(),

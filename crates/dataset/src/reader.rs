@@ -462,9 +462,7 @@ impl Dataset {
                 }
             }
             for (k, key) in image_keys.iter().enumerate() {
-                let all = image_bytes(column(&batch, &path, key)?, &path, key)?;
-                let mut all: Vec<Option<Vec<u8>>> = all.into_iter().map(Some).collect();
-                png[k].extend(sel.iter().filter_map(|&i| all[i].take()));
+                png[k].extend(image_bytes(column(&batch, &path, key)?, &sel, &path, key)?);
             }
             for (k, key) in extra_keys.iter().enumerate() {
                 let v = numeric_f64(column(&batch, &path, key)?, &path, key)?;
