@@ -54,7 +54,8 @@ STD = [0.25, 0.25, 0.25]
 
 
 # Output channels of the encoder's convs (the last repeats for larger images): the hop model's widths. Progress
-# models take `--enc-channels` (the shipped pick-place model: 8,16,16, a third of the FLOPs of 16,32,32).
+# models take `--enc-channels` (the shipped pick-place model: 4,16,16, a quarter of the FLOPs of 16,32,32; its first conv, on full-size
+# frames, costs the most).
 ENC_CHANNELS = (16, 32, 32)
 
 
@@ -490,7 +491,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--enc-channels", type=lambda t: tuple(int(c) for c in t.split(",")), default=ENC_CHANNELS,
-                    help="output channels of the encoder's stride-2 convs, e.g. 8,16,16 (progress models; "
+                    help="output channels of the encoder's stride-2 convs, e.g. 4,16,16 (progress models; "
                          "default 16,32,32)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

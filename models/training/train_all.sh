@@ -7,7 +7,7 @@
 # .venv/bin/python), EPISODES (training episodes per task; default 300), EPOCHS (default 40), DEGRADED (share of
 # degraded training episodes; default 0.4), TARGETS (hybrid | oracle; default hybrid), THREADS (torch threads;
 # default 2 — use 1 when the cores are shared: torch's thread pool spins badly under contention), ENC_CHANNELS
-# (the progress encoder's conv widths; default 8,16,16 for pick-place, as shipped, and 16,32,32 for the others).
+# (the progress encoder's conv widths; default 4,16,16 for pick-place, as shipped, and 16,32,32 for the others).
 # Seeds: training 0.., validation 500000..; the CI test's held-out set starts at 1000000 (tests/shipped_models.rs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,7 +38,7 @@ for t in "${TASKS[@]}"; do
   record "$task" val 12 0.4 500000 0
   mkdir -p "models/$task"
   chans=${ENC_CHANNELS:-16,32,32}
-  if [ "$t" = pick-place ]; then chans=${ENC_CHANNELS:-8,16,16}; fi
+  if [ "$t" = pick-place ]; then chans=${ENC_CHANNELS:-4,16,16}; fi
   start=$(date +%s)
   "$PY" models/training/train.py --task "$task" --kind "$kind" --train "$DATA/$task-train-n$EPISODES-d$DEGRADED" \
     --val "$DATA/$task-val" --out "models/$task" --epochs "$EPOCHS" --samples-per-epoch 16384 --eval-every 10 \
