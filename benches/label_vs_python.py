@@ -149,7 +149,7 @@ def main():
     ap.add_argument("--strides", default="1,4")
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=3, help="Rust runs per stride (median reported)")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds: the Python loop and each Rust run once per round (medians reported)")
     ap.add_argument("--exe", help="a built stagewise binary (default: target/release/stagewise, built if missing)")
     ap.add_argument("--work", default="/tmp/stagewise-label-bench")
     ap.add_argument("--out", default="benches/label_vs_python")
@@ -174,27 +174,41 @@ def main():
         cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
     )
 
-    # Python: the dataset read (pyarrow) is timed as part of its run, as the label command's is.
-    t0 = time.perf_counter()
-    episodes = load_dataset(ds, man["views"])
-    t_read = time.perf_counter() - t0
-    py_labels, py_t = python_loop(episodes, man, onnx_path)
-    py_wall = time.perf_counter() - t0
-    frames = sum(len(e["index"]) for e in episodes)
-    py_index = np.concatenate([e["index"] for e in episodes])
-    py_prog = np.concatenate(py_labels)
-
-    results = []
     # (stride, single graph): the model's two-part form (when its manifest has [parts]) at every stride, and the
     # single graph at stride 1 (the exact graph the Python loop runs)
     configs = [(int(s), False) for s in args.strides.split(",")]
     if man.get("parts"):
         configs.insert(1, (1, True))
+    # Rounds: the Python loop once, then every Rust configuration once, `--repeats` times. The machine's speed
+    # drifts by 10-20% over minutes; interleaving gives both sides the same drift, and each side's median is
+    # reported (with the per-round ratios next to it). The first Rust process after the Python loop runs ~30%
+    # slower on this VM (its second vCPU sat idle for 10 s: same page faults, more CPU time; an 8 s sleep does
+    # the same), so each round starts with one untimed stride-1 run; its times are reported on their own.
+    py_walls, py_runs, runs, cold = [], [], {c: [] for c in configs}, []
+    for _ in range(args.repeats):
+        # Python: the dataset read (pyarrow) is timed as part of its run, as the label command's is.
+        t0 = time.perf_counter()
+        episodes = load_dataset(ds, man["views"])
+        t_read = time.perf_counter() - t0
+        py_labels, py_t = python_loop(episodes, man, onnx_path)
+        py_walls.append(time.perf_counter() - t0)
+        py_runs.append((t_read, py_t))
+        cold.append(rust_label(exe, ds, model, configs[0][0], args.workers, args.batch, work, configs[0][1])[0])
+        for stride, single in configs:
+            runs[(stride, single)].append(rust_label(exe, ds, model, stride, args.workers, args.batch, work, single))
+    order = sorted(range(args.repeats), key=lambda i: py_walls[i])
+    mid = order[len(order) // 2]
+    py_wall, (t_read, py_t) = py_walls[mid], py_runs[mid]
+    frames = sum(len(e["index"]) for e in episodes)
+    py_index = np.concatenate([e["index"] for e in episodes])
+    py_prog = np.concatenate(py_labels)
+
+    results = []
     for stride, single in configs:
-        runs = [rust_label(exe, ds, model, stride, args.workers, args.batch, work, single)
-                for _ in range(args.repeats)]
-        runs.sort(key=lambda r: r[0])
-        wall, summary, labels = runs[len(runs) // 2]
+        rs = runs[(stride, single)]
+        per_round = [py_walls[i] / rs[i][0] for i in range(args.repeats)]
+        rs = sorted(rs, key=lambda r: r[0])
+        wall, summary, labels = rs[len(rs) // 2]
         rust = np.array([labels[int(i)] for i in py_index], dtype=np.float32)
         diff = float(np.max(np.abs(rust - py_prog)))
         if stride == 1 and diff > 1e-4:
@@ -205,12 +219,13 @@ def main():
                 "two_part": summary.get("two_part", False),
                 "worker_seconds": summary.get("worker_seconds"),
                 "rust_wall_s": wall,
-                "rust_wall_all_s": [r[0] for r in runs],
+                "rust_wall_all_s": [r[0] for r in runs[(stride, single)]],
                 "rust_label_s": summary["label_s"],
                 "windows_scored": summary["windows_scored"],
                 "max_abs_diff_vs_python": diff,
                 "mean_abs_diff_vs_python": float(np.mean(np.abs(rust - py_prog))),
                 "speedup_wall": py_wall / wall,
+                "speedup_per_round": per_round,
             }
         )
 
@@ -222,6 +237,7 @@ def main():
         "frames": frames,
         "python": {
             "wall_s": py_wall,
+            "wall_all_s": py_walls,
             "read_s": t_read,
             "data_s": py_t["data_s"],
             "model_s": py_t["model_s"],
@@ -229,7 +245,8 @@ def main():
             "us_per_frame_data": 1e6 * py_t["data_s"] / frames,
             "us_per_frame_model": 1e6 * py_t["model_s"] / frames,
         },
-        "rust": {"workers": args.workers, "ort_threads": 1, "batch": args.batch, "runs": results},
+        "rust": {"workers": args.workers, "ort_threads": 1, "batch": args.batch, "runs": results,
+                 "first_run_after_python_s": cold},
     }
     Path(args.out + ".json").write_text(json.dumps(report, indent=2))
     lines = [
@@ -239,7 +256,7 @@ def main():
         f"{report['onnxruntime']}; model `{args.model}`; {args.episodes} recorded pick-place episodes "
         f"({frames} frames, half degraded). Same model, same frames, same cores.",
         "",
-        "| labeller | model queries | wall time (s) | frames/s | speed-up | mean / max abs diff vs Python |",
+        "| labeller | model queries | wall time (s) | frames/s | speed-up (per round) | mean / max abs diff vs Python |",
         "|---|---|---|---|---|---|",
         f"| Python loop (batch 1, one query per frame) | {frames} | {py_wall:.2f} | {frames / py_wall:.0f} | 1.0x | - |",
     ]
@@ -250,16 +267,21 @@ def main():
             f"| `stagewise label --stride {r['stride']}{flag}` ({form}; {args.workers} workers x 1 thread, "
             f"batch {args.batch}) | "
             f"{r['windows_scored']} | {r['rust_wall_s']:.2f} | {frames / r['rust_wall_s']:.0f} | "
-            f"**{r['speedup_wall']:.1f}x** | {r['mean_abs_diff_vs_python']:.1e} / {r['max_abs_diff_vs_python']:.1e} |"
+            f"**{r['speedup_wall']:.1f}x** ({' / '.join(f'{x:.1f}' for x in r['speedup_per_round'])}) | "
+            f"{r['mean_abs_diff_vs_python']:.1e} / {r['max_abs_diff_vs_python']:.1e} |"
         )
+    cold_mid = sorted(cold)[len(cold) // 2]
     lines += [
+        "",
+        f"Untimed first run of each round (`--stride {configs[0][0]}`, right after the Python loop, cold): "
+        f"{' / '.join(f'{c:.2f}' for c in cold)} s, median {py_wall / cold_mid:.1f}x.",
         "",
         f"Python's time per frame: {report['python']['us_per_frame_data']:.0f} us fetching the window "
         f"(PNG decode + normalise, {len(man['views'])} views x {man['frames']} frames) and "
         f"{report['python']['us_per_frame_model']:.0f} us in `InferenceSession.run`; reading the parquet files "
         f"{t_read:.2f} s. Rust wall times are whole processes (start, dataset read and PNG decode, scoring, writing "
-        "sarm_progress.parquet, RA-BC), median of "
-        f"{args.repeats} runs.",
+        "sarm_progress.parquet, RA-BC). Each side's time is the median of "
+        f"{args.repeats} rounds (a round: the Python loop, then every Rust run once; per-round ratios in brackets).",
         "",
         "`--stride 1` does the same work as the Python loop (every frame scored; labels agree to float32 rounding). "
         "`--stride N` scores every N-th frame (and each episode's last frame) and interpolates linearly between: "
