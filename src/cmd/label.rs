@@ -341,7 +341,8 @@ fn label_episode(
             // normalising and the encoder); windows are then windows of embeddings.
             let e = m.embedding_len();
             emb.clear();
-            let chunk_frames = (ENCODE_CHUNK_BYTES / (step_len * size_of::<f32>())).clamp(1, plan.batch);
+            let chunk_frames =
+                (ENCODE_CHUNK_BYTES / (step_len * size_of::<f32>())).clamp(1, plan.batch);
             grow(pre, chunk_frames * step_len);
             for chunk in needed.chunks(chunk_frames) {
                 let pre = &mut pre[..chunk.len() * step_len];
