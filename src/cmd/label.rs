@@ -396,8 +396,8 @@ fn label_episode(
 }
 
 /// The most normalised pixels (bytes of f32) per encoder run: a chunk's input and the encoder's activations
-/// then stay in a core's L2 cache. Measured on the shipped pick-place model (3 views at 32x32, so 10 frames per
-/// run): 28-31 us of model time per frame against 34-38 us with 64 frames per run (benches/label_vs_python.md).
+/// then stay in a core's L2 cache. Measured with the 8-16-16 pick-place model (3 views at 32x32, so 10 frames
+/// per run): 28-31 us of model time per frame against 34-38 us with 64 frames per run.
 const ENCODE_CHUNK_BYTES: usize = 384 * 1024;
 
 /// Decoded episodes a worker keeps while its model loads (bounded: a TensorRT build can take minutes).
@@ -501,11 +501,18 @@ fn label_all(
 }
 
 pub fn run(args: LabelArgs) -> anyhow::Result<()> {
-    let t_start = Instant::now();
     // Load ONNX Runtime (tens of milliseconds) while the dataset and the manifest are read; the workers then
-    // find it loaded, or its error.
+    // find it loaded, or its error. Joined before returning, also on errors: a process that exits while
+    // another thread is still loading the library can crash in its exit handlers.
     let ort_lib = args.ort.ort_lib.clone();
-    std::thread::spawn(move || OrtRuntime::init(ort_lib.as_deref()).is_ok());
+    let loading = std::thread::spawn(move || OrtRuntime::init(ort_lib.as_deref()).is_ok());
+    let result = label(args);
+    let _ = loading.join();
+    result
+}
+
+fn label(args: LabelArgs) -> anyhow::Result<()> {
+    let t_start = Instant::now();
     let ds = Dataset::open(&args.dataset)
         .with_context(|| format!("opening dataset {}", args.dataset.display()))?;
     let manifest =
