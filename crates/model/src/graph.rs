@@ -3,7 +3,7 @@
 use crate::manifest::Manifest;
 use crate::ModelError;
 use ort::session::Session;
-use ort::value::{TensorElementType, ValueType};
+use ort::value::{Outlet, TensorElementType, ValueType};
 use std::path::Path;
 
 /// Checks a graph's tensors against what its manifest (or, for a policy, the env) implies: names, element
@@ -25,13 +25,22 @@ impl GraphCheck<'_> {
         }
     }
 
-    fn tensor_shape(
+    /// The shape of the float32 tensor `name` among the graph's inputs or outputs (`side`).
+    fn shape_of(
         &self,
         field: &str,
         name: &str,
-        ty: &ValueType,
+        outlets: &[Outlet],
+        side: &str,
     ) -> Result<Vec<i64>, ModelError> {
-        match ty {
+        let outlet = outlets.iter().find(|o| o.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = outlets.iter().map(|o| o.name()).collect();
+            self.err(
+                field,
+                format!("the graph has no {side} named `{name}` (its {side}s: {names:?})"),
+            )
+        })?;
+        match outlet.dtype() {
             ValueType::Tensor {
                 ty: TensorElementType::Float32,
                 shape,
@@ -55,19 +64,7 @@ impl GraphCheck<'_> {
         name: &str,
         expected: &[Option<usize>],
     ) -> Result<Option<usize>, ModelError> {
-        let outlet = self
-            .session
-            .inputs()
-            .iter()
-            .find(|o| o.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = self.session.inputs().iter().map(|o| o.name()).collect();
-                self.err(
-                    field,
-                    format!("the graph has no input named `{name}` (its inputs: {names:?})"),
-                )
-            })?;
-        let shape = self.tensor_shape(field, name, outlet.dtype())?;
+        let shape = self.shape_of(field, name, self.session.inputs(), "input")?;
         self.match_shape(field, name, &shape, expected)?;
         Ok(shape.first().and_then(|&d| usize::try_from(d).ok()))
     }
@@ -79,19 +76,7 @@ impl GraphCheck<'_> {
         name: &str,
         allowed: &[&[Option<usize>]],
     ) -> Result<(), ModelError> {
-        let outlet = self
-            .session
-            .outputs()
-            .iter()
-            .find(|o| o.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = self.session.outputs().iter().map(|o| o.name()).collect();
-                self.err(
-                    field,
-                    format!("the graph has no output named `{name}` (its outputs: {names:?})"),
-                )
-            })?;
-        let shape = self.tensor_shape(field, name, outlet.dtype())?;
+        let shape = self.shape_of(field, name, self.session.outputs(), "output")?;
         let mut first_err = None;
         for expected in allowed {
             match self.match_shape(field, name, &shape, expected) {
