@@ -32,8 +32,8 @@ impl TwoPartModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        let manifest = Manifest::load_kind(manifest_path, ModelKind::StageProgress)?;
-        Self::from_manifest(manifest, runtime, opts)
+        // `from_manifest` checks the kind.
+        Self::from_manifest(Manifest::load(manifest_path)?, runtime, opts)
     }
 
     /// Like [`Self::load`] with a manifest already read and checked ([`Manifest::load`] hashes every file it
