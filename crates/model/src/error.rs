@@ -54,6 +54,26 @@ pub enum ModelError {
         field: String,
         reason: String,
     },
+    #[error(
+        "model {model} reads state field {field:?}, which {origin} does not have (it has: {has})"
+    )]
+    StateFieldMissing {
+        model: PathBuf,
+        field: String,
+        origin: String,
+        has: String,
+    },
+    #[error(
+        "model {model} has no state_names and reads a state of {state_size} values as it is, but {origin} has \
+         {source_len} ({has}): name the fields the model reads with state_names in its manifest"
+    )]
+    StateSize {
+        model: PathBuf,
+        state_size: usize,
+        origin: String,
+        source_len: usize,
+        has: String,
+    },
     #[error("model kind `{kind}` cannot be used as {wanted}")]
     WrongKind { kind: String, wanted: &'static str },
 

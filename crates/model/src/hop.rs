@@ -9,7 +9,9 @@
 use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind};
 use crate::preprocess::Normaliser;
+use crate::reward::check_state;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::state::StateMap;
 use crate::ModelError;
 use ort::session::Session;
 use ort::value::TensorRef;
@@ -24,6 +26,8 @@ pub struct HopModel {
     normaliser: Normaliser,
     images: Vec<f32>,
     state: Vec<f32>,
+    /// After [`HopModel::bind_state`]: how the model's state is taken from the source's.
+    state_map: Option<StateMap>,
 }
 
 impl HopModel {
@@ -96,6 +100,7 @@ impl HopModel {
             provider,
             images: Vec::new(),
             state: Vec::new(),
+            state_map: None,
         })
     }
 
@@ -105,6 +110,40 @@ impl HopModel {
 
     pub fn provider(&self) -> Provider {
         self.provider
+    }
+
+    /// Binds the model's state fields by name to a source whose state fields are `source_names` (as
+    /// [`crate::RewardModel::bind_state`]): afterwards observations carry the source's whole state and the
+    /// model's fields are copied, in its order, into the `[N, 2, S]` state input.
+    pub fn bind_state(&mut self, source_names: &[String]) -> Result<(), ModelError> {
+        let map = StateMap::bind(&self.manifest, source_names)?;
+        self.set_state_map(map)
+    }
+
+    /// Like [`Self::bind_state`] with a map built by the caller. Refuses a map for another state size.
+    pub fn set_state_map(&mut self, map: StateMap) -> Result<(), ModelError> {
+        if map.model_len() != self.manifest.state_size {
+            return Err(ModelError::BadInput {
+                tensor: self
+                    .manifest
+                    .inputs
+                    .state
+                    .clone()
+                    .unwrap_or_else(|| "state".into()),
+                reason: format!(
+                    "the state map selects {} fields, the model takes {}",
+                    map.model_len(),
+                    self.manifest.state_size
+                ),
+            });
+        }
+        self.state_map = Some(map);
+        Ok(())
+    }
+
+    /// The binding of [`Self::bind_state`], if any.
+    pub fn state_map(&self) -> Option<&StateMap> {
+        self.state_map.as_ref()
     }
 
     /// Scores pairs `(s_p, s_q)` in one batched run; returns `H(s_p, s_q)` per pair, clamped to [-1, 1]. Views
@@ -125,17 +164,13 @@ impl HopModel {
         for (row, (p, q)) in pairs.iter().enumerate() {
             for (member, o) in [p, q].into_iter().enumerate() {
                 let bad = |reason: String| ModelError::BadObservation { env: row, reason };
-                if o.state.len() != s {
-                    return Err(bad(format!(
-                        "state has {} values, the model takes {s}",
-                        o.state.len()
-                    )));
-                }
-                if let Some(i) = o.state.iter().position(|x| !x.is_finite()) {
-                    return Err(bad(format!("state[{i}] is not finite")));
-                }
+                check_state(&self.state_map, s, &o.state).map_err(bad)?;
                 let at = (row * 2 + member) * s;
-                self.state[at..at + s].copy_from_slice(&o.state);
+                let dst = &mut self.state[at..at + s];
+                match &self.state_map {
+                    Some(map) => map.select(&o.state, dst).map_err(bad)?,
+                    None => dst.copy_from_slice(&o.state),
+                }
                 for (v, name) in self.manifest.views.iter().enumerate() {
                     let view = o
                         .views

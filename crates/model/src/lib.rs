@@ -1,7 +1,8 @@
 //! stagewise-model: ONNX Runtime sessions for Stagewise reward models (and later policies): the model
 //! manifest and its check against the ONNX graph, library discovery and execution providers, frame
 //! preprocessing, per-view frame windows, batched scoring into `Progress`, and the two-part (per-frame encoder +
-//! head) form of a progress model that labelling uses ([`TwoPartModel`]).
+//! head) form of a progress model that labelling uses ([`TwoPartModel`]), and the by-name map from a source's state
+//! to the state fields a model reads ([`StateMap`]).
 //!
 //! Depends on `stagewise-core` and `ort` only: never on the simulator, streaming or runtime crates.
 //! `Session::run` takes `&mut self`, so a [`RewardModel`] is owned by one worker thread; make one per thread.
@@ -14,6 +15,7 @@ pub mod policy;
 pub mod preprocess;
 pub mod reward;
 pub mod runtime;
+pub mod state;
 pub mod synthetic;
 pub mod two_part;
 pub mod window;
@@ -24,4 +26,5 @@ pub use manifest::{Manifest, ModelKind, ProgressMode};
 pub use policy::PolicyModel;
 pub use reward::{RewardModel, StepTiming};
 pub use runtime::{OrtRuntime, Provider, SessionOptions};
+pub use state::StateMap;
 pub use two_part::TwoPartModel;

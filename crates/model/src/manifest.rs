@@ -7,7 +7,12 @@
 //! views = ["front", "side", "wrist"]  # camera views, in the order of the images tensor
 //! frames = 4                        # frames per window
 //! stride = 2                        # control steps between frames of a window
-//! state_size = 8                    # 0 = no state input
+//! state_names = ["ee_x", "ee_y", "ee_z", "gripper_width"]  # the state fields the model reads, by name, in
+//!                                   # the order of the state tensor; consumers build the state from their
+//!                                   # source's fields by these names (`StateMap`) and refuse a model asking for a
+//!                                   # field the source lacks
+//! state_size = 4                    # optional with state_names (then its length; both given: they must agree);
+//!                                   # 0 = no state input
 //!
 //! [image]                           # each frame: resize to width x height, x/255, then (x - mean) / std
 //! width = 96
@@ -35,6 +40,10 @@
 //! head_sha256 = "..."
 //! embedding = 64
 //! ```
+//!
+//! A manifest without `state_names` (the older form) gives only `state_size`: its model reads the source's state
+//! vector as it is, so it binds only to a source whose state has exactly `state_size` values (the identity
+//! mapping); any other source is refused with both sizes named. Name the fields to use such a model elsewhere.
 
 use crate::ModelError;
 use serde::Deserialize;
@@ -157,8 +166,13 @@ pub struct Manifest {
     pub frames: usize,
     #[serde(default = "one")]
     pub stride: usize,
-    #[serde(default)]
+    /// Values of the state input: `state_names.len()` when the manifest names the fields and omits it, 0 when
+    /// neither is given.
+    #[serde(default = "state_size_unset")]
     pub state_size: usize,
+    /// The state fields the model reads, by name, in the order of its state tensor (see [`crate::StateMap`]).
+    #[serde(default)]
+    pub state_names: Option<Vec<String>>,
     pub image: Option<ImageSpec>,
     pub inputs: Inputs,
     pub outputs: Outputs,
@@ -174,6 +188,14 @@ pub struct Manifest {
 
 fn one() -> usize {
     1
+}
+
+/// `state_size` left out of the TOML: resolved after parsing (TOML integers are i64, so no manifest can write
+/// this value itself).
+const STATE_SIZE_UNSET: usize = usize::MAX;
+
+fn state_size_unset() -> usize {
+    STATE_SIZE_UNSET
 }
 
 impl Manifest {
@@ -219,8 +241,46 @@ impl Manifest {
             reason: e.to_string(),
         })?;
         m.path = path.to_path_buf();
+        m.resolve_state_size()?;
         m.check_fields()?;
         Ok(m)
+    }
+
+    /// The state fields the model reads, in the order of its state tensor; `None` for a manifest without
+    /// `state_names` (its state is the source's vector as it is: see [`crate::StateMap::bind`]).
+    pub fn state_names(&self) -> Option<&[String]> {
+        self.state_names.as_deref()
+    }
+
+    /// `state_size` from `state_names` when left out; both given must agree; names unique and non-empty.
+    fn resolve_state_size(&mut self) -> Result<(), ModelError> {
+        let given = (self.state_size != STATE_SIZE_UNSET).then_some(self.state_size);
+        let Some(names) = &self.state_names else {
+            self.state_size = given.unwrap_or(0);
+            return Ok(());
+        };
+        let mut seen = std::collections::HashSet::new();
+        for n in names {
+            if n.trim().is_empty() || !seen.insert(n.as_str()) {
+                return Err(self.field_err(
+                    "state_names",
+                    format!("state field names must be unique and non-empty ({n:?})"),
+                ));
+            }
+        }
+        match given {
+            Some(size) if size != names.len() => Err(self.field_err(
+                "state_names",
+                format!(
+                    "has {} names, but state_size is {size}: they must agree (state_size may be left out)",
+                    names.len()
+                ),
+            )),
+            _ => {
+                self.state_size = names.len();
+                Ok(())
+            }
+        }
     }
 
     fn field_err(&self, field: &str, reason: impl Into<String>) -> ModelError {
@@ -511,6 +571,58 @@ embedding = 16
         for (text, field) in cases {
             assert_eq!(field_of(parse(&text).unwrap_err()), field, "{text}");
         }
+    }
+
+    #[test]
+    fn state_names_give_the_state_size() {
+        assert_eq!(parse(GOOD).unwrap().state_names(), None);
+        let named = GOOD.replace(
+            "state_size = 3",
+            "state_names = [\"ee_x\", \"gripper_width\", \"ee_z\"]",
+        );
+        let m = parse(&named).unwrap();
+        assert_eq!(m.state_size, 3);
+        assert_eq!(
+            m.state_names().unwrap(),
+            ["ee_x", "gripper_width", "ee_z"].map(String::from)
+        );
+        // Both given and agreeing is fine.
+        let both = format!("state_size = 3\n{named}");
+        assert_eq!(parse(&both).unwrap().state_size, 3);
+        // Neither: no state (and then no state input either).
+        let none = GOOD
+            .replace("state_size = 3", "")
+            .replace("state = \"state\"", "");
+        assert_eq!(parse(&none).unwrap().state_size, 0);
+    }
+
+    #[test]
+    fn bad_state_names_are_refused_naming_the_field() {
+        let cases = [
+            // disagrees with state_size
+            GOOD.replace(
+                "state_size = 3",
+                "state_size = 3\nstate_names = [\"a\", \"b\"]",
+            ),
+            GOOD.replace("state_size = 3", "state_names = [\"a\", \"b\", \"a\"]"),
+            GOOD.replace("state_size = 3", "state_names = [\"a\", \"\", \"c\"]"),
+        ];
+        for text in cases {
+            let e = parse(&text).unwrap_err();
+            let msg = e.to_string();
+            assert_eq!(field_of(e), "state_names", "{text}");
+            assert!(msg.contains("test.toml"), "{msg}");
+        }
+        let msg = parse(&GOOD.replace(
+            "state_size = 3",
+            "state_size = 3\nstate_names = [\"a\", \"b\"]",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("2 names") && msg.contains("state_size is 3"),
+            "{msg}"
+        );
     }
 
     #[test]

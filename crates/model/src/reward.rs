@@ -5,6 +5,7 @@ use crate::graph::GraphCheck;
 use crate::manifest::{ImageSpec, Manifest, ModelKind, ProgressMode};
 use crate::preprocess::Normaliser;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::state::StateMap;
 use crate::window::FrameWindow;
 use crate::ModelError;
 use ort::session::Session;
@@ -38,6 +39,9 @@ pub struct RewardModel {
     /// Batch staging for more than one env (one env's window is read in place).
     images: Vec<f32>,
     state: Vec<f32>,
+    /// How the model's state is taken from the source's (after [`RewardModel::bind_state`]); None: the
+    /// observations carry the model's state as it is.
+    state_map: Option<StateMap>,
     /// Where the last [`RewardModel::score_envs`] input lives, for [`RewardModel::time_bare_run`].
     last_input: LastInput,
     timing: StepTiming,
@@ -111,6 +115,7 @@ impl RewardModel {
             windows: Vec::new(),
             images: Vec::new(),
             state: Vec::new(),
+            state_map: None,
             last_input: LastInput::None,
             timing: StepTiming::default(),
         })
@@ -123,6 +128,44 @@ impl RewardModel {
     /// The execution provider the session got.
     pub fn provider(&self) -> Provider {
         self.provider
+    }
+
+    /// Binds the model's state fields by name to a source whose state fields are `source_names` ([`StateMap::bind`]:
+    /// a field the source lacks is refused here, naming it). Afterwards every call takes the *source's* whole state
+    /// (observations' `state`, and `score_windows`' rows) and the fields the model reads are copied, in its order,
+    /// into the input tensor; size and finiteness checks apply to the source's size and the values read.
+    pub fn bind_state(&mut self, source_names: &[String]) -> Result<(), ModelError> {
+        let map = StateMap::bind(&self.manifest, source_names)?;
+        self.set_state_map(map)
+    }
+
+    /// Like [`Self::bind_state`] with a map built by the caller (e.g. [`StateMap::bind_source`] with the fields a
+    /// reward model may read). Refuses a map for another state size.
+    pub fn set_state_map(&mut self, map: StateMap) -> Result<(), ModelError> {
+        if map.model_len() != self.manifest.state_size {
+            return Err(self.bad_input(
+                "inputs.state",
+                format!(
+                    "the state map selects {} fields, the model takes {}",
+                    map.model_len(),
+                    self.manifest.state_size
+                ),
+            ));
+        }
+        self.state_map = Some(map);
+        Ok(())
+    }
+
+    /// The binding of [`Self::bind_state`], if any.
+    pub fn state_map(&self) -> Option<&StateMap> {
+        self.state_map.as_ref()
+    }
+
+    /// Values of the state each call takes: the bound source's, else the model's.
+    pub fn source_state_len(&self) -> usize {
+        self.state_map
+            .as_ref()
+            .map_or(self.manifest.state_size, StateMap::source_len)
     }
 
     pub fn session(&self) -> &Session {
@@ -226,7 +269,14 @@ impl RewardModel {
                 self.images[row * window_len..(row + 1) * window_len]
                     .copy_from_slice(window.window());
             }
-            self.state[row * s..(row + 1) * s].copy_from_slice(&o.state);
+            let dst = &mut self.state[row * s..(row + 1) * s];
+            match &self.state_map {
+                // Sizes were checked in view_order.
+                Some(map) => map
+                    .select(&o.state, dst)
+                    .map_err(|reason| ModelError::BadObservation { env, reason })?,
+                None => dst.copy_from_slice(&o.state),
+            }
         }
         self.last_input = if staged {
             LastInput::Staged
@@ -240,7 +290,8 @@ impl RewardModel {
     }
 
     /// Runs the model on already-built windows: `images` is `[n, views, frames, 3, H, W]` normalised f32 and
-    /// `state` is `[n, state_size]`. For labelling and benchmarks; bypasses the per-env windows.
+    /// `state` is `[n, state_size]` (`[n, source's state size]` after [`Self::bind_state`]: the model's fields
+    /// are picked from each row). For labelling and benchmarks; bypasses the per-env windows.
     pub fn score_windows(
         &mut self,
         images: &[f32],
@@ -256,7 +307,7 @@ impl RewardModel {
                 format!("has {} values, expected {want} for batch {n}", images.len()),
             ));
         }
-        let want_s = n * self.manifest.state_size;
+        let want_s = n * self.source_state_len();
         if state.len() != want_s {
             return Err(self.bad_input(
                 "inputs.state",
@@ -266,10 +317,26 @@ impl RewardModel {
                 ),
             ));
         }
-        // The caller's buffers go to ONNX Runtime as they are: no copy.
         self.last_input = LastInput::None;
+        // Bound: the model's fields of each row go to a staging buffer. Else the caller's buffers go to ONNX
+        // Runtime as they are: no copy.
+        let selected = match &self.state_map {
+            Some(map) => {
+                let mut buf = std::mem::take(&mut self.state);
+                let picked = select_rows(map, state, n, &mut buf);
+                if let Err(reason) = picked {
+                    self.state = buf;
+                    return Err(self.bad_input("inputs.state", reason));
+                }
+                Some(buf)
+            }
+            None => None,
+        };
         let prepared = Instant::now();
-        let out = self.run_prepared(n, Some((images, state)));
+        let out = self.run_prepared(n, Some((images, selected.as_deref().unwrap_or(state))));
+        if let Some(buf) = selected {
+            self.state = buf;
+        }
         self.timing.prepare = prepared - t0;
         out
     }
@@ -343,19 +410,7 @@ impl RewardModel {
             }
             order.push(idx);
         }
-        if o.state.len() != self.manifest.state_size {
-            return Err(bad(format!(
-                "state has {} values, the model takes {}",
-                o.state.len(),
-                self.manifest.state_size
-            )));
-        }
-        if let Some(i) = o.state.iter().position(|x| !x.is_finite()) {
-            return Err(bad(format!(
-                "state[{i}] is {}: state must be finite",
-                o.state[i]
-            )));
-        }
+        check_state(&self.state_map, self.manifest.state_size, &o.state).map_err(bad)?;
         Ok(order)
     }
 
@@ -443,6 +498,58 @@ impl RewardModel {
         self.timing.finish = t1.elapsed();
         Ok(out)
     }
+}
+
+/// Checks one observation's state against the model (`map` None) or the bound source: its size, and that the
+/// values the model reads are finite.
+pub(crate) fn check_state(
+    map: &Option<StateMap>,
+    state_size: usize,
+    state: &[f32],
+) -> Result<(), String> {
+    let (want, of) = match map {
+        Some(m) => (m.source_len(), "the source's state has"),
+        None => (state_size, "the model takes"),
+    };
+    if state.len() != want {
+        return Err(format!("state has {} values, {of} {want}", state.len()));
+    }
+    let bad = match map {
+        Some(m) => m.first_non_finite(state),
+        None => state
+            .iter()
+            .position(|x| !x.is_finite())
+            .map(|i| (i, state[i])),
+    };
+    match bad {
+        Some((i, x)) => Err(format!("state[{i}] is {x}: state must be finite")),
+        None => Ok(()),
+    }
+}
+
+/// The model's fields of `n` rows of source state (`[n, map.source_len()]`) into `out` (`[n, map.model_len()]`).
+pub(crate) fn select_rows(
+    map: &StateMap,
+    source: &[f32],
+    n: usize,
+    out: &mut Vec<f32>,
+) -> Result<(), String> {
+    let (src, dst) = (map.source_len(), map.model_len());
+    if source.len() != n * src {
+        return Err(format!(
+            "has {} values, expected {} ({n} rows of the source's {src})",
+            source.len(),
+            n * src
+        ));
+    }
+    out.resize(n * dst, 0.0);
+    if dst == 0 || src == 0 {
+        return Ok(());
+    }
+    for (row, o) in source.chunks_exact(src).zip(out.chunks_exact_mut(dst)) {
+        map.select(row, o)?;
+    }
+    Ok(())
 }
 
 /// `Progress` per env from a run's outputs: `logits` `[n, K]` and `taus` `[n]`, `[n, 1]` or `[n, K]` (the graph

@@ -6,8 +6,9 @@
 use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind, Parts, ENCODER_INPUT, ENCODER_OUTPUT, HEAD_INPUT};
 use crate::preprocess::Normaliser;
-use crate::reward::{progress_from_outputs, progress_spec};
+use crate::reward::{progress_from_outputs, progress_spec, select_rows};
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::state::StateMap;
 use crate::ModelError;
 use ort::session::{Session, SessionOutputs};
 use ort::value::TensorRef;
@@ -23,6 +24,10 @@ pub struct TwoPartModel {
     provider: Provider,
     proportions: StageProportions,
     normaliser: Normaliser,
+    /// After [`TwoPartModel::bind_state`]: how the model's state is taken from the source's rows.
+    state_map: Option<StateMap>,
+    /// The model's fields of the bound source's rows, for the head.
+    selected: Vec<f32>,
 }
 
 impl TwoPartModel {
@@ -93,6 +98,8 @@ impl TwoPartModel {
             head,
             provider,
             proportions,
+            state_map: None,
+            selected: Vec::new(),
         })
     }
 
@@ -103,6 +110,35 @@ impl TwoPartModel {
     /// The execution provider the encoder got.
     pub fn provider(&self) -> Provider {
         self.provider
+    }
+
+    /// Binds the model's state fields by name to a source whose state fields are `source_names` (as
+    /// [`crate::RewardModel::bind_state`]): afterwards [`Self::score_embeddings`] takes rows of the source's whole
+    /// state and gives the head the model's fields, in its order.
+    pub fn bind_state(&mut self, source_names: &[String]) -> Result<(), ModelError> {
+        let map = StateMap::bind(&self.manifest, source_names)?;
+        self.set_state_map(map)
+    }
+
+    /// Like [`Self::bind_state`] with a map built by the caller. Refuses a map for another state size.
+    pub fn set_state_map(&mut self, map: StateMap) -> Result<(), ModelError> {
+        if map.model_len() != self.manifest.state_size {
+            return Err(bad_input(
+                self.manifest.inputs.state.as_deref().unwrap_or("state"),
+                format!(
+                    "the state map selects {} fields, the model takes {}",
+                    map.model_len(),
+                    self.manifest.state_size
+                ),
+            ));
+        }
+        self.state_map = Some(map);
+        Ok(())
+    }
+
+    /// The binding of [`Self::bind_state`], if any.
+    pub fn state_map(&self) -> Option<&StateMap> {
+        self.state_map.as_ref()
     }
 
     /// How frames are resized and normalised before [`Self::encode`].
@@ -165,7 +201,7 @@ impl TwoPartModel {
     }
 
     /// Runs the head on `n` windows of embeddings (`embeddings` is `[n, views, frames, E]`, oldest frame first)
-    /// and `state` (`[n, state_size]`).
+    /// and `state` (`[n, state_size]`; `[n, source's state size]` after [`Self::bind_state`]).
     pub fn score_embeddings(
         &mut self,
         embeddings: &[f32],
@@ -184,16 +220,27 @@ impl TwoPartModel {
                 ),
             ));
         }
-        if state.len() != n * m.state_size {
-            return Err(bad_input(
-                m.inputs.state.as_deref().unwrap_or("state"),
-                format!(
-                    "has {} values, expected {} for {n} windows",
-                    state.len(),
-                    n * m.state_size
-                ),
-            ));
-        }
+        let state_tensor = m.inputs.state.as_deref().unwrap_or("state");
+        let state: &[f32] = match &self.state_map {
+            Some(map) => {
+                select_rows(map, state, n, &mut self.selected)
+                    .map_err(|reason| bad_input(state_tensor, reason))?;
+                &self.selected
+            }
+            None => {
+                if state.len() != n * m.state_size {
+                    return Err(bad_input(
+                        state_tensor,
+                        format!(
+                            "has {} values, expected {} for {n} windows",
+                            state.len(),
+                            n * m.state_size
+                        ),
+                    ));
+                }
+                state
+            }
+        };
         if n == 0 {
             return Ok(Vec::new());
         }
