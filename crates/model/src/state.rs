@@ -31,6 +31,14 @@ impl StateMap {
         }
     }
 
+    /// The model reads none of the source's `source_len` fields (a model without a state input).
+    pub fn empty(source_len: usize) -> Self {
+        Self {
+            indices: Vec::new(),
+            source_len,
+        }
+    }
+
     /// Binds `manifest`'s state fields to a source whose state fields are `source_names` (in the order of its
     /// state vector). See [`Self::bind_source`].
     pub fn bind(manifest: &Manifest, source_names: &[String]) -> Result<Self, ModelError> {
@@ -64,10 +72,7 @@ impl StateMap {
         let Some(names) = manifest.state_names() else {
             let n = manifest.state_size;
             if n == 0 {
-                return Ok(Self {
-                    indices: Vec::new(),
-                    source_len: source_names.len(),
-                });
+                return Ok(Self::empty(source_names.len()));
             }
             if n != source_names.len() || offered.len() != source_names.len() {
                 return Err(ModelError::StateSize {

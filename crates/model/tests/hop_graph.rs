@@ -3,7 +3,7 @@
 //! edited manifests).
 mod common;
 use common::*;
-use stagewise_model::{HopModel, ModelError};
+use stagewise_model::{HopModel, Manifest, ModelError};
 use std::path::PathBuf;
 
 /// Copies the shipped hop model into a temp dir with `edit` applied to its manifest; returns (dir, manifest).
@@ -27,6 +27,22 @@ fn load_err(edit: impl Fn(String) -> String) -> ModelError {
         Ok(_) => panic!("{} loaded, expected an error", p.display()),
         Err(e) => e,
     }
+}
+
+/// The shipped hop model's state size.
+fn shipped_state_size() -> usize {
+    Manifest::load(&root().join("models/pick-place/pick-place-hop.toml"))
+        .unwrap()
+        .state_size
+}
+
+/// `t` with its state given as `state_size = n` alone (any `state_size` / `state_names` line replaced).
+fn with_state_size(t: &str, n: usize) -> String {
+    let kept: Vec<&str> = t
+        .lines()
+        .filter(|l| !l.starts_with("state_size") && !l.starts_with("state_names"))
+        .collect();
+    format!("state_size = {n}\n{}\n", kept.join("\n"))
 }
 
 /// The error is a graph mismatch on `field` naming the graph file, and its text mentions `want`.
@@ -63,8 +79,9 @@ fn a_manifest_that_does_not_describe_the_graph_is_refused() {
     assert_mismatch(&e, "inputs.images", "axis 5 is 32");
 
     // A state of another length.
-    let e = load_err(|t| t.replace("state_size = 14", "state_size = 13"));
-    assert_mismatch(&e, "inputs.state", "axis 2 is 14");
+    let s = shipped_state_size();
+    let e = load_err(|t| with_state_size(&t, s - 1));
+    assert_mismatch(&e, "inputs.state", &format!("axis 2 is {s}"));
 
     // An output the graph does not have: the error lists the outputs it has.
     let e = load_err(|t| t.replace("hop = \"hop\"", "hop = \"score\""));
@@ -75,10 +92,7 @@ fn a_manifest_that_does_not_describe_the_graph_is_refused() {
     assert_mismatch(&e, "inputs.images", "no input named `frames`");
 
     // No state in the manifest, but the graph takes one.
-    let e = load_err(|t| {
-        t.replace("state_size = 14", "state_size = 0")
-            .replace("state = \"state\"\n", "")
-    });
+    let e = load_err(|t| with_state_size(&t, 0).replace("state = \"state\"\n", ""));
     assert_mismatch(&e, "inputs", "`state`");
 }
 
