@@ -562,3 +562,64 @@ fn what_a_robot_cannot_give_is_refused() {
     );
     assert!(t.contains("camera /dev/video0: not built with v4l2"), "{t}");
 }
+
+/// `models/test/tiny3v.toml` (8 state values) with its state fields named: a manifest in `dir` that points at the
+/// shipped test ONNX file.
+fn tiny3v_reading(dir: &Path, names: &[&str]) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("models/test/tiny3v.toml")).unwrap();
+    let onnx = root().join("models/test/tiny3v.onnx");
+    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    let text = text
+        .replace(
+            "onnx = \"tiny3v.onnx\"",
+            &format!("onnx = {:?}", onnx.to_str().unwrap()),
+        )
+        .replace(
+            "state_size = 8",
+            &format!("state_names = [{}]", list.join(", ")),
+        );
+    let path = dir.join("tiny3v-named.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Over a robot a reward model reads camera frames and the robot's proprioception only: object poses from the
+/// scene channel stay on the observation for the log, and a model asking for one is refused before the robot is
+/// even contacted, naming the field and listing what the robot measures.
+#[test]
+fn a_model_reading_object_poses_is_refused_over_a_robot() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tiny3v_reading(
+        tmp.path(),
+        &[
+            "ee_x",
+            "ee_y",
+            "ee_z",
+            "gripper_width",
+            "block0_x",
+            "block0_y",
+            "block0_z",
+            "grasped",
+        ],
+    );
+    // Nothing listens on this port: the refusal must come first.
+    let url = format!("udp://127.0.0.1:{}", free_port());
+    let t = run_fails(
+        &[
+            "--robot",
+            &url,
+            "--policy",
+            "random",
+            "--model",
+            model.to_str().unwrap(),
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(
+        t.contains("reads state field \"block0_x\"")
+            && t.contains(&url)
+            && t.contains("it has: ee_x, ee_y, ee_z, gripper_width"),
+        "{t}"
+    );
+    assert!(!t.contains("no answer from the firmware"), "{t}");
+}

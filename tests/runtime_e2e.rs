@@ -491,3 +491,67 @@ fn the_default_main_job_runs_with_the_shipped_reward_model() {
         80
     );
 }
+
+/// `models/test/tiny3v.toml` (8 state values) with its state fields named: a manifest in `dir` that points at the
+/// shipped test ONNX file.
+fn tiny3v_reading(dir: &Path, names: &[&str]) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("models/test/tiny3v.toml")).unwrap();
+    let onnx = root().join("models/test/tiny3v.onnx");
+    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    let text = text
+        .replace(
+            "onnx = \"tiny3v.onnx\"",
+            &format!("onnx = {:?}", onnx.to_str().unwrap()),
+        )
+        .replace(
+            "state_size = 8",
+            &format!("state_names = [{}]", list.join(", ")),
+        );
+    let path = dir.join("tiny3v-named.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The actor builds the model's state by name from the simulator's: a model asking for a field the env lacks
+/// is refused before the first step, naming the field and listing the env's; one whose fields are all there
+/// (in another order, a subset) runs.
+#[test]
+fn run_binds_the_models_state_fields_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |model: &Path| {
+        Command::new(exe())
+            .current_dir(root())
+            .args(["--log", "warn", "run", "--no-stream", "--envs", "1"])
+            .args(["--episodes", "1", "--width", "32", "--height", "32"])
+            .arg("--model")
+            .arg(model)
+            .arg("--log-file")
+            .arg(tmp.path().join("run.swlog"))
+            .output()
+            .expect("stagewise run")
+    };
+    let fields = [
+        "gripper_width",
+        "ee_z",
+        "ee_y",
+        "ee_x",
+        "block9_x",
+        "grasped",
+        "block0_x",
+        "block0_y",
+    ];
+    let out = run(&tiny3v_reading(tmp.path(), &fields));
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("reads state field \"block9_x\"")
+            && t.contains("task pick-place")
+            && t.contains("it has: ee_x, ee_y, ee_z, gripper_width"),
+        "{t}"
+    );
+    assert!(!tmp.path().join("run.swlog").exists(), "nothing ran: {t}");
+    let mut fields = fields;
+    fields[4] = "block0_z";
+    let out = run(&tiny3v_reading(tmp.path(), &fields));
+    assert!(out.status.success(), "{}", text(&out));
+}

@@ -12,7 +12,7 @@ use stagewise_bridge::{
     CameraSource, Endpoint, ImageDirCamera, RobotEnv, RobotEnvConfig, SceneClient, V4l2Camera,
 };
 use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig, SuccessDetection};
-use stagewise_model::PolicyModel;
+use stagewise_model::{Manifest, PolicyModel, StateMap};
 use stagewise_runtime::actor::PolicyUpdates;
 use stagewise_runtime::{
     Actor, ActorConfig, Clock, EpisodeLog, OnnxPolicy, Policy, PolicyGate, ProgressSource,
@@ -20,7 +20,7 @@ use stagewise_runtime::{
 };
 use stagewise_sim::SimEnv;
 use stagewise_stream::{Node, PublisherOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,8 +112,31 @@ fn parse_mode(s: &str) -> Result<RewardMode, String> {
     }
 }
 
-/// A robot behind the firmware bridge, with cameras (and object state) from `--cameras`.
-fn connect_robot(a: &RunArgs, url: &str) -> anyhow::Result<RobotEnv> {
+/// The reward model's manifest: `--model auto` is the task's shipped model; None for `--model oracle`.
+fn model_path(a: &RunArgs) -> anyhow::Result<Option<PathBuf>> {
+    Ok(match a.model.as_str() {
+        "oracle" => None,
+        "auto" => {
+            let task = a.sim.task.name();
+            let path = PathBuf::from(format!("models/{task}/{task}-progress.toml"));
+            if !path.exists() {
+                bail!("no shipped reward model for {task} at {}: pass --model MANIFEST or --model oracle", path.display());
+            }
+            Some(path)
+        }
+        m => Some(PathBuf::from(m)),
+    })
+}
+
+/// What a robot's reward model may read, for errors: its proprioception.
+fn robot_state_source(url: &str) -> String {
+    format!("the robot's proprioception ({url})")
+}
+
+/// A robot behind the firmware bridge, with cameras (and object state) from `--cameras`. The reward model
+/// (`model`) is checked first: it may read only the robot's own state fields (its proprioception), never the
+/// object state the scene channel appends for logging and evaluation.
+fn connect_robot(a: &RunArgs, url: &str, model: Option<&Path>) -> anyhow::Result<RobotEnv> {
     let endpoint: Endpoint = url.parse().with_context(|| format!("--robot {url}"))?;
     if a.model == "oracle" {
         bail!(
@@ -142,6 +165,20 @@ fn connect_robot(a: &RunArgs, url: &str) -> anyhow::Result<RobotEnv> {
         .map(|s| s.to_string())
         .collect();
     let mut cfg = RobotEnvConfig::sim_like(endpoint.clone(), task, stage_names);
+    if let Some(path) = model {
+        // Before anything runs: a model asking for a field the robot does not measure is refused by name.
+        let manifest =
+            Manifest::load(path).with_context(|| format!("reading {}", path.display()))?;
+        StateMap::bind_source(
+            &manifest,
+            &robot_state_source(url),
+            &cfg.proprio_names(),
+            None,
+        )
+        .context(
+            "a reward model over a robot reads camera frames and the robot's own state only",
+        )?;
+    }
     cfg.max_steps = sim.max_steps;
     cfg.control_hz = sim.control_hz;
     // The handshake gives up after retries x reply_timeout: keep that within --robot-timeout.
@@ -216,8 +253,9 @@ enum Envs {
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let robot_url = a.zenoh.robot_url().map(str::to_string);
+    let model_path = model_path(&a)?;
     let envs_src = match &robot_url {
-        Some(url) => Envs::Robot(Box::new(connect_robot(&a, url)?)),
+        Some(url) => Envs::Robot(Box::new(connect_robot(&a, url, model_path.as_deref())?)),
         None => {
             let n = a.envs.unwrap_or(4);
             if n == 0 {
@@ -237,17 +275,21 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         Envs::Robot(r) => r.spec().clone(),
     };
 
-    let progress = match a.model.as_str() {
-        "oracle" => ProgressSource::Oracle,
-        "auto" => {
-            let task = a.sim.task.name();
-            let path = PathBuf::from(format!("models/{task}/{task}-progress.toml"));
-            if !path.exists() {
-                bail!("no shipped reward model for {task} at {}: pass --model MANIFEST or --model oracle", path.display());
-            }
-            ProgressSource::Model(Box::new(a.ort.load_reward_model(&path)?))
+    let progress = match &model_path {
+        None => ProgressSource::Oracle,
+        Some(path) => {
+            let mut model = a.ort.load_reward_model(path)?;
+            // The model's state by name from the env's: over a robot from its proprioception alone (the scene's
+            // object state stays on the observation for the log, never in the model's input).
+            let (source, readable) = match (&envs_src, &robot_url) {
+                (Envs::Robot(r), Some(url)) => (robot_state_source(url), Some(r.proprio_names())),
+                _ => (format!("the simulator's state (task {})", spec.task), None),
+            };
+            let map = StateMap::bind_source(model.manifest(), &source, &spec.state.names, readable)
+                .with_context(|| format!("binding the state fields of {}", path.display()))?;
+            model.set_state_map(map)?;
+            ProgressSource::Model(Box::new(model))
         }
-        m => ProgressSource::Model(Box::new(a.ort.load_reward_model(std::path::Path::new(m))?)),
     };
     let policy: Box<dyn Policy> = match (a.policy.as_str(), &envs_src) {
         ("expert", Envs::Sim(sims)) => Box::new(ExpertPolicy::new(a.sim.task, sims)),

@@ -228,7 +228,18 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         let env = SimEnv::new(cfg.clone()).context("building the simulator")?;
         let potential = match (a.reward.as_str(), &manifest) {
             ("oracle", _) => Potential::Oracle,
-            (_, Some(m)) => Potential::Model(Box::new(a.ort.load_reward_model(m)?)),
+            (_, Some(m)) => {
+                let mut model = a.ort.load_reward_model(m)?;
+                // The model's state by name from the simulator's (refused here, naming the field it lacks).
+                model.bind_state(&env.spec().state.names).with_context(|| {
+                    format!(
+                        "binding the state fields of {} to the simulator's (task {})",
+                        m.display(),
+                        env.spec().task
+                    )
+                })?;
+                Potential::Model(Box::new(model))
+            }
             _ => Potential::Sparse,
         };
         let keys = if a.envs == 1 {

@@ -7,7 +7,7 @@ use crate::policy::{Policy, PolicyError, PolicyGate};
 use crate::RuntimeError;
 use rayon::prelude::*;
 use stagewise_core::{Env, Observation, Progress, ShapingConfig, StepResult, VecShaper};
-use stagewise_model::{OrtRuntime, RewardModel};
+use stagewise_model::{OrtRuntime, RewardModel, StateMap};
 use stagewise_stream::wire::{
     encode, kind, now_ns, EpisodeMsg, ProgressMsg, Schema, TransitionMsg,
 };
@@ -17,7 +17,9 @@ use std::sync::mpsc::Receiver;
 
 /// Where the shaping potential comes from.
 pub enum ProgressSource {
-    /// A stage-aware ONNX reward model on the observations.
+    /// A stage-aware ONNX reward model on the observations. [`Actor::new`] binds its state fields by name to the
+    /// envs' state (`EnvSpec.state.names`) unless the caller bound it already (e.g. to a robot's proprioception
+    /// alone, [`RewardModel::set_state_map`]).
     Model(Box<RewardModel>),
     /// The environment's ground-truth progress (`info.progress_oracle`): the simulator's upper bound.
     Oracle,
@@ -146,6 +148,36 @@ impl Policies {
     }
 }
 
+/// Binds `model`'s state fields to the envs' state by name (all envs must name the same state fields), or checks
+/// that a binding made by the caller is for a state of the envs' size.
+fn bind_model_state(model: &mut RewardModel, envs: &[Box<dyn Env>]) -> Result<(), RuntimeError> {
+    let spec = envs[0].spec();
+    let names = &spec.state.names;
+    if let Some(i) = envs.iter().position(|e| &e.spec().state.names != names) {
+        return Err(RuntimeError::Config(format!(
+            "env {i} names its state fields [{}], env 0 [{}]: one reward model reads one layout",
+            envs[i].spec().state.names.join(", "),
+            names.join(", ")
+        )));
+    }
+    match model.state_map() {
+        Some(map) if map.source_len() != names.len() => Err(RuntimeError::Config(format!(
+            "the reward model {} was bound to a state of {} values; the env's state has {} ({})",
+            model.manifest().path.display(),
+            map.source_len(),
+            names.len(),
+            names.join(", ")
+        ))),
+        Some(_) => Ok(()),
+        None => {
+            let source = format!("the env's state ({})", spec.task);
+            let map = StateMap::bind_source(model.manifest(), &source, names, None)?;
+            model.set_state_map(map)?;
+            Ok(())
+        }
+    }
+}
+
 /// Policy updates from learners: decoded messages (or decode errors) arrive on `inbox`; the gate checks them.
 pub struct PolicyUpdates {
     pub inbox: Receiver<Result<PolicyMsg, String>>,
@@ -170,9 +202,10 @@ pub struct Actor {
 }
 
 impl Actor {
+    /// A model asking for a state field the envs lack is refused here, before any step, naming the field.
     pub fn new(
         envs: Vec<Box<dyn Env>>,
-        progress: ProgressSource,
+        mut progress: ProgressSource,
         policy: Box<dyn Policy>,
         config: ActorConfig,
     ) -> Result<Self, RuntimeError> {
@@ -180,6 +213,9 @@ impl Actor {
             return Err(RuntimeError::Config(
                 "the actor needs at least one environment".into(),
             ));
+        }
+        if let ProgressSource::Model(model) = &mut progress {
+            bind_model_state(model, &envs)?;
         }
         let keys =
             Keys::new(config.robot.clone()).map_err(|e| RuntimeError::Config(e.to_string()))?;

@@ -57,10 +57,19 @@ impl RobotEnvConfig {
             home_tolerance: 0.005,
         }
     }
+
+    /// The robot's own state fields (its proprioception, from the firmware's telemetry): `ee_x, ee_y, ee_z,
+    /// gripper_width` for [`ActionMap::EeVelocity`], `q0 .. q{n-1}, gripper_width` for joint positions. The
+    /// observation's state starts with them; fields of a [`StateSource`] follow. Known before connecting.
+    pub fn proprio_names(&self) -> Vec<String> {
+        spaces(self).1.names
+    }
 }
 
 /// State the firmware link does not carry (e.g. object poses from a tracker or motion capture), appended to the
-/// robot's own state in every observation.
+/// robot's own state in every observation. Such fields travel for logging and evaluation; they are not the
+/// robot's proprioception ([`RobotEnv::proprio_names`]) and a reward model must never read them (DESIGN.md
+/// "Progress": a model sees camera frames plus proprioception).
 pub trait StateSource: Send {
     /// Names and bounds of the values [`StateSource::read`] returns.
     fn spec(&self) -> &BoxSpec;
@@ -85,6 +94,8 @@ pub struct RobotEnv {
     spec: EnvSpec,
     cameras: Vec<Box<dyn CameraSource>>,
     extra_state: Option<Box<dyn StateSource>>,
+    /// The first `proprio_len` state fields are the robot's own (telemetry); a state source's follow.
+    proprio_len: usize,
     scene_reset: Option<Box<dyn SceneReset>>,
     late_steps: u64,
     step: u64,
@@ -119,6 +130,7 @@ impl RobotEnv {
             }
         }
         let (action, state) = spaces(&cfg);
+        let proprio_len = state.len();
         let spec = EnvSpec {
             task: cfg.task.clone(),
             action,
@@ -136,6 +148,7 @@ impl RobotEnv {
             spec,
             cameras,
             extra_state: None,
+            proprio_len,
             scene_reset: None,
             late_steps: 0,
             step: 0,
@@ -156,7 +169,15 @@ impl RobotEnv {
         self
     }
 
-    /// Appends `source`'s values to every observation's state (and its names and bounds to the state space).
+    /// The robot's own state fields (telemetry), the first ones of the spec's state: what a reward model may
+    /// read. Fields appended by [`Self::with_state_source`] follow them and are not among these.
+    pub fn proprio_names(&self) -> &[String] {
+        &self.spec.state.names[..self.proprio_len]
+    }
+
+    /// Appends `source`'s values to every observation's state (and its names and bounds to the state space), for
+    /// logging and evaluation: they are not [`Self::proprio_names`], and `stagewise run` binds reward models to
+    /// those alone.
     pub fn with_state_source(mut self, source: Box<dyn StateSource>) -> Self {
         let s = source.spec();
         self.spec.state.names.extend(s.names.iter().cloned());

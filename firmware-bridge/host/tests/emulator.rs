@@ -124,6 +124,50 @@ fn robot_env_drives_the_simulator_through_the_emulator() {
     assert_eq!(log.moved_while_not_armed, 0);
 }
 
+/// Object poses from a state source travel on the observation, after the robot's own state, and are not
+/// among its proprioception (what a reward model may read).
+#[test]
+fn appended_state_is_not_proprioception() {
+    struct Poses(stagewise_core::BoxSpec);
+    impl StateSource for Poses {
+        fn spec(&self) -> &stagewise_core::BoxSpec {
+            &self.0
+        }
+        fn read(&mut self, step: u64) -> Result<Vec<f32>, CameraError> {
+            Ok(vec![step as f32, -1.0])
+        }
+    }
+    let emu = kinematic_emulator();
+    let cfg = RobotEnvConfig::sim_like(Endpoint::Udp(emu.local_addr()), "pick-place", Vec::new());
+    let own = ["ee_x", "ee_y", "ee_z", "gripper_width"];
+    assert_eq!(cfg.proprio_names(), own);
+    let env = RobotEnv::connect(cfg, Vec::new()).expect("connects");
+    assert_eq!(env.proprio_names(), own);
+    let poses = Poses(stagewise_core::BoxSpec {
+        names: vec!["block0_x".into(), "block0_y".into()],
+        low: vec![-1.0; 2],
+        high: vec![1.0; 2],
+    });
+    let mut env = env.with_state_source(Box::new(poses));
+    assert_eq!(env.proprio_names(), own);
+    assert_eq!(
+        env.spec().state.names,
+        [
+            "ee_x",
+            "ee_y",
+            "ee_z",
+            "gripper_width",
+            "block0_x",
+            "block0_y"
+        ]
+    );
+    let obs = env.reset(0).expect("reset arms");
+    assert_eq!(obs.state.len(), 6);
+    assert_eq!(obs.state[5], -1.0);
+    drop(env);
+    emu.stop().expect("stops");
+}
+
 #[test]
 fn watchdog_stops_and_faults_when_telemetry_stops() {
     let rt = runtime();
