@@ -481,3 +481,236 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+/// `models/test/tiny3v.toml` (8 state values) with its state fields named: a manifest in `dir` that points at the
+/// shipped test ONNX file.
+fn tiny3v_reading(dir: &Path, names: &[&str]) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("models/test/tiny3v.toml")).unwrap();
+    let onnx = root().join("models/test/tiny3v.onnx");
+    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    let text = text
+        .replace(
+            "onnx = \"tiny3v.onnx\"",
+            &format!("onnx = {:?}", onnx.to_str().unwrap()),
+        )
+        .replace(
+            "state_size = 8",
+            &format!("state_names = [{}]", list.join(", ")),
+        );
+    let path = dir.join("tiny3v-named.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Eight of the recorded dataset's state fields, in another order than the dataset's.
+fn eight_fields(ds: &Dataset) -> Vec<String> {
+    let names = ds
+        .state_names()
+        .expect("the recorder names the state fields");
+    assert!(names.len() > 8, "{names:?}");
+    let mut picked: Vec<String> = names.iter().step_by(2).take(8).cloned().collect();
+    if picked.len() < 8 {
+        picked.extend(
+            names
+                .iter()
+                .skip(1)
+                .step_by(2)
+                .take(8 - picked.len())
+                .cloned(),
+        );
+    }
+    picked.reverse();
+    picked
+}
+
+#[test]
+fn label_refuses_a_model_asking_for_a_field_the_dataset_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = Dataset::open(dataset()).unwrap();
+    let mut fields = eight_fields(&ds);
+    fields[3] = "block9_x".into();
+    let refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let model = tiny3v_reading(tmp.path(), &refs);
+    let out = tmp.path().join("p.parquet");
+    let msg = err(&stagewise(&[
+        "label",
+        "--dataset",
+        dataset().to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    let has = ds.state_names().unwrap().join(", ");
+    assert!(
+        msg.contains("reads state field \"block9_x\"")
+            && msg.contains("observation.state")
+            && msg.contains(&format!("(it has: {has})")),
+        "{msg}"
+    );
+    assert!(!out.exists());
+}
+
+/// Labels of a model reading some of the dataset's state fields, in its own order, equal the runtime's
+/// step-by-step scores with the state picked by hand.
+#[test]
+fn label_reads_the_models_state_fields_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = Dataset::open(dataset()).unwrap();
+    let fields = eight_fields(&ds);
+    let refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let model = tiny3v_reading(tmp.path(), &refs);
+    let out = tmp.path().join("p.parquet");
+    ok(&stagewise(&[
+        "label",
+        "--dataset",
+        dataset().to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--plots",
+        "0",
+    ]));
+    let names = ds.state_names().unwrap();
+    let at: Vec<usize> = fields
+        .iter()
+        .map(|f| names.iter().position(|n| n == f).unwrap())
+        .collect();
+    // The shipped test manifest (no names, 8 values) fed the picked values by hand.
+    let mut plain = RewardModel::load(
+        &root().join("models/test/tiny3v.toml"),
+        OrtRuntime::init(None).unwrap(),
+        &SessionOptions {
+            intra_threads: 1,
+            ..SessionOptions::default()
+        },
+    )
+    .unwrap();
+    let sp = SarmProgress::read(&out).unwrap();
+    let (_, progress) = &sp.per_episode(&out).unwrap()[0];
+    let ep = ds.read_episode(0, Images::Decode).unwrap();
+    let cams: Vec<(&str, &[image::RgbImage])> = ["front", "side", "wrist"]
+        .iter()
+        .map(|v| (*v, ep.images(&format!("observation.images.{v}")).unwrap()))
+        .collect();
+    for (t, &p) in progress.iter().enumerate() {
+        let obs = Observation {
+            step: t as u64,
+            time: t as f64 * 0.02,
+            views: cams
+                .iter()
+                .map(|(v, f)| View::new(*v, f[t].clone()))
+                .collect(),
+            state: at.iter().map(|&i| ep.state(t)[i]).collect(),
+        };
+        let want = plain.score(&[&obs]).unwrap()[0].phi;
+        assert!(
+            (want - p).abs() < 1e-5,
+            "frame {t}: label {p}, by hand {want}"
+        );
+    }
+}
+
+/// `stagewise eval` ablations: blanked views and held state fields, one at a time or side by side.
+#[test]
+fn eval_ablations_show_what_the_model_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = Dataset::open(dataset()).unwrap();
+    let fields = eight_fields(&ds);
+    let refs: Vec<&str> = fields.iter().map(String::as_str).collect();
+    let model = tiny3v_reading(tmp.path(), &refs);
+    let unread = ds
+        .state_names()
+        .unwrap()
+        .into_iter()
+        .find(|n| !fields.contains(n))
+        .unwrap();
+    let eval = |out: &str, extra: &[&str]| {
+        let out = tmp.path().join(out);
+        let mut args = vec![
+            "eval",
+            "--model",
+            model.to_str().unwrap(),
+            "--dataset",
+            dataset().to_str().unwrap(),
+            "--max-episodes",
+            "2",
+            "--no-plots",
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = stagewise(&args);
+        (o, out)
+    };
+    let hold = format!("{},{unread}", fields[0]);
+    let (o, dir) = eval("side", &["--ablations", "--hold-state", &hold]);
+    let stdout = ok(&o);
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(
+        stderr.contains(&format!("does not read state field {unread:?}")),
+        "{stderr}"
+    );
+    for row in [
+        "as is",
+        "all views blanked",
+        "blank front",
+        "blank side",
+        "blank wrist",
+        "hold state read (8 fields)",
+        &format!("hold {}", fields[0]),
+        &format!("hold {unread}"),
+    ] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(row)),
+            "no row {row:?}:\n{stdout}"
+        );
+    }
+    let table: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("ablations.json")).unwrap())
+            .unwrap();
+    assert_eq!(table.len(), 8);
+    let mae = |i: usize| table[i]["summary"]["progress_mae"].as_f64().unwrap();
+    let row = |name: &str| {
+        table
+            .iter()
+            .position(|r| r["ablation"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {table:?}"))
+    };
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(
+        summary, table[0]["summary"],
+        "summary.json is the data as is"
+    );
+    // The untrained model reads its views: blanking them all changes its output.
+    assert_ne!(mae(row("all views blanked")), mae(0));
+    // A field the model does not read changes nothing.
+    assert_eq!(mae(row(&format!("hold {unread}"))), mae(0));
+
+    // One view blanked alone (`--drop-view` is `--blank-view`) is the ablation table's row.
+    let (o, dir) = eval("one", &["--drop-view", "wrist"]);
+    let stdout = ok(&o);
+    assert!(stdout.contains("with views blanked: [wrist]"), "{stdout}");
+    let one: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(one, table[row("blank wrist")]["summary"]);
+    // Holding a field by flag is the table's row too.
+    let (o, dir) = eval("held", &["--hold-state", &fields[0]]);
+    ok(&o);
+    let held: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(held, table[row(&format!("hold {}", fields[0]))]["summary"]);
+
+    // Unknown names are refused, naming them.
+    let (o, _) = eval("bad", &["--hold-state", "block9_x"]);
+    let msg = err(&o);
+    assert!(
+        msg.contains("block9_x") && msg.contains("it has: "),
+        "{msg}"
+    );
+    let (o, _) = eval("bad2", &["--blank-view", "top"]);
+    let msg = err(&o);
+    assert!(msg.contains("\"top\"") && msg.contains("wrist"), "{msg}");
+}

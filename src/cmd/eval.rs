@@ -7,7 +7,14 @@
 //!
 //! Stage-progress models are scored through `RewardModel` (per-episode frame windows, batched across episodes);
 //! hop models through `HopModel` and core's `HopFusion` (`s_init` = the episode's first frame, `s_goal` = the
-//! last frame of the first successful clean episode of the dataset, the reference goal).
+//! last frame of the first successful clean episode of the dataset, the reference goal). The model's state fields
+//! are taken from the dataset's `observation.state` by name (manifest `state_names`).
+//!
+//! Ablations (DESIGN.md: a quality bar comes with an ablation a cheating model would fail): `--blank-view V`
+//! replaces every frame of view V by the manifest's normalisation mean (`image.mean`, which normalises to zeros:
+//! what training's view dropout feeds), `--hold-state F` holds state field F at each episode's first-frame value,
+//! and `--ablations` prints the metrics side by side for the data as is, every view blanked, each view blanked,
+//! every state field the model reads held, and each `--hold-state` field held.
 
 use crate::cmd::ort_args::OrtArgs;
 use anyhow::{bail, Context};
@@ -17,7 +24,7 @@ use plotters::prelude::*;
 use stagewise_core::metrics;
 use stagewise_core::{Observation, View};
 use stagewise_dataset::{Dataset, Images};
-use stagewise_model::{HopModel, Manifest, ModelKind, RewardModel};
+use stagewise_model::{HopModel, Manifest, ModelKind, RewardModel, StateMap};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -56,9 +63,25 @@ pub struct EvalArgs {
     /// Episodes scored side by side in one batch.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
-    /// Replace this camera's frames with mean-colour frames (a missing camera).
-    #[arg(long)]
-    pub drop_view: Option<String>,
+    /// Blank this camera view: every frame replaced by the manifest's normalisation mean colour (`image.mean`,
+    /// zeros after normalisation: what training's view dropout feeds; a missing camera). Repeatable or
+    /// comma-separated; `--drop-view` is the same flag.
+    #[arg(
+        long,
+        visible_alias = "drop-view",
+        value_delimiter = ',',
+        value_name = "VIEW"
+    )]
+    pub blank_view: Vec<String>,
+    /// Hold this state field (a name in the dataset's `observation.state`) at each episode's first-frame value.
+    /// Repeatable or comma-separated. With --ablations each gets its own row.
+    #[arg(long, value_delimiter = ',', value_name = "FIELD")]
+    pub hold_state: Vec<String>,
+    /// Print the metrics side by side for: the data as is, every view blanked, each view blanked, every state
+    /// field the model reads held, and each --hold-state field held (what does the model read?). Also writes
+    /// ablations.json to the output directory; plots and summary.json are of the data as is.
+    #[arg(long, conflicts_with = "blank_view")]
+    pub ablations: bool,
     #[command(flatten)]
     pub ort: OrtArgs,
 }
@@ -194,12 +217,7 @@ pub fn summarise(eps: &[EvalEpisode], scored: &[Scored]) -> anyhow::Result<Summa
     })
 }
 
-fn load_episodes(
-    ds: &Dataset,
-    max: Option<usize>,
-    drop_view: Option<&str>,
-    mean: [f32; 3],
-) -> anyhow::Result<Vec<EvalEpisode>> {
+fn load_episodes(ds: &Dataset, max: Option<usize>) -> anyhow::Result<Vec<EvalEpisode>> {
     let n = max.unwrap_or(usize::MAX).min(ds.num_episodes());
     let fps = f64::from(ds.fps().max(1));
     let mut out = Vec::with_capacity(n);
@@ -237,14 +255,7 @@ fn load_episodes(
         for t in 0..len {
             let views = views
                 .iter()
-                .map(|(name, frames)| {
-                    let mut rgb = frames[t].clone();
-                    if drop_view == Some(name.as_str()) {
-                        let px = image::Rgb(mean.map(|m| (m * 255.0).round() as u8));
-                        rgb.pixels_mut().for_each(|p| *p = px);
-                    }
-                    View::new(name.clone(), rgb)
-                })
+                .map(|(name, frames)| View::new(name.clone(), frames[t].clone()))
                 .collect();
             obs.push(Observation {
                 step: t as u64,
@@ -263,6 +274,190 @@ fn load_episodes(
         });
     }
     Ok(out)
+}
+
+/// One way of taking information away from the model: views blanked, state fields held.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Ablation {
+    /// What the row is called ("as is", "blank front", "hold ee_x", ...).
+    pub name: String,
+    /// Views whose every frame becomes the blank colour.
+    pub blank_views: Vec<String>,
+    /// Indices in the dataset's `observation.state` held at the episode's first-frame value.
+    pub hold_state: Vec<usize>,
+}
+
+impl Ablation {
+    fn is_none(&self) -> bool {
+        self.blank_views.is_empty() && self.hold_state.is_empty()
+    }
+
+    /// `ep` with this ablation applied; `blank` is the colour of a blanked frame.
+    pub fn apply(&self, ep: &[Observation], blank: image::Rgb<u8>) -> Vec<Observation> {
+        let first: Vec<f32> = ep.first().map(|o| o.state.clone()).unwrap_or_default();
+        ep.iter()
+            .map(|o| {
+                let mut o = o.clone();
+                for v in o.views.iter_mut() {
+                    if self.blank_views.contains(&v.name) {
+                        v.rgb.pixels_mut().for_each(|p| *p = blank);
+                    }
+                }
+                for &i in &self.hold_state {
+                    if let (Some(x), Some(&x0)) = (o.state.get_mut(i), first.get(i)) {
+                        *x = x0;
+                    }
+                }
+                o
+            })
+            .collect()
+    }
+}
+
+/// The blank frame colour: the manifest's normalisation mean (0 after normalisation), as RGB8.
+fn blank_colour(m: &Manifest) -> image::Rgb<u8> {
+    let mean = m.image.as_ref().map_or([0.5; 3], |i| i.mean);
+    image::Rgb(mean.map(|x| (x * 255.0).round().clamp(0.0, 255.0) as u8))
+}
+
+/// Source indices of `--hold-state` fields, refusing names the dataset's `observation.state` lacks.
+fn hold_indices(ds: &Dataset, fields: &[String]) -> anyhow::Result<Vec<(String, usize)>> {
+    if fields.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names = ds.state_names().with_context(|| {
+        format!(
+            "--hold-state {}: {} names no state fields (features.observation.state.names)",
+            fields.join(","),
+            ds.root().join("meta/info.json").display()
+        )
+    })?;
+    fields
+        .iter()
+        .map(|f| match names.iter().position(|n| n == f) {
+            Some(i) => Ok((f.clone(), i)),
+            None => bail!(
+                "--hold-state {f}: the dataset's observation.state has no field {f:?} (it has: {})",
+                names.join(", ")
+            ),
+        })
+        .collect()
+}
+
+/// A loaded model of either reward kind, bound to the dataset's state.
+enum Scorer {
+    Progress(Box<RewardModel>),
+    /// The hop model and the reference goal observation (before any ablation).
+    Hop(Box<HopModel>, Box<Observation>),
+}
+
+impl Scorer {
+    /// Scores every episode (forward and reversed) with `ablation` applied.
+    fn score(
+        &mut self,
+        eps: &[EvalEpisode],
+        ablation: &Ablation,
+        blank: image::Rgb<u8>,
+        batch: usize,
+        bar: &ProgressBar,
+    ) -> anyhow::Result<Vec<Scored>> {
+        let prepare = |e: &EvalEpisode| {
+            if ablation.is_none() {
+                e.obs.clone()
+            } else {
+                ablation.apply(&e.obs, blank)
+            }
+        };
+        let mut out = Vec::with_capacity(eps.len());
+        match self {
+            Self::Progress(model) => {
+                for chunk in eps.chunks(batch.max(1)) {
+                    let fwd: Vec<Vec<Observation>> = chunk.iter().map(prepare).collect();
+                    let rev: Vec<Vec<Observation>> = fwd.iter().map(|o| reversed(o)).collect();
+                    let f = score_progress(model, &fwd, batch)?;
+                    let r = score_progress(model, &rev, batch)?;
+                    for ((phi, stage), (phi_reversed, _)) in f.into_iter().zip(r) {
+                        out.push(Scored {
+                            phi,
+                            stage: Some(stage),
+                            phi_reversed,
+                        });
+                    }
+                    bar.inc(chunk.len() as u64);
+                }
+            }
+            Self::Hop(model, goal) => {
+                let goal = ablation
+                    .apply(std::slice::from_ref(goal.as_ref()), blank)
+                    .pop()
+                    .context("no goal observation")?;
+                for e in eps {
+                    let obs = prepare(e);
+                    let phi = model.fused_progress(&obs, &goal)?;
+                    let phi_reversed = model.fused_progress(&reversed(&obs), &goal)?;
+                    out.push(Scored {
+                        phi,
+                        stage: None,
+                        phi_reversed,
+                    });
+                    bar.inc(1);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The rows of `--ablations`: as is, every view blanked, each view blanked, all state read held, each
+/// `--hold-state` field held.
+fn ablation_rows(
+    m: &Manifest,
+    map: &StateMap,
+    source_names: Option<&[String]>,
+    hold: &[(String, usize)],
+) -> Vec<Ablation> {
+    let mut rows = vec![Ablation {
+        name: "as is".into(),
+        ..Ablation::default()
+    }];
+    rows.push(Ablation {
+        name: "all views blanked".into(),
+        blank_views: m.views.clone(),
+        ..Ablation::default()
+    });
+    for v in m.views.iter().filter(|_| m.views.len() > 1) {
+        rows.push(Ablation {
+            name: format!("blank {v}"),
+            blank_views: vec![v.clone()],
+            ..Ablation::default()
+        });
+    }
+    let mut read: Vec<usize> = map.indices().to_vec();
+    read.sort_unstable();
+    read.dedup();
+    if !read.is_empty() {
+        let what = match source_names {
+            Some(names) if read.len() <= 4 => read
+                .iter()
+                .filter_map(|&i| names.get(i).map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => format!("{} fields", read.len()),
+        };
+        rows.push(Ablation {
+            name: format!("hold state read ({what})"),
+            hold_state: read,
+            ..Ablation::default()
+        });
+    }
+    for (name, i) in hold {
+        rows.push(Ablation {
+            name: format!("hold {name}"),
+            hold_state: vec![*i],
+            ..Ablation::default()
+        });
+    }
+    rows
 }
 
 const STAGE_COLORS: [RGBColor; 6] = [
@@ -349,6 +544,42 @@ pub fn plot_episode(ep: &EvalEpisode, s: &Scored, path: &Path) -> anyhow::Result
     Ok(())
 }
 
+/// The metrics of every ablation side by side, one row each, with the MAE as a multiple of the data as is.
+fn print_ablations(base: &Ablation, summary: &Summary, rows: &[(&Ablation, Summary)]) {
+    let all: Vec<(&Ablation, &Summary)> = std::iter::once((base, summary))
+        .chain(rows.iter().map(|(a, s)| (*a, s)))
+        .collect();
+    let width = all
+        .iter()
+        .map(|(a, _)| a.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    println!();
+    println!(
+        "{:<width$}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}  {:>8}  {:>8}",
+        "ablation", "VOC", "VROC", "VOC-F1", "stage acc", "MAE", "MAE x", "AUROC"
+    );
+    for (a, s) in all {
+        let ratio = s.progress_mae / summary.progress_mae;
+        println!(
+            "{:<width$}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}  {:>8}  {:>8}",
+            a.name,
+            fmt(s.voc),
+            fmt(s.vroc),
+            fmt(s.voc_f1),
+            s.stage_accuracy.map_or("n/a".into(), fmt),
+            fmt(s.progress_mae),
+            if ratio.is_finite() {
+                format!("{ratio:.2}x")
+            } else {
+                "n/a".into()
+            },
+            s.auroc.map_or("n/a".into(), fmt),
+        );
+    }
+}
+
 fn fmt(x: f64) -> String {
     if x.is_finite() {
         format!("{x:.4}")
@@ -366,73 +597,91 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     };
     let manifest =
         Manifest::load(&model_path).with_context(|| format!("reading {}", model_path.display()))?;
+    if manifest.kind == ModelKind::Policy {
+        bail!("{} is a policy, not a reward model", model_path.display());
+    }
     let ds = Dataset::open(&dataset)
         .with_context(|| format!("opening dataset {}", dataset.display()))?;
-    let mean = manifest.image.as_ref().map_or([0.5; 3], |i| i.mean);
-    if let Some(v) = &args.drop_view {
+    for v in &args.blank_view {
         if !manifest.views.contains(v) {
             bail!(
-                "--drop-view {v:?}: the model's views are {:?}",
+                "--blank-view {v:?}: the model's views are {:?}",
                 manifest.views
             );
         }
     }
-    let eps = load_episodes(&ds, args.max_episodes, args.drop_view.as_deref(), mean)?;
+    // The model's state fields by name from the dataset's observation.state, before anything is scored.
+    let (_, state_map) = super::label::bind_dataset_state(&ds, &manifest)?;
+    let source_names = ds.state_names();
+    let hold = hold_indices(&ds, &args.hold_state)?;
+    for (name, i) in &hold {
+        if !state_map.indices().contains(i) {
+            eprintln!(
+                "note: the model {} does not read state field {name:?}: holding it changes nothing",
+                model_path.display()
+            );
+        }
+    }
+    let blank = blank_colour(&manifest);
+    let mut eps = load_episodes(&ds, args.max_episodes)?;
     if eps.is_empty() {
         bail!("{} has no episodes", dataset.display());
     }
-    let bar = ProgressBar::new(eps.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("scoring [{elapsed_precise}] {wide_bar} {pos}/{len} episodes")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let scored: Vec<Scored> = match manifest.kind {
+    let mut scorer = match manifest.kind {
         ModelKind::StageProgress => {
             let mut model = args.ort.load_reward_model(&model_path)?;
-            let mut out = Vec::with_capacity(eps.len());
-            for chunk in eps.chunks(args.batch.max(1)) {
-                let fwd: Vec<Vec<Observation>> = chunk.iter().map(|e| e.obs.clone()).collect();
-                let rev: Vec<Vec<Observation>> = chunk.iter().map(|e| reversed(&e.obs)).collect();
-                let f = score_progress(&mut model, &fwd, args.batch)?;
-                let r = score_progress(&mut model, &rev, args.batch)?;
-                for ((phi, stage), (phi_reversed, _)) in f.into_iter().zip(r) {
-                    out.push(Scored {
-                        phi,
-                        stage: Some(stage),
-                        phi_reversed,
-                    });
-                }
-                bar.inc(chunk.len() as u64);
-            }
-            out
+            model.set_state_map(state_map.clone())?;
+            Scorer::Progress(Box::new(model))
         }
         ModelKind::Hop => {
             let rt = args.ort.runtime()?;
             let mut model = HopModel::load(&model_path, rt, &args.ort.session_options())
                 .with_context(|| format!("loading hop model {}", model_path.display()))?;
+            model.set_state_map(state_map.clone())?;
             let goal = eps
                 .iter()
                 .find(|e| e.success && !e.degraded)
                 .and_then(|e| e.obs.last())
                 .context("the dataset has no successful clean episode to take the goal frame from")?
                 .clone();
-            let mut out = Vec::with_capacity(eps.len());
-            for e in &eps {
-                let phi = model.fused_progress(&e.obs, &goal)?;
-                let phi_reversed = model.fused_progress(&reversed(&e.obs), &goal)?;
-                out.push(Scored {
-                    phi,
-                    stage: None,
-                    phi_reversed,
-                });
-                bar.inc(1);
-            }
-            out
+            Scorer::Hop(Box::new(model), Box::new(goal))
         }
         ModelKind::Policy => bail!("{} is a policy, not a reward model", model_path.display()),
     };
+    let rows = if args.ablations {
+        ablation_rows(&manifest, &state_map, source_names.as_deref(), &hold)
+    } else {
+        // One evaluation, with the flags' views blanked and fields held (the plots show the blanked frames).
+        let ablation = Ablation {
+            name: "as given".into(),
+            blank_views: args.blank_view.clone(),
+            hold_state: hold.iter().map(|(_, i)| *i).collect(),
+        };
+        for e in &mut eps {
+            e.obs = ablation.apply(&e.obs, blank);
+        }
+        vec![Ablation::default()]
+    };
+    let bar = ProgressBar::new((eps.len() * rows.len()) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("scoring [{elapsed_precise}] {wide_bar} {pos}/{len} episodes")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut results = Vec::with_capacity(rows.len());
+    for ab in &rows {
+        let scored = scorer
+            .score(&eps, ab, blank, args.batch, &bar)
+            .with_context(|| format!("scoring ({})", ab.name))?;
+        let summary = summarise(&eps, &scored)?;
+        results.push((scored, summary));
+    }
+    let mut results = results.into_iter();
+    let Some((scored, summary)) = results.next() else {
+        bail!("nothing was scored");
+    };
+    let ablated: Vec<(&Ablation, Summary)> =
+        rows.iter().skip(1).zip(results.map(|(_, s)| s)).collect();
     bar.finish_and_clear();
-    let summary = summarise(&eps, &scored)?;
     println!(
         "model {} on {} ({} episodes: {} clean successes, {} failures)",
         model_path.display(),
@@ -441,6 +690,14 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         summary.expert_successes,
         summary.failures
     );
+    if !args.ablations && (!args.blank_view.is_empty() || !hold.is_empty()) {
+        let held: Vec<&str> = hold.iter().map(|(n, _)| n.as_str()).collect();
+        println!(
+            "with views blanked: [{}], state held at each episode's first frame: [{}]",
+            args.blank_view.join(", "),
+            held.join(", ")
+        );
+    }
     println!(
         "VOC            {} (min {})",
         fmt(summary.voc),
@@ -454,6 +711,9 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     );
     println!("progress MAE   {}", fmt(summary.progress_mae));
     println!("AUROC          {}", summary.auroc.map_or("n/a".into(), fmt));
+    if args.ablations {
+        print_ablations(&rows[0], &summary, &ablated);
+    }
 
     let stem = model_path
         .file_stem()
@@ -467,6 +727,28 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     let json = out.join("summary.json");
     std::fs::write(&json, serde_json::to_string_pretty(&summary)?)
         .with_context(|| format!("writing {}", json.display()))?;
+    if args.ablations {
+        let table: Vec<serde_json::Value> = std::iter::once((&rows[0], &summary))
+            .chain(ablated.iter().map(|(a, s)| (*a, s)))
+            .map(|(a, s)| {
+                let held: Vec<Option<&String>> = a
+                    .hold_state
+                    .iter()
+                    .map(|&i| source_names.as_ref().and_then(|n| n.get(i)))
+                    .collect();
+                serde_json::json!({
+                    "ablation": a.name,
+                    "blank_views": a.blank_views,
+                    "hold_state": held,
+                    "summary": s,
+                })
+            })
+            .collect();
+        let path = out.join("ablations.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&table)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("ablations in {}", path.display());
+    }
     if !args.no_plots {
         for (e, s) in eps.iter().zip(&scored) {
             plot_episode(e, s, &out.join(format!("episode_{:04}.png", e.index)))?;

@@ -14,6 +14,10 @@
 //! once (at most `--batch` frames, all views, per encoder run, and fewer when their normalised pixels would pass
 //! [`ENCODE_CHUNK_BYTES`]) and the head runs on windows of embeddings, instead of the single graph re-encoding
 //! every frame of every window; `--single-graph` turns that off.
+//!
+//! The model's state fields are taken from the dataset's `observation.state` by name (manifest `state_names`
+//! against `features.observation.state.names` in meta/info.json): a model asking for a field the dataset lacks is
+//! refused before anything is read, naming the field.
 
 use crate::cmd::ort_args::OrtArgs;
 use anyhow::{bail, Context};
@@ -25,7 +29,7 @@ use stagewise_dataset::{
     interpolate_linear, strided_frames, Dataset, Episode, Images, SarmProgress, STATE_KEY,
 };
 use stagewise_model::preprocess::Normaliser;
-use stagewise_model::{Manifest, ModelKind, OrtRuntime, RewardModel, TwoPartModel};
+use stagewise_model::{Manifest, ModelKind, OrtRuntime, RewardModel, StateMap, TwoPartModel};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -120,7 +124,10 @@ struct Plan {
     normaliser: Normaliser,
     frames: usize,
     stride_model: usize,
+    /// Values of the dataset's `observation.state` per frame (0 when the model takes no state).
     state_size: usize,
+    /// The model's state fields in the dataset's `observation.state`, bound by name (when it takes a state).
+    state_map: Option<StateMap>,
     stride: usize,
     batch: usize,
     /// Use the manifest's [parts] (encoder + head).
@@ -161,29 +168,11 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
                 .with_context(|| format!("the model {} takes view `{v}`", m.path.display()))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let info_path = ds.root().join("meta/info.json");
-    let state_size = if m.inputs.state.is_some() {
-        let ft = ds.info().features.get(STATE_KEY).with_context(|| {
-            format!(
-                "{}: field `features.{STATE_KEY}` is missing, the model {} takes a state of {} values",
-                info_path.display(),
-                m.path.display(),
-                m.state_size
-            )
-        })?;
-        let dim: usize = ft.shape.iter().product();
-        if dim != m.state_size {
-            bail!(
-                "{}: field `features.{STATE_KEY}.shape` is {:?} ({dim} values), the model {} takes {}",
-                info_path.display(),
-                ft.shape,
-                m.path.display(),
-                m.state_size
-            );
-        }
-        dim
+    let (state_size, state_map) = if m.inputs.state.is_some() {
+        let (dim, map) = bind_dataset_state(ds, m)?;
+        (dim, Some(map))
     } else {
-        0
+        (0, None)
     };
     Ok(Plan {
         keys,
@@ -191,11 +180,72 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
         frames: m.frames.max(1),
         stride_model: m.stride.max(1),
         state_size,
+        state_map,
         stride: args.stride,
         batch: args.batch,
         two_part: m.parts.is_some() && !args.single_graph,
         manifest: m.clone(),
     })
+}
+
+/// Binds the model's state fields by name to the dataset's `observation.state` (its names in meta/info.json):
+/// returns the dataset's values per frame and the map. A field the dataset lacks is refused naming it; a dataset
+/// without state names takes only a model without `state_names` of its size (or one without a state input).
+/// Used by `label` and `eval`.
+pub fn bind_dataset_state(ds: &Dataset, m: &Manifest) -> anyhow::Result<(usize, StateMap)> {
+    let info_path = ds.root().join("meta/info.json");
+    let feature = ds.info().features.get(STATE_KEY);
+    if feature.is_none() && m.state_size == 0 {
+        return Ok((0, StateMap::empty(0)));
+    }
+    let ft = feature.with_context(|| {
+        format!(
+            "{}: field `features.{STATE_KEY}` is missing, the model {} takes a state of {} values",
+            info_path.display(),
+            m.path.display(),
+            m.state_size
+        )
+    })?;
+    let dim: usize = ft.shape.iter().product();
+    let source = format!("the dataset's `{STATE_KEY}` ({})", info_path.display());
+    match ds.state_names() {
+        Some(names) => {
+            if names.len() != dim {
+                bail!(
+                    "{}: field `features.{STATE_KEY}` has {} names for its shape {:?} ({dim} values)",
+                    info_path.display(),
+                    names.len(),
+                    ft.shape
+                );
+            }
+            let map = StateMap::bind_source(m, &source, &names, None)?;
+            Ok((dim, map))
+        }
+        None => {
+            if let Some(wanted) = m.state_names() {
+                bail!(
+                    "{}: field `features.{STATE_KEY}.names` is missing, and the model {} reads state fields by name \
+                     ({})",
+                    info_path.display(),
+                    m.path.display(),
+                    wanted.join(", ")
+                );
+            }
+            if m.state_size == 0 {
+                return Ok((dim, StateMap::empty(dim)));
+            }
+            if dim != m.state_size {
+                bail!(
+                    "{}: field `features.{STATE_KEY}.shape` is {:?} ({dim} values), the model {} takes {}",
+                    info_path.display(),
+                    ft.shape,
+                    m.path.display(),
+                    m.state_size
+                );
+            }
+            Ok((dim, StateMap::identity(dim)))
+        }
+    }
 }
 
 /// A worker's buffers, reused across episodes: fresh multi-megabyte buffers per episode cost page faults and
@@ -281,13 +331,16 @@ fn label_episode(
                 plan.state_size
             );
         }
-        if let Some(i) = data.state.iter().position(|x| !x.is_finite()) {
-            bail!(
-                "episode {ep}, frame {}: column `{STATE_KEY}`[{}] is {}: the state must be finite",
-                i / plan.state_size,
-                i % plan.state_size,
-                data.state[i]
-            );
+        // Only the fields the model reads must be finite.
+        if let Some(map) = &plan.state_map {
+            for t in 0..len {
+                if let Some((i, x)) = map.first_non_finite(data.state(t)) {
+                    bail!(
+                        "episode {ep}, frame {t}: column `{STATE_KEY}`[{i}] is {x}: the state the model reads must \
+                         be finite"
+                    );
+                }
+            }
         }
     }
     let scored = strided_frames(len, plan.stride);
@@ -433,14 +486,21 @@ fn label_all(
                 let loader = s.spawn(move || -> anyhow::Result<Labeller> {
                     let (rt, opts) = (args.ort.runtime()?, args.ort.session_options());
                     let (m, path) = (plan.manifest.clone(), args.model.display());
+                    let map = plan.state_map.clone();
                     if plan.two_part {
-                        TwoPartModel::from_manifest(m, rt, &opts)
-                            .map(Labeller::TwoPart)
-                            .with_context(|| format!("loading the two-part model {path}"))
+                        let mut model = TwoPartModel::from_manifest(m, rt, &opts)
+                            .with_context(|| format!("loading the two-part model {path}"))?;
+                        if let Some(map) = map {
+                            model.set_state_map(map)?;
+                        }
+                        Ok(Labeller::TwoPart(model))
                     } else {
-                        RewardModel::from_manifest(m, rt, &opts)
-                            .map(Labeller::Single)
-                            .with_context(|| format!("loading reward model {path}"))
+                        let mut model = RewardModel::from_manifest(m, rt, &opts)
+                            .with_context(|| format!("loading reward model {path}"))?;
+                        if let Some(map) = map {
+                            model.set_state_map(map)?;
+                        }
+                        Ok(Labeller::Single(model))
                     }
                 });
                 let mut pending = std::collections::VecDeque::new();

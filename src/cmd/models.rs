@@ -58,6 +58,14 @@ fn check(a: CheckArgs) -> anyhow::Result<()> {
         "kind       {}  views {:?}  frames {} stride {}  state {}",
         m.kind, m.views, m.frames, m.stride, m.state_size
     );
+    match m.state_names() {
+        Some(names) => println!("state      {}", names.join(", ")),
+        None if m.state_size > 0 => println!(
+            "state      unnamed: read as the source's vector (binds only to a source of {} fields)",
+            m.state_size
+        ),
+        None => {}
+    }
     if let Some(st) = &m.stages {
         println!(
             "stages     {:?}  proportions {:?}  progress {:?}",
