@@ -11,7 +11,7 @@ use super::sim_args::SimEnvArgs;
 use super::zenoh_args::ZenohArgs;
 use anyhow::{bail, Context};
 use stagewise_core::{Env, EnvSpec, Observation, ShapingConfig, StepResult, VecShaper};
-use stagewise_model::RewardModel;
+use stagewise_model::{RewardModel, StateMap};
 use stagewise_runtime::clock::{Clock, Ticker};
 use stagewise_sim::SimEnv;
 use stagewise_stream::wire::{
@@ -231,13 +231,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             (_, Some(m)) => {
                 let mut model = a.ort.load_reward_model(m)?;
                 // The model's state by name from the simulator's (refused here, naming the field it lacks).
-                model.bind_state(&env.spec().state.names).with_context(|| {
-                    format!(
-                        "binding the state fields of {} to the simulator's (task {})",
-                        m.display(),
-                        env.spec().task
-                    )
-                })?;
+                let source = format!("the simulator's state (task {})", env.spec().task);
+                let map =
+                    StateMap::bind_source(model.manifest(), &source, &env.spec().state.names, None)
+                        .with_context(|| format!("binding the state fields of {}", m.display()))?;
+                model.set_state_map(map)?;
                 Potential::Model(Box::new(model))
             }
             _ => Potential::Sparse,
