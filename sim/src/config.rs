@@ -156,6 +156,11 @@ pub struct Randomization {
     pub camera_jitter: f32,
     /// Randomise table and object colours beyond the default palette.
     pub colors: bool,
+    /// Draw block and table colours from [`crate::world::HELD_OUT_PALETTE`] and
+    /// [`crate::world::HELD_OUT_TABLE_COLORS`] instead of the training palette: colours no shipped reward model
+    /// was trained on, for the colour-robustness bars (tests/shipped_models.rs). The layout is unchanged.
+    #[serde(default)]
+    pub held_out_colors: bool,
 }
 
 /// Everything a [`crate::SimEnv`] needs.

@@ -54,6 +54,16 @@ const OBJECT_PALETTE: [[u8; 3]; 6] = [
     [30, 170, 180],
 ];
 
+/// Block colours of no training set (pink, near-white, navy, brown): [`crate::Randomization::held_out_colors`].
+pub const HELD_OUT_PALETTE: [[u8; 3]; 4] = [
+    [235, 100, 175],
+    [228, 228, 222],
+    [38, 44, 96],
+    [118, 70, 36],
+];
+/// Table colours of no training set (blue-grey, light grey; the training table is brown, [150, 120, 90]).
+pub const HELD_OUT_TABLE_COLORS: [[u8; 3]; 2] = [[96, 116, 138], [182, 180, 172]];
+
 /// One free block.
 #[derive(Debug, Clone)]
 pub struct Block {
@@ -104,9 +114,10 @@ impl World {
         phys.integration_parameters.num_solver_iterations = cfg.solver_iterations.max(1);
 
         let colors = cfg.randomization.colors;
+        let held_out = cfg.randomization.held_out_colors;
         // Colour draws happen whether or not colours are randomised, so the layout does not depend on it.
         let table_color = rand_color(rng, [150, 120, 90], if colors { 0.12 } else { 0.0 });
-        phys.insert(
+        let (_, table) = phys.insert(
             RigidBodyBuilder::fixed().translation(Vec3::new(0.0, 0.0, -TABLE_THICK)),
             ColliderBuilder::cuboid(TABLE_HALF, TABLE_HALF, TABLE_THICK)
                 .friction(0.8)
@@ -168,6 +179,13 @@ impl World {
         let n = task.num_objects();
         let mut blocks = Vec::with_capacity(n);
         let first_color = rng.random_range(0..OBJECT_PALETTE.len());
+        if held_out {
+            // Chosen from a draw already made, so the layout is the same as without held-out colours.
+            let c = HELD_OUT_TABLE_COLORS[first_color % HELD_OUT_TABLE_COLORS.len()];
+            if let Some(t) = phys.colliders.get_mut(table) {
+                t.user_data = pack_rgb(c);
+            }
+        }
         let mut block_xy = Vec::with_capacity(n);
         for i in 0..n {
             block_xy.push(draw_far(rng, 0.12, 0.15));
@@ -188,7 +206,11 @@ impl World {
                     rng.random_range(0.018..0.024),
                 ),
             };
-            let base = OBJECT_PALETTE[(first_color + i * 2) % OBJECT_PALETTE.len()];
+            let base = if held_out {
+                HELD_OUT_PALETTE[(first_color + i) % HELD_OUT_PALETTE.len()]
+            } else {
+                OBJECT_PALETTE[(first_color + i * 2) % OBJECT_PALETTE.len()]
+            };
             let color = rand_color(rng, base, if colors { 0.15 } else { 0.04 });
             let mass = rng.random_range(0.05..0.20f32);
             let yaw = rng.random_range(-0.35..0.35f32);

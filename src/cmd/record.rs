@@ -59,6 +59,9 @@ pub struct RecordArgs {
     /// Randomise object and table colours.
     #[arg(long)]
     pub random_colors: bool,
+    /// Block and table colours from the simulator's held-out palette (no shipped model was trained on them).
+    #[arg(long)]
+    pub held_out_colors: bool,
     /// Worker threads for the rollouts (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -192,6 +195,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     cfg.render_threads = 1;
     cfg.randomization.camera_jitter = args.camera_jitter;
     cfg.randomization.colors = args.random_colors;
+    cfg.randomization.held_out_colors = args.held_out_colors;
     cfg.validate()?;
 
     let info = DatasetInfo {
@@ -293,6 +297,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         "degraded_fraction": args.degraded,
         "camera_jitter": args.camera_jitter,
         "random_colors": args.random_colors,
+        "held_out_colors": args.held_out_colors,
         "width": args.width,
         "height": args.height,
         "episodes": log,

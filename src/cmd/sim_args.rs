@@ -24,6 +24,9 @@ pub struct SimEnvArgs {
     /// Randomise object and table colours.
     #[arg(long)]
     pub random_colors: bool,
+    /// Block and table colours from the simulator's held-out palette (no shipped model was trained on them).
+    #[arg(long)]
+    pub held_out_colors: bool,
 }
 
 fn parse_task(s: &str) -> Result<Task, String> {
@@ -41,6 +44,7 @@ impl SimEnvArgs {
         cfg.randomization = Randomization {
             camera_jitter: self.camera_jitter,
             colors: self.random_colors,
+            held_out_colors: self.held_out_colors,
         };
         cfg
     }
