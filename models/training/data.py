@@ -45,12 +45,27 @@ def _decode(b: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
 
 
-def load(root: str, stage_names: list[str] | None = None, proportions: list[float] | None = None) -> Dataset:
+def load(
+    root: str,
+    stage_names: list[str] | None = None,
+    proportions: list[float] | None = None,
+    state_names: list[str] | None = None,
+) -> Dataset:
+    """Loads `root`. `state_names` picks those state fields, in that order (default: all of them); a name the
+    dataset does not have is an error naming it."""
     with open(os.path.join(root, "meta", "info.json")) as f:
         info = json.load(f)
     feats = info["features"]
     views = [k[len("observation.images."):] for k in feats if k.startswith("observation.images.")]
-    state_names = feats["observation.state"]["names"]
+    all_names = list(feats["observation.state"]["names"])
+    if state_names is None:
+        state_names = all_names
+    missing = [n for n in state_names if n not in all_names]
+    if missing:
+        raise SystemExit(
+            f"{root}/meta/info.json: observation.state has no field(s) {missing} (it has: {', '.join(all_names)})"
+        )
+    cols = [all_names.index(n) for n in state_names]
     # episode metadata: success and annotations
     meta = {}
     for p in sorted(glob.glob(os.path.join(root, "meta", "episodes", "chunk-*", "file-*.parquet"))):
@@ -63,13 +78,13 @@ def load(root: str, stage_names: list[str] | None = None, proportions: list[floa
             pj = json.load(f)
         stage_names = list(pj.keys())
         proportions = [float(v) for v in pj.values()]
-    ds = Dataset(root, views, state_names, stage_names, list(proportions or []))
+    ds = Dataset(root, views, list(state_names), stage_names, list(proportions or []))
     files = sorted(glob.glob(os.path.join(root, "data", "chunk-*", "file-*.parquet")))
     pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
     for p in files:
         t = pq.read_table(p)
         ep_idx = np.asarray(t.column("episode_index").to_numpy())
-        state = np.stack(t.column("observation.state").to_pylist()).astype(np.float32)
+        state = np.stack(t.column("observation.state").to_pylist()).astype(np.float32)[:, cols]
         prog = np.asarray(t.column("progress_gt").to_numpy(), dtype=np.float32)
         stage = np.asarray(t.column("stage_gt").to_numpy(), dtype=np.int64)
         degr = np.asarray(t.column("degraded").to_numpy(), dtype=np.int64)

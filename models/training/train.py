@@ -9,7 +9,11 @@ state f32 [N, S] -> stage_logits [N, K], tau [N, K] (sigmoid; one per stage; har
 A shared conv encoder embeds every frame of every view; the embeddings of all views and frames and an MLP
 embedding of the (standardised) state go through an MLP trunk to the stage head and the tau head. In training a
 view is blanked (all zeros after normalisation = the mean colour) with probability --view-dropout, so a missing
-camera (fed as a mean-colour frame) degrades gracefully; frames are shifted by up to --shift pixels per view.
+camera (fed as a mean-colour frame) degrades gracefully; frames are shifted by up to --shift pixels per view, and
+each sample's colours are transformed (hue rotation, saturation, channel gains: --colour) so unseen block and table
+colours still read as a scene. The state is the proprioception a real robot has (--state-names, default
+ee_x,ee_y,ee_z,gripper_width), picked from the dataset by name and written to the manifest's `state_names`: never
+block or target poses, which only a simulator knows.
 
 Every progress model is also exported in two parts (DESIGN.md's fast path; manifest [parts]): the per-frame encoder
 (frames [M, 3, H, W] -> embedding [M, E]) and the head (embeddings [N, V, F, E] + state -> stage_logits, tau),
@@ -50,6 +54,9 @@ PROPORTIONS = {
     "push-target": [0.20, 0.15, 0.65],
 }
 MEAN = [0.5, 0.5, 0.5]
+# What a real robot knows about itself: the model's default state (DESIGN.md "A reward model sees what a real robot
+# sees"). The simulator's state also holds block and target poses and a `grasped` flag: never model inputs.
+PROPRIO = ["ee_x", "ee_y", "ee_z", "gripper_width"]
 STD = [0.25, 0.25, 0.25]
 
 
@@ -60,11 +67,17 @@ ENC_CHANNELS = (16, 32, 32)
 
 
 class Encoder(nn.Module):
-    """Per-frame conv encoder: [B, 3, H, W] -> [B, E]; stride-2 3x3 convs down to 4x4, then a linear layer."""
+    """Per-frame conv encoder: [B, 3, H, W] -> [B, E]; stride-2 3x3 convs down to 4x4, then a linear layer.
+    With `coord`, two constant channels holding each pixel's x and y in [-1, 1] join the image (CoordConv): where
+    a block is in the picture is what progress depends on, and plain convolutions are blind to position."""
 
-    def __init__(self, h: int, w: int, emb: int, chans=ENC_CHANNELS):
+    def __init__(self, h: int, w: int, emb: int, chans=ENC_CHANNELS, coord: bool = False):
         super().__init__()
-        layers, c_in, size = [], 3, min(h, w)
+        self.coord = coord
+        if coord:
+            ys, xs = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+            self.register_buffer("coords", torch.stack([xs, ys])[None])
+        layers, c_in, size = [], 5 if coord else 3, min(h, w)
         while size > 4:
             c = chans[min(len(layers) // 2, len(chans) - 1)]
             layers += [nn.Conv2d(c_in, c, 3, 2, 1), nn.ReLU()]
@@ -73,14 +86,18 @@ class Encoder(nn.Module):
         self.fc = nn.Linear(c_in * h * w, emb)
 
     def forward(self, x):
+        if self.coord:
+            x = torch.cat([x, self.coords.expand(x.shape[0], -1, -1, -1)], 1)
         return F.relu(self.fc(self.conv(x).flatten(1)))
 
 
 class ProgressNet(nn.Module):
-    def __init__(self, views, frames, h, w, state_mean, state_std, k, emb=64, hidden=256, chans=ENC_CHANNELS):
+    def __init__(
+        self, views, frames, h, w, state_mean, state_std, k, emb=64, hidden=256, chans=ENC_CHANNELS, coord=False
+    ):
         super().__init__()
         self.v, self.f, self.h, self.w, self.emb = views, frames, h, w, emb
-        self.enc = Encoder(h, w, emb, chans)
+        self.enc = Encoder(h, w, emb, chans, coord)
         self.register_buffer("s_mean", torch.tensor(state_mean, dtype=torch.float32))
         self.register_buffer("s_std", torch.tensor(state_std, dtype=torch.float32))
         s = len(state_mean)
@@ -116,10 +133,10 @@ class Head(nn.Module):
 
 
 class HopNet(nn.Module):
-    def __init__(self, views, h, w, state_mean, state_std, emb=64, hidden=256):
+    def __init__(self, views, h, w, state_mean, state_std, emb=64, hidden=256, coord=False):
         super().__init__()
         self.v, self.h, self.w, self.emb = views, h, w, emb
-        self.enc = Encoder(h, w, emb)
+        self.enc = Encoder(h, w, emb, coord=coord)
         self.register_buffer("s_mean", torch.tensor(state_mean, dtype=torch.float32))
         self.register_buffer("s_std", torch.tensor(state_std, dtype=torch.float32))
         s = len(state_mean)
@@ -197,20 +214,48 @@ def to_tensor(imgs: np.ndarray) -> torch.Tensor:
     return (x - mean) / std
 
 
-def augment(x: torch.Tensor, shift: int, view_dropout: float, rng: np.random.Generator) -> torch.Tensor:
+def colour_matrices(b: int, strength: float, rng: np.random.Generator) -> torch.Tensor:
+    """[b, 3, 3] random colour transforms in RGB space: a hue rotation about the grey axis (uniform angle, with
+    probability `strength`), a saturation change (0.4x-1.4x) and per-channel gains (0.85-1.15). One per sample,
+    the same for all its views and frames (one scene, one lighting), so block, table and target colours the
+    training palette never had still look like a scene the model knows (the colour bars of
+    tests/shipped_models.rs use colours no training episode has)."""
+    k = np.ones(3) / np.sqrt(3.0)
+    kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    kk = np.outer(k, k)
+    out = np.empty((b, 3, 3), dtype=np.float32)
+    for i in range(b):
+        th = rng.uniform(-np.pi, np.pi) if rng.random() < strength else 0.0
+        rot = np.cos(th) * np.eye(3) + np.sin(th) * kx + (1 - np.cos(th)) * kk
+        sat = rng.uniform(0.4, 1.4)
+        s_m = sat * np.eye(3) + (1 - sat) * np.full((3, 3), 1 / 3)
+        gain = np.diag(rng.uniform(0.85, 1.15, size=3))
+        out[i] = gain @ s_m @ rot
+    return torch.from_numpy(out)
+
+
+def augment(
+    x: torch.Tensor, shift: int, view_dropout: float, rng: np.random.Generator, colour: float = 0.0
+) -> torch.Tensor:
     b, v = x.shape[0], x.shape[1]
+    if colour > 0:
+        mean = torch.tensor(MEAN).view(1, 1, 1, 3, 1, 1)
+        std = torch.tensor(STD).view(1, 1, 1, 3, 1, 1)
+        rgb = (x * std + mean).clamp_(0, 1)
+        m = colour_matrices(b, colour, rng)
+        rgb = (m[:, None, None] @ rgb.flatten(4)).reshape(rgb.shape).clamp_(0, 1)
+        x = (rgb - mean) / std
     if shift > 0:
+        # each (sample, view) shifted by its own (dy, dx) in [-shift, shift]: gathered from a padded copy
         h, w = x.shape[-2], x.shape[-1]
-        pad = F.pad(x.reshape(b * v, -1, h, w), (shift, shift, shift, shift), mode="replicate").reshape(
-            b, v, x.shape[2], 3, h + 2 * shift, w + 2 * shift
-        )
-        out = torch.empty_like(x)
-        dx = rng.integers(0, 2 * shift + 1, size=(b, v))
-        dy = rng.integers(0, 2 * shift + 1, size=(b, v))
-        for i in range(b):
-            for j in range(v):
-                out[i, j] = pad[i, j, :, :, dy[i, j]:dy[i, j] + h, dx[i, j]:dx[i, j] + w]
-        x = out
+        flat = F.pad(x.reshape(b * v, -1, h, w), (shift, shift, shift, shift), mode="replicate")
+        dy = torch.from_numpy(rng.integers(0, 2 * shift + 1, size=b * v))
+        dx = torch.from_numpy(rng.integers(0, 2 * shift + 1, size=b * v))
+        rows = (dy[:, None] + torch.arange(h)[None])[:, :, None]  # [bv, h, 1]
+        cols = (dx[:, None] + torch.arange(w)[None])[:, None, :]  # [bv, 1, w]
+        idx = torch.arange(b * v)[:, None, None]
+        out = flat.permute(0, 2, 3, 1)[idx, rows, cols]  # [bv, h, w, F*3]
+        x = out.permute(0, 3, 1, 2).reshape(x.shape)
     if view_dropout > 0:
         drop = rng.random((b, v)) < view_dropout
         drop[drop.all(axis=1), 0] = False  # keep at least one view
@@ -232,7 +277,7 @@ def toml_list(xs, fmt="{:.6g}"):
 
 
 def write_manifest(
-    path, kind, onnx_name, views, frames, stride, state_size, h, w, outputs, stages, description, parts=None
+    path, kind, onnx_name, views, frames, stride, state_names, h, w, outputs, stages, description, parts=None
 ):
     lines = [
         f'kind = "{kind}"',
@@ -241,7 +286,8 @@ def write_manifest(
         "views = [" + ", ".join(f'"{v}"' for v in views) + "]",
         f"frames = {frames}",
         f"stride = {stride}",
-        f"state_size = {state_size}",
+        "state_names = [" + ", ".join(f'"{n}"' for n in state_names) + "]",
+        f"state_size = {len(state_names)}",
         f'description = """{description}"""',
         "",
         "[image]",
@@ -286,13 +332,18 @@ def progress_phi(logits, tau, P, a):
     return P[k] + a[k] * tau.gather(1, k[:, None])[:, 0]
 
 
-def evaluate_progress(model, flat, frames, stride, P, a, batch=512):
+def evaluate_progress(model, flat, frames, stride, P, a, batch=512, blank=False):
+    """(progress MAE, stage accuracy) on `flat`; `blank`: every frame replaced by its own mean colour (the pixel
+    dependence ablation of tests/shipped_models.rs: a model that reads its cameras must get much worse)."""
     model.eval()
     phis, ks = [], []
     with torch.no_grad():
         for s in range(0, flat.n, batch):
             g = np.arange(s, min(s + batch, flat.n))
-            x = to_tensor(flat.window(g, frames, stride))
+            imgs = flat.window(g, frames, stride)
+            if blank:
+                imgs = np.broadcast_to(imgs.mean(axis=(3, 4), keepdims=True).round(), imgs.shape).astype(np.uint8)
+            x = to_tensor(imgs)
             st = torch.from_numpy(flat.state[g])
             logits, tau = model(x, st)
             phis.append(progress_phi(logits, tau, P, a).numpy())
@@ -359,7 +410,7 @@ def train_progress(args, train, val, proportions, names):
     K = len(proportions)
     sm = train.state.mean(0)
     ss = np.maximum(train.state.std(0), 1e-3)
-    model = ProgressNet(V, args.frames, H, W, sm, ss, K, chans=args.enc_channels)
+    model = ProgressNet(V, args.frames, H, W, sm, ss, K, chans=args.enc_channels, coord=args.coord)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     steps = args.epochs * (min(train.n, args.samples_per_epoch) // args.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=max(steps, 1))
@@ -372,7 +423,9 @@ def train_progress(args, train, val, proportions, names):
         tot = 0.0
         for b in range(0, len(order) - args.batch + 1, args.batch):
             g = order[b:b + args.batch]
-            x = augment(to_tensor(train.window(g, args.frames, args.stride)), args.shift, args.view_dropout, rng)
+            x = augment(
+                to_tensor(train.window(g, args.frames, args.stride)), args.shift, args.view_dropout, rng, args.colour
+            )
             st = torch.from_numpy(train.state[g])
             st = st + torch.randn_like(st) * 0.002 * torch.from_numpy(ss.astype(np.float32))
             k = torch.from_numpy(train.stage[g])
@@ -440,7 +493,7 @@ def train_hop(args, train, val):
     V, H, W = train.images.shape[1], train.images.shape[2], train.images.shape[3]
     sm = train.state.mean(0)
     ss = np.maximum(train.state.std(0), 1e-3)
-    model = HopNet(V, H, W, sm, ss)
+    model = HopNet(V, H, W, sm, ss, coord=args.coord)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     per = args.samples_per_epoch // args.batch
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.epochs * per)
@@ -451,7 +504,7 @@ def train_hop(args, train, val):
         for _ in range(per):
             p, q = sample_pairs(train, args.batch, rng)
             x, st, y = hop_batch(train, p, q)
-            x = augment(x, args.shift, args.view_dropout, rng)
+            x = augment(x, args.shift, args.view_dropout, rng, args.colour)
             h = model(x, st)[:, 0]
             loss = F.mse_loss(h, y)
             opt.zero_grad()
@@ -475,6 +528,8 @@ def main():
     ap.add_argument("--task", required=True, choices=sorted(PROPORTIONS))
     ap.add_argument("--train", required=True, nargs="+", help="dataset dir(s) from `stagewise record`")
     ap.add_argument("--val", help="held-out dataset dir (reporting only)")
+    ap.add_argument("--val-extra", nargs="*", default=[],
+                    help="more held-out dataset dirs to report on after training (e.g. held-out colours)")
     ap.add_argument("--out", required=True, help="output directory, e.g. models/pick-place")
     ap.add_argument("--kind", default="progress", choices=["progress", "hop"])
     ap.add_argument("--name", help="file stem (default: <task>-progress or <task>-hop)")
@@ -487,6 +542,15 @@ def main():
     ap.add_argument("--view-dropout", type=float, default=0.15)
     ap.add_argument("--shift", type=int, default=2)
     ap.add_argument("--targets", default="hybrid", choices=["hybrid", "oracle"])
+    ap.add_argument("--state-names", default=",".join(PROPRIO),
+                    type=lambda t: [n for n in t.split(",") if n],
+                    help="state fields the model reads, by name (default: the proprioception a real robot has, "
+                         f"{','.join(PROPRIO)}; never object or target poses: DESIGN.md)")
+    ap.add_argument("--coord", type=int, default=1, choices=[0, 1],
+                    help="1: the encoder sees each pixel's x, y as two extra channels (CoordConv); 0: plain")
+    ap.add_argument("--colour", type=float, default=0.8,
+                    help="probability of a random hue rotation per training sample (plus saturation and "
+                         "channel-gain jitter whenever > 0); 0 = no colour augmentation")
     ap.add_argument("--eval-every", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
@@ -498,7 +562,7 @@ def main():
 
     proportions = PROPORTIONS[args.task]
     t0 = time.time()
-    dss = [dsmod.load(d) for d in args.train]
+    dss = [dsmod.load(d, state_names=args.state_names) for d in args.train]
     names = dss[0].stage_names
     if len(names) != len(proportions):
         raise SystemExit(f"dataset has {len(names)} stages, {args.task} has {len(proportions)}")
@@ -506,17 +570,27 @@ def main():
     for d in dss[1:]:
         train_ds.episodes += d.episodes
     train = Flat(train_ds, proportions, args.targets)
-    val = Flat(dsmod.load(args.val), proportions, args.targets) if args.val else None
+    val = Flat(dsmod.load(args.val, state_names=args.state_names), proportions, args.targets) if args.val else None
     print(f"loaded {len(train_ds.episodes)} episodes, {train.n} frames in {time.time() - t0:.0f}s", flush=True)
     V = len(train_ds.views)
     H, W = train.images.shape[2], train.images.shape[3]
-    S = train.state.shape[1]
     os.makedirs(args.out, exist_ok=True)
     stem = args.name or f"{args.task}-{args.kind}"
     onnx_path = os.path.join(args.out, stem + ".onnx")
     seeds = f"{len(train_ds.episodes)} episodes ({', '.join(args.train)})"
     if args.kind == "progress":
         model, secs = train_progress(args, train, val, proportions, names)
+        report = {}
+        if val is not None:
+            P_ = torch.tensor(np.concatenate([[0.0], np.cumsum(proportions)[:-1]]), dtype=torch.float32)
+            a_ = torch.tensor(proportions, dtype=torch.float32)
+            for label, d in [("val", val)] + [(os.path.basename(p.rstrip("/")), Flat(
+                    dsmod.load(p, state_names=args.state_names), proportions, args.targets)) for p in args.val_extra]:
+                mae, acc = evaluate_progress(model, d, args.frames, args.stride, P_, a_)
+                mae_b, _ = evaluate_progress(model, d, args.frames, args.stride, P_, a_, blank=True)
+                report[label] = {"mae": round(mae, 4), "stage_acc": round(acc, 4), "mae_views_blanked": round(mae_b, 4)}
+                print(f"{label}: MAE {mae:.4f}, stage acc {acc:.3f}; every view blanked: MAE {mae_b:.4f} "
+                      f"({mae_b / max(mae, 1e-9):.1f}x)", flush=True)
         example = (torch.zeros(1, V, args.frames, 3, H, W), torch.from_numpy(train.state[:1]))
         export(model, example, onnx_path, ["images", "state"], ["stage_logits", "tau"])
         check_onnx(onnx_path, example, model)
@@ -529,11 +603,12 @@ def main():
             f"Stage-aware multi-view progress model for the sim task {args.task}, trained by "
             f"models/training/train.py on {seeds} for {args.epochs} epochs x {args.samples_per_epoch} samples "
             f"({secs:.0f} s on {args.threads} CPU threads). Targets: {args.targets}. View dropout "
-            f"{args.view_dropout}, shift {args.shift}px. A missing camera: feed a mean-colour frame."
+            f"{args.view_dropout}, shift {args.shift}px, colour augmentation {args.colour}. State: "
+            f"{', '.join(args.state_names)} (no object or target poses). A missing camera: feed a mean-colour frame."
         )
         write_manifest(
             os.path.join(args.out, stem + ".toml"), "stage_progress", stem + ".onnx", train_ds.views,
-            args.frames, args.stride, S, H, W, [("stage_logits", "stage_logits"), ("tau", "tau")],
+            args.frames, args.stride, args.state_names, H, W, [("stage_logits", "stage_logits"), ("tau", "tau")],
             (names, proportions), desc, parts,
         )
     else:
@@ -545,15 +620,18 @@ def main():
             f"Pairwise hop model H(s_p, s_q) in [-1, 1] (Robo-Dopamine-style) for the sim task {args.task}: "
             f"images [N, views, 2, 3, H, W] (frame 0 = s_p, frame 1 = s_q), state [N, 2, state_size], "
             f"output hop [N, 1]. Trained by models/training/train.py --kind hop on {seeds}, {args.epochs} epochs "
-            f"x {args.samples_per_epoch} pairs ({secs:.0f} s on {args.threads} CPU threads)."
+            f"x {args.samples_per_epoch} pairs ({secs:.0f} s on {args.threads} CPU threads). State: "
+            f"{', '.join(args.state_names)} (no object or target poses)."
         )
         write_manifest(
-            os.path.join(args.out, stem + ".toml"), "hop", stem + ".onnx", train_ds.views, 2, 1, S, H, W,
+            os.path.join(args.out, stem + ".toml"), "hop", stem + ".onnx", train_ds.views, 2, 1, args.state_names, H, W,
             [("hop", "hop")], None, desc,
         )
     size = os.path.getsize(onnx_path)
     info = {"task": args.task, "kind": args.kind, "train_seconds": round(secs, 1), "onnx_bytes": size,
             "args": vars(args)}
+    if args.kind == "progress":
+        info["validation"] = report
     with open(os.path.join(args.out, stem + ".train.json"), "w") as f:
         json.dump(info, f, indent=2)
     print(f"wrote {onnx_path} ({size / 1e6:.2f} MB), trained in {secs:.0f}s")
