@@ -71,14 +71,14 @@ class Encoder(nn.Module):
     With `coord`, two constant channels holding each pixel's x and y in [-1, 1] join the image (CoordConv): where
     a block is in the picture is what progress depends on, and plain convolutions are blind to position."""
 
-    def __init__(self, h: int, w: int, emb: int, chans=ENC_CHANNELS, coord: bool = False):
+    def __init__(self, h: int, w: int, emb: int, chans=ENC_CHANNELS, coord: bool = False, min_size: int = 4):
         super().__init__()
         self.coord = coord
         if coord:
             ys, xs = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
             self.register_buffer("coords", torch.stack([xs, ys])[None])
         layers, c_in, size = [], 5 if coord else 3, min(h, w)
-        while size > 4:
+        while size > min_size:
             c = chans[min(len(layers) // 2, len(chans) - 1)]
             layers += [nn.Conv2d(c_in, c, 3, 2, 1), nn.ReLU()]
             c_in, size, h, w = c, size // 2, (h + 1) // 2, (w + 1) // 2
@@ -93,11 +93,12 @@ class Encoder(nn.Module):
 
 class ProgressNet(nn.Module):
     def __init__(
-        self, views, frames, h, w, state_mean, state_std, k, emb=64, hidden=256, chans=ENC_CHANNELS, coord=False
+        self, views, frames, h, w, state_mean, state_std, k, emb=64, hidden=256, chans=ENC_CHANNELS, coord=False,
+        min_size=4,
     ):
         super().__init__()
         self.v, self.f, self.h, self.w, self.emb = views, frames, h, w, emb
-        self.enc = Encoder(h, w, emb, chans, coord)
+        self.enc = Encoder(h, w, emb, chans, coord, min_size)
         self.register_buffer("s_mean", torch.tensor(state_mean, dtype=torch.float32))
         self.register_buffer("s_std", torch.tensor(state_std, dtype=torch.float32))
         s = len(state_mean)
@@ -410,7 +411,9 @@ def train_progress(args, train, val, proportions, names):
     K = len(proportions)
     sm = train.state.mean(0)
     ss = np.maximum(train.state.std(0), 1e-3)
-    model = ProgressNet(V, args.frames, H, W, sm, ss, K, chans=args.enc_channels, coord=args.coord)
+    model = ProgressNet(
+        V, args.frames, H, W, sm, ss, K, chans=args.enc_channels, coord=args.coord, min_size=args.enc_min_size
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     steps = args.epochs * (min(train.n, args.samples_per_epoch) // args.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=max(steps, 1))
@@ -546,6 +549,9 @@ def main():
                     type=lambda t: [n for n in t.split(",") if n],
                     help="state fields the model reads, by name (default: the proprioception a real robot has, "
                          f"{','.join(PROPRIO)}; never object or target poses: DESIGN.md)")
+    ap.add_argument("--enc-min-size", type=int, default=4,
+                    help="the encoder's stride-2 convs stop at this feature-map size (4: 32x32 -> 4x4; 8 keeps "
+                         "8x8 positions for the linear layer)")
     ap.add_argument("--coord", type=int, default=1, choices=[0, 1],
                     help="1: the encoder sees each pixel's x, y as two extra channels (CoordConv); 0: plain")
     ap.add_argument("--colour", type=float, default=0.8,

@@ -3,12 +3,14 @@
 #
 #   models/training/train_all.sh [TASK...]      # default: pick-place push-target stack, then the pick-place hop model
 #
-# Env: STAGEWISE (the CLI; default target/release/stagewise), DATA (dataset dir; default data/), PY (default
-# .venv/bin/python), EPISODES (training episodes per task; default 300), EPOCHS (default 40), DEGRADED (share of
-# degraded training episodes; default 0.4), TARGETS (hybrid | oracle; default hybrid), THREADS (torch threads;
-# default 2 — use 1 when the cores are shared: torch's thread pool spins badly under contention), ENC_CHANNELS
-# (the encoder's conv widths; default 16,32,32).
-# Models read the camera views and proprioception only (train.py --state-names, default ee_x,ee_y,ee_z,gripper_width).
+# Env (each overrides the task's default, which is what the shipped model used; see its .train.json): STAGEWISE
+# (the CLI; default target/release/stagewise), DATA (dataset dir; default data/), PY (default .venv/bin/python),
+# EPISODES (training episodes; 300, push-target 600), EPOCHS (40, push-target 50, hop 12), DEGRADED (share of
+# degraded training episodes; 0.4, push-target 0.6), TARGETS (hybrid | oracle; hybrid, push-target oracle), THREADS
+# (torch threads; default 1: torch's thread pool spins badly when the cores are shared; 2 on idle cores),
+# ENC_CHANNELS (the encoder's conv widths; 16,32,32), STATE_NAMES (the proprioception the model reads;
+# ee_x,ee_y,ee_z,gripper_width, stack and push-target gripper_width: models/README.md says why).
+# Models read the camera views and proprioception only, never block or target poses.
 # Training sets are recorded with the palette's colours jittered (--random-colors); data/<task>-val-colours uses the
 # simulator's held-out palette (reported after training, never trained on).
 # Seeds: training 0.., validation 500000.., held-out colours 510000..; the CI test's held-out set starts at 1000000
@@ -18,11 +20,10 @@ cd "$(dirname "$0")/../.."
 B=${STAGEWISE:-target/release/stagewise}
 DATA=${DATA:-data}
 PY=${PY:-.venv/bin/python}
-EPISODES=${EPISODES:-300}
-EPOCHS=${EPOCHS:-40}
-DEGRADED=${DEGRADED:-0.4}
-TARGETS=${TARGETS:-hybrid}
-THREADS=${THREADS:-2}
+THREADS=${THREADS:-1}
+# What the caller set (empty: the task's default below).
+user_episodes=${EPISODES:-} user_degraded=${DEGRADED:-} user_epochs=${EPOCHS:-} user_targets=${TARGETS:-}
+user_state=${STATE_NAMES:-}
 TASKS=("$@")
 [ ${#TASKS[@]} -gt 0 ] || TASKS=(pick-place push-target stack hop)
 [ -x "$B" ] || { echo "no stagewise CLI at $B: cargo build --release (or set STAGEWISE)" >&2; exit 1; }
@@ -37,7 +38,13 @@ record() { # task split episodes degraded seed jitter [record flags...]
 
 for t in "${TASKS[@]}"; do
   task=$t kind=progress
-  if [ "$t" = hop ]; then task=pick-place kind=hop; fi
+  episodes=300 degraded=0.4 epochs=40 targets=hybrid state=ee_x,ee_y,ee_z,gripper_width
+  case "$t" in
+    hop) task=pick-place kind=hop epochs=12 ;;
+    stack) state=gripper_width ;;
+    push-target) episodes=600 degraded=0.6 epochs=50 targets=oracle state=gripper_width ;;
+  esac
+  EPISODES=${user_episodes:-$episodes} DEGRADED=${user_degraded:-$degraded}
   record "$task" "train-n$EPISODES-d$DEGRADED" "$EPISODES" "$DEGRADED" 0 0.01 --random-colors
   record "$task" val 12 0.4 500000 0
   record "$task" val-colours 12 0.4 510000 0 --held-out-colors
@@ -45,7 +52,8 @@ for t in "${TASKS[@]}"; do
   chans=${ENC_CHANNELS:-16,32,32}
   start=$(date +%s)
   "$PY" models/training/train.py --task "$task" --kind "$kind" --train "$DATA/$task-train-n$EPISODES-d$DEGRADED" \
-    --val "$DATA/$task-val" --val-extra "$DATA/$task-val-colours" --out "models/$task" --epochs "$EPOCHS" \
-    --samples-per-epoch 16384 --eval-every 10 --targets "$TARGETS" --threads "$THREADS" --enc-channels "$chans"
+    --val "$DATA/$task-val" --val-extra "$DATA/$task-val-colours" --out "models/$task" \
+    --samples-per-epoch 16384 --eval-every 10 --targets "${user_targets:-$targets}" --threads "$THREADS" \
+    --enc-channels "$chans" --epochs "${user_epochs:-$epochs}" --state-names "${user_state:-$state}"
   echo "$t: trained in $(($(date +%s) - start)) s"
 done
