@@ -1,6 +1,7 @@
 //! Behaviour tests of the simulator: experts, oracle, determinism, bad input, cameras.
 
 use stagewise_core::{Env, EnvError};
+use stagewise_sim::world::HELD_OUT_PALETTE;
 use stagewise_sim::{
     rollout, rollout_with, save_png, CameraConfig, ConfigError, Degradation, FailureMode,
     SimConfig, SimEnv, Task, VecEnv,
@@ -258,6 +259,45 @@ fn randomisation_options_change_pictures_not_layout() {
     cfg.randomization.colors = true;
     let r = rollout_with(&cfg, 0, Degradation::none()).expect("rollout");
     assert!(r.success);
+}
+
+#[test]
+fn held_out_colours_change_block_and_table_colours_not_layout() {
+    for task in Task::ALL {
+        let mut cfg = small(task);
+        cfg.randomization.held_out_colors = true;
+        let (mut plain, mut held) = (
+            SimEnv::new(small(task)).expect("env"),
+            SimEnv::new(cfg).expect("env"),
+        );
+        for seed in 0..6 {
+            let a = plain.reset(seed).expect("reset");
+            let b = held.reset(seed).expect("reset");
+            assert_eq!(a.state, b.state, "{task} seed {seed}: same layout");
+            assert_ne!(a.views[0].rgb, b.views[0].rgb, "{task} seed {seed}");
+            let world = held.world().expect("world");
+            for i in 0..task.num_objects() {
+                // within the renderer's small jitter of a held-out base colour
+                let c = world.block(i).color;
+                let near = HELD_OUT_PALETTE.iter().any(|p| {
+                    p.iter()
+                        .zip(&c)
+                        .all(|(&p, &c)| (i32::from(p) - i32::from(c)).abs() <= 11)
+                });
+                assert!(
+                    near,
+                    "{task} seed {seed}: block {i} colour {c:?} is not a held-out colour"
+                );
+            }
+        }
+    }
+    let mut cfg = SimConfig::headless(Task::Stack);
+    cfg.randomization.held_out_colors = true;
+    assert!(
+        rollout_with(&cfg, 0, Degradation::none())
+            .expect("rollout")
+            .success
+    );
 }
 
 #[test]
