@@ -134,10 +134,10 @@ class Head(nn.Module):
 
 
 class HopNet(nn.Module):
-    def __init__(self, views, h, w, state_mean, state_std, emb=64, hidden=256, coord=False):
+    def __init__(self, views, h, w, state_mean, state_std, emb=64, hidden=256, coord=False, min_size=4):
         super().__init__()
         self.v, self.h, self.w, self.emb = views, h, w, emb
-        self.enc = Encoder(h, w, emb, coord=coord)
+        self.enc = Encoder(h, w, emb, coord=coord, min_size=min_size)
         self.register_buffer("s_mean", torch.tensor(state_mean, dtype=torch.float32))
         self.register_buffer("s_std", torch.tensor(state_std, dtype=torch.float32))
         s = len(state_mean)
@@ -496,7 +496,7 @@ def train_hop(args, train, val):
     V, H, W = train.images.shape[1], train.images.shape[2], train.images.shape[3]
     sm = train.state.mean(0)
     ss = np.maximum(train.state.std(0), 1e-3)
-    model = HopNet(V, H, W, sm, ss, coord=args.coord)
+    model = HopNet(V, H, W, sm, ss, coord=args.coord, min_size=args.enc_min_size)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     per = args.samples_per_epoch // args.batch
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.epochs * per)
