@@ -3,6 +3,8 @@
 //! `index` order), that batched labelling equals the runtime's step-by-step scoring, that `--stride` keeps the
 //! scored frames and interpolates the rest, the RA-BC outputs, the plots, and clear errors on bad input.
 
+mod common;
+use common::tiny3v_reading;
 use stagewise_core::{Observation, RabcConfig, RabcWeights, View};
 use stagewise_dataset::{strided_frames, Dataset, Images, SarmProgress};
 use stagewise_model::{OrtRuntime, RewardModel, SessionOptions};
@@ -480,26 +482,6 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
         out.push(p);
     }
     out
-}
-
-/// `models/test/tiny3v.toml` (8 state values) with its state fields named: a manifest in `dir` that points at the
-/// shipped test ONNX file.
-fn tiny3v_reading(dir: &Path, names: &[&str]) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("models/test/tiny3v.toml")).unwrap();
-    let onnx = root().join("models/test/tiny3v.onnx");
-    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
-    let text = text
-        .replace(
-            "onnx = \"tiny3v.onnx\"",
-            &format!("onnx = {:?}", onnx.to_str().unwrap()),
-        )
-        .replace(
-            "state_size = 8",
-            &format!("state_names = [{}]", list.join(", ")),
-        );
-    let path = dir.join("tiny3v-named.toml");
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// Eight of the recorded dataset's state fields, in another order than the dataset's.

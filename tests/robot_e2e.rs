@@ -7,6 +7,8 @@
 //! Loopback only, multicast off. Needs the ONNX Runtime library (ORT_DYLIB_PATH or the project's .venv) and
 //! the .venv's Python for the test policy, like tests/runtime_e2e.rs.
 
+mod common;
+use common::tiny3v_reading;
 use stagewise_runtime::LogReader;
 use stagewise_stream::wire::{decode, encode, WireMessage};
 use stagewise_stream::{EpisodeMsg, Keys, Mode, Node, ProgressMsg, StreamConfig, TransitionMsg};
@@ -561,26 +563,6 @@ fn what_a_robot_cannot_give_is_refused() {
         Duration::from_secs(20),
     );
     assert!(t.contains("camera /dev/video0: not built with v4l2"), "{t}");
-}
-
-/// `models/test/tiny3v.toml` (8 state values) with its state fields named: a manifest in `dir` that points at the
-/// shipped test ONNX file.
-fn tiny3v_reading(dir: &Path, names: &[&str]) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("models/test/tiny3v.toml")).unwrap();
-    let onnx = root().join("models/test/tiny3v.onnx");
-    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
-    let text = text
-        .replace(
-            "onnx = \"tiny3v.onnx\"",
-            &format!("onnx = {:?}", onnx.to_str().unwrap()),
-        )
-        .replace(
-            "state_size = 8",
-            &format!("state_names = [{}]", list.join(", ")),
-        );
-    let path = dir.join("tiny3v-named.toml");
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// Over a robot a reward model reads camera frames and the robot's proprioception only: object poses from the

@@ -1,6 +1,8 @@
 //! The main job across real processes: `stagewise run` publishes over zenoh; this test process (a separate
 //! zenoh peer) subscribes, pushes policies, and replays the episode log. Loopback only, multicast off.
 
+mod common;
+use common::tiny3v_reading;
 use stagewise_runtime::LogReader;
 use stagewise_stream::wire::decode;
 use stagewise_stream::{EpisodeMsg, Keys, Mode, Node, PolicyMsg, StreamConfig, TransitionMsg};
@@ -490,26 +492,6 @@ fn the_default_main_job_runs_with_the_shipped_reward_model() {
         log_payloads(&log, &Keys::new("sim0").unwrap().transition()).len(),
         80
     );
-}
-
-/// `models/test/tiny3v.toml` (8 state values) with its state fields named: a manifest in `dir` that points at the
-/// shipped test ONNX file.
-fn tiny3v_reading(dir: &Path, names: &[&str]) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("models/test/tiny3v.toml")).unwrap();
-    let onnx = root().join("models/test/tiny3v.onnx");
-    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
-    let text = text
-        .replace(
-            "onnx = \"tiny3v.onnx\"",
-            &format!("onnx = {:?}", onnx.to_str().unwrap()),
-        )
-        .replace(
-            "state_size = 8",
-            &format!("state_names = [{}]", list.join(", ")),
-        );
-    let path = dir.join("tiny3v-named.toml");
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// The actor builds the model's state by name from the simulator's: a model asking for a field the env lacks
