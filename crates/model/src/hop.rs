@@ -122,21 +122,16 @@ impl HopModel {
 
     /// Like [`Self::bind_state`] with a map built by the caller. Refuses a map for another state size.
     pub fn set_state_map(&mut self, map: StateMap) -> Result<(), ModelError> {
-        if map.model_len() != self.manifest.state_size {
-            return Err(ModelError::BadInput {
+        map.check_model_len(self.manifest.state_size)
+            .map_err(|reason| ModelError::BadInput {
                 tensor: self
                     .manifest
                     .inputs
                     .state
                     .clone()
                     .unwrap_or_else(|| "state".into()),
-                reason: format!(
-                    "the state map selects {} fields, the model takes {}",
-                    map.model_len(),
-                    self.manifest.state_size
-                ),
-            });
-        }
+                reason,
+            })?;
         self.state_map = Some(map);
         Ok(())
     }

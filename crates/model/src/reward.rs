@@ -142,16 +142,8 @@ impl RewardModel {
     /// Like [`Self::bind_state`] with a map built by the caller (e.g. [`StateMap::bind_source`] with the fields a
     /// reward model may read). Refuses a map for another state size.
     pub fn set_state_map(&mut self, map: StateMap) -> Result<(), ModelError> {
-        if map.model_len() != self.manifest.state_size {
-            return Err(self.bad_input(
-                "inputs.state",
-                format!(
-                    "the state map selects {} fields, the model takes {}",
-                    map.model_len(),
-                    self.manifest.state_size
-                ),
-            ));
-        }
+        map.check_model_len(self.manifest.state_size)
+            .map_err(|reason| self.bad_input("inputs.state", reason))?;
         self.state_map = Some(map);
         Ok(())
     }

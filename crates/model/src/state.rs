@@ -150,6 +150,17 @@ impl StateMap {
         Ok(())
     }
 
+    /// Refuses (with both sizes) a map that selects other than `state_size` fields: a map made for another model.
+    pub fn check_model_len(&self, state_size: usize) -> Result<(), String> {
+        if self.indices.len() == state_size {
+            return Ok(());
+        }
+        Err(format!(
+            "the state map selects {} fields, the model takes {state_size}",
+            self.indices.len()
+        ))
+    }
+
     /// The first value the model reads that is not finite: `(source index, value)`.
     pub fn first_non_finite(&self, source: &[f32]) -> Option<(usize, f32)> {
         self.indices

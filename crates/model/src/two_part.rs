@@ -122,16 +122,13 @@ impl TwoPartModel {
 
     /// Like [`Self::bind_state`] with a map built by the caller. Refuses a map for another state size.
     pub fn set_state_map(&mut self, map: StateMap) -> Result<(), ModelError> {
-        if map.model_len() != self.manifest.state_size {
-            return Err(bad_input(
-                self.manifest.inputs.state.as_deref().unwrap_or("state"),
-                format!(
-                    "the state map selects {} fields, the model takes {}",
-                    map.model_len(),
-                    self.manifest.state_size
-                ),
-            ));
-        }
+        map.check_model_len(self.manifest.state_size)
+            .map_err(|reason| {
+                bad_input(
+                    self.manifest.inputs.state.as_deref().unwrap_or("state"),
+                    reason,
+                )
+            })?;
         self.state_map = Some(map);
         Ok(())
     }
