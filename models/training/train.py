@@ -266,6 +266,18 @@ def augment(
     return x
 
 
+def drop_state(st: torch.Tensor, p: float, mean: np.ndarray, rng: np.random.Generator) -> torch.Tensor:
+    """Modality dropout: each sample's state (both members of a hop pair) replaced by the training mean with
+    probability `p`, so the cameras alone must carry the estimate on those samples and the model cannot lean on
+    proprioception where the pixels say more."""
+    if p <= 0:
+        return st
+    m = torch.from_numpy(rng.random(st.shape[0]) < p)
+    st = st.clone()
+    st[m] = torch.from_numpy(mean.astype(np.float32))
+    return st
+
+
 def sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -403,6 +415,18 @@ def export_parts(model: ProgressNet, full_path: str, example, stem_path: str):
     return os.path.basename(enc_path), os.path.basename(head_path), model.emb
 
 
+def progress_balanced_p(phi: np.ndarray, bins: int):
+    """Sampling probabilities that make every progress bin (of `bins` in [0, 1]) equally likely: a frozen or
+    stalled episode repeats one label for hundreds of frames, while the frames near success, the ones that tell
+    success from near-success, are few (an episode ends at its first successful frame). None: uniform."""
+    if bins <= 0:
+        return None
+    b = np.clip((phi * bins).astype(np.int64), 0, bins - 1)
+    counts = np.bincount(b, minlength=bins).astype(np.float64)
+    w = 1.0 / counts[b]
+    return w / w.sum()
+
+
 def train_progress(args, train, val, proportions, names):
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
@@ -419,10 +443,14 @@ def train_progress(args, train, val, proportions, names):
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=max(steps, 1))
     P = torch.tensor(np.concatenate([[0.0], np.cumsum(proportions)[:-1]]), dtype=torch.float32)
     a = torch.tensor(proportions, dtype=torch.float32)
+    sample_p = progress_balanced_p(train.phi, args.balance_progress)
     t0 = time.time()
     for ep in range(args.epochs):
         model.train()
-        order = rng.permutation(train.n)[: args.samples_per_epoch]
+        if sample_p is None:
+            order = rng.permutation(train.n)[: args.samples_per_epoch]
+        else:
+            order = rng.choice(train.n, size=min(train.n, args.samples_per_epoch), p=sample_p)
         tot = 0.0
         for b in range(0, len(order) - args.batch + 1, args.batch):
             g = order[b:b + args.batch]
@@ -431,6 +459,7 @@ def train_progress(args, train, val, proportions, names):
             )
             st = torch.from_numpy(train.state[g])
             st = st + torch.randn_like(st) * 0.002 * torch.from_numpy(ss.astype(np.float32))
+            st = drop_state(st, args.state_dropout, sm, rng)
             k = torch.from_numpy(train.stage[g])
             tau_t = torch.from_numpy(train.tau[g])
             phi_t = torch.from_numpy(train.phi[g])
@@ -461,7 +490,9 @@ def hop_label(pp, pq):
     return np.clip(h, -1, 1).astype(np.float32)
 
 
-def sample_pairs(flat: Flat, n: int, rng):
+def sample_pairs(flat: Flat, n: int, rng, step_share: float = 0.0):
+    """Pairs (p, q) and a mask of the step pairs: p = q - 1, the pair HopFusion's incremental estimate integrates
+    at every step (a share `step_share` of the batch, taken from the random same-episode pairs)."""
     q = rng.integers(0, flat.n, size=n)
     kind = rng.random(n)
     s, e = flat.start[q], flat.end[q]
@@ -476,10 +507,12 @@ def sample_pairs(flat: Flat, n: int, rng):
     m = (kind >= 0.4) & (kind < 0.6)
     if len(goals):
         p[m] = goals[rng.integers(0, len(goals), size=int(m.sum()))]
+    step = (kind >= 0.6) & (kind < 0.6 + min(step_share, 0.3))
+    p[step] = np.maximum(q[step] - 1, s[step])
     # random cross-episode pairs
     m = kind >= 0.9
     p[m] = rng.integers(0, flat.n, size=int(m.sum()))
-    return p, q
+    return p, q, step
 
 
 def hop_batch(flat: Flat, p, q):
@@ -505,11 +538,14 @@ def train_hop(args, train, val):
         model.train()
         tot = 0.0
         for _ in range(per):
-            p, q = sample_pairs(train, args.batch, rng)
+            p, q, step = sample_pairs(train, args.batch, rng, args.step_pairs)
             x, st, y = hop_batch(train, p, q)
             x = augment(x, args.shift, args.view_dropout, rng, args.colour)
+            st = drop_state(st, args.state_dropout, sm, rng)
             h = model(x, st)[:, 0]
-            loss = F.mse_loss(h, y)
+            # step pairs carry tiny targets whose errors HopFusion integrates over the whole episode
+            w = 1.0 + (args.step_weight - 1.0) * torch.from_numpy(step).float()
+            loss = (w * (h - y) ** 2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -519,7 +555,7 @@ def train_hop(args, train, val):
         if val is not None:
             model.eval()
             with torch.no_grad():
-                p, q = sample_pairs(val, 1024, np.random.default_rng(0))
+                p, q, _ = sample_pairs(val, 1024, np.random.default_rng(0))
                 x, st, y = hop_batch(val, p, q)
                 msg += f" | val MAE {float((model(x, st)[:, 0] - y).abs().mean()):.4f}"
         print(msg, flush=True)
@@ -544,6 +580,14 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--view-dropout", type=float, default=0.15)
     ap.add_argument("--shift", type=int, default=2)
+    ap.add_argument("--step-pairs", type=float, default=0.0,
+                    help="hop: share of pairs (t-1, t), the incremental estimate's pair (at most 0.3)")
+    ap.add_argument("--step-weight", type=float, default=1.0, help="hop: loss weight of those step pairs")
+    ap.add_argument("--balance-progress", type=int, default=0,
+                    help="progress model: sample frames so that each of this many progress bins is equally likely "
+                         "(0: uniform over frames)")
+    ap.add_argument("--state-dropout", type=float, default=0.0,
+                    help="share of training samples whose state is replaced by the training mean (modality dropout)")
     ap.add_argument("--targets", default="hybrid", choices=["hybrid", "oracle"])
     ap.add_argument("--state-names", default=",".join(PROPRIO),
                     type=lambda t: [n for n in t.split(",") if n],
