@@ -351,6 +351,8 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
             "--no-multicast",
             "--wait-subscribers",
             "30",
+            // A bench on loopback: no learner pushes policies here (a real robot needs --policy-key).
+            "--allow-unsigned-policies",
         ],
     )
     .stdout(Stdio::piped())
@@ -363,6 +365,7 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
         listen: vec![],
         config_file: None,
         multicast_scouting: Some(false),
+        max_message_size: None,
     })
     .expect("zenoh session");
     let got: Arc<Mutex<Vec<Vec<u8>>>> = Arc::new(Mutex::new(Vec::new()));

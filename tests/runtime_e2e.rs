@@ -36,6 +36,7 @@ fn node(port: u16) -> Node {
         listen: vec![],
         config_file: None,
         multicast_scouting: Some(false),
+        max_message_size: None,
     })
     .expect("zenoh session")
 }
@@ -237,6 +238,7 @@ fn node_listen(port: u16) -> Node {
         listen: vec![format!("tcp/127.0.0.1:{port}")],
         config_file: None,
         multicast_scouting: Some(false),
+        max_message_size: None,
     })
     .expect("zenoh session")
 }
@@ -252,6 +254,234 @@ fn make_policy(path: &Path, state: usize, action: usize, seed: u64) {
         .output()
         .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", py.display()));
     assert!(out.status.success(), "{}", text(&out));
+}
+
+/// `msg` signed with the hex ed25519 `secret` for `robot` (the signature covers robot, version and sha256).
+fn sign_for(robot: &str, secret: &str, msg: PolicyMsg) -> PolicyMsg {
+    use ed25519_dalek::Signer;
+    let seed: [u8; 32] = hex::decode(secret).unwrap().try_into().unwrap();
+    let sig =
+        ed25519_dalek::SigningKey::from_bytes(&seed).sign(&msg.signing_message(robot).unwrap());
+    msg.with_signature(sig.to_bytes().to_vec())
+}
+
+/// A fresh key pair from `stagewise policy keygen`: (secret, public), hex.
+fn keygen() -> (String, String) {
+    let out = Command::new(exe())
+        .args(["policy", "keygen"])
+        .output()
+        .unwrap();
+    let kg = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |name: &str| {
+        kg.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    (field("secret "), field("public "))
+}
+
+/// The version recorded in a policy state file, once it is there.
+fn state_version(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("version = "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Sends SIGINT (what Ctrl-C does) and returns the output of a clean exit.
+fn interrupt(child: Child) -> String {
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    let out = finish(child, Duration::from_secs(60));
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    t
+}
+
+/// Refusals of the policy gate across a restart: an oversized message (refused unread), a signature made for
+/// another robot, then after a restart with the same state file the accepted version replayed byte for byte
+/// and an older one (a rollback). Only newer versions get through.
+#[test]
+fn policy_versions_survive_a_restart_and_oversized_or_misaddressed_policies_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = stagewise_sim::state_spec(stagewise_sim::Task::PickPlace).len();
+    let good = dir.path().join("good.onnx");
+    make_policy(&good, state, 4, 3);
+    let good_bytes = std::fs::read(&good).unwrap();
+    let (secret, public) = keygen();
+    let robot = "e2e-restart";
+    let keys = Keys::new(robot).unwrap();
+    let state_file = dir.path().join(format!("{robot}.policy-state"));
+    let max = good_bytes.len() + 4096;
+    let max_arg = max.to_string();
+    let args = [
+        "--policy",
+        "random",
+        "--envs",
+        "1",
+        "--episodes",
+        "0",
+        "--max-steps",
+        "10",
+        "--policy-key",
+        &public,
+        "--policy-max-bytes",
+        &max_arg,
+    ];
+    let wait_version = |v: u64| {
+        assert!(
+            wait_until(Duration::from_secs(90), || state_version(&state_file)
+                == Some(v)),
+            "version {v} never recorded in {}",
+            state_file.display()
+        );
+        // Let the actor pick it up from the worker before it is stopped.
+        std::thread::sleep(Duration::from_secs(1));
+    };
+
+    let port = free_port();
+    let child = spawn_run(robot, port, &dir.path().join("run1.swlog"), &args);
+    let n = node(port);
+    assert!(
+        n.wait_for_subscribers(&keys.policy(), Duration::from_secs(60))
+            .unwrap(),
+        "actor never subscribed"
+    );
+    // Oversized (refused before it is decoded or hashed), then signed for another robot, then good.
+    n.put(
+        &keys.policy(),
+        &sign_for(robot, &secret, PolicyMsg::new(1, vec![7; max + 1])),
+    )
+    .unwrap();
+    n.put(
+        &keys.policy(),
+        &sign_for(
+            "another-robot",
+            &secret,
+            PolicyMsg::new(2, good_bytes.clone()),
+        ),
+    )
+    .unwrap();
+    let v3 = sign_for(robot, &secret, PolicyMsg::new(3, good_bytes.clone()));
+    n.put(&keys.policy(), &v3).unwrap();
+    wait_version(3);
+    drop(n);
+    let t = interrupt(child);
+    assert!(t.contains("policies: 1 accepted, 2 rejected"), "{t}");
+    assert!(t.contains("larger than the limit"), "{t}");
+    assert!(t.contains("does not verify"), "{t}");
+    assert!(t.contains("learner policy v3"), "{t}");
+
+    // Restart: same state file (beside the log), a new log.
+    let port = free_port();
+    let child = spawn_run(robot, port, &dir.path().join("run2.swlog"), &args);
+    let n = node(port);
+    assert!(
+        n.wait_for_subscribers(&keys.policy(), Duration::from_secs(60))
+            .unwrap(),
+        "actor never subscribed"
+    );
+    n.put(&keys.policy(), &v3).unwrap();
+    n.put(
+        &keys.policy(),
+        &sign_for(robot, &secret, PolicyMsg::new(2, good_bytes.clone())),
+    )
+    .unwrap();
+    n.put(
+        &keys.policy(),
+        &sign_for(robot, &secret, PolicyMsg::new(4, good_bytes.clone())),
+    )
+    .unwrap();
+    wait_version(4);
+    drop(n);
+    let t = interrupt(child);
+    assert!(t.contains("policy versions up to 3 are refused"), "{t}");
+    assert!(t.contains("policies: 1 accepted, 2 rejected"), "{t}");
+    assert!(
+        t.contains("policy version 3 is not newer than the last accepted version 3"),
+        "{t}"
+    );
+    assert!(
+        t.contains("policy version 2 is not newer than the last accepted version 3"),
+        "{t}"
+    );
+    assert!(t.contains("learner policy v4"), "{t}");
+}
+
+/// Over a robot, unsigned policies are refused at start (before the robot is contacted) unless the operator
+/// opts out, loudly; a weak public key is refused; the simulator accepts unsigned policies and says so.
+#[test]
+fn unsigned_policies_over_a_robot_need_an_explicit_opt_out() {
+    let run = |args: &[&str]| {
+        let out = Command::new(exe())
+            .current_dir(root())
+            .args(["--log", "info", "run"])
+            .args(args)
+            .output()
+            .expect("stagewise run");
+        (out.status.success(), text(&out))
+    };
+    // Nothing listens there: every refusal below must come before the robot is contacted.
+    let url = format!("udp://127.0.0.1:{}", free_port());
+    let (ok, t) = run(&["--robot", &url, "--policy", "random", "--no-multicast"]);
+    assert!(!ok, "{t}");
+    assert!(
+        t.contains("refusing to drive the robot")
+            && t.contains("--policy-key HEX")
+            && t.contains("--allow-unsigned-policies"),
+        "{t}"
+    );
+    assert!(!t.contains("no answer from the firmware"), "{t}");
+    // The opt-out gets past the check (to the next refusal: --model oracle over a robot) and says so loudly.
+    let (ok, t) = run(&[
+        "--robot",
+        &url,
+        "--policy",
+        "random",
+        "--model",
+        "oracle",
+        "--allow-unsigned-policies",
+    ]);
+    assert!(!ok, "{t}");
+    assert!(t.contains("UNSIGNED POLICIES ACCEPTED"), "{t}");
+    assert!(t.contains("--model oracle"), "{t}");
+    // A weak (small-order) key is no key.
+    let weak = format!("01{}", "00".repeat(31));
+    let (ok, t) = run(&["--robot", &url, "--policy", "random", "--policy-key", &weak]);
+    assert!(!ok && t.contains("weak"), "{t}");
+    // The simulator accepts unsigned policies, and says so at start.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("sim.swlog");
+    let (ok, t) = run(&[
+        "--robot",
+        "e2e-unsigned-sim",
+        "--model",
+        "oracle",
+        "--policy",
+        "random",
+        "--envs",
+        "1",
+        "--episodes",
+        "1",
+        "--max-steps",
+        "5",
+        "--width",
+        "16",
+        "--height",
+        "16",
+        "--listen",
+        "tcp/127.0.0.1:0",
+        "--no-multicast",
+        "--log-file",
+        log.to_str().unwrap(),
+    ]);
+    assert!(ok, "{t}");
+    assert!(
+        t.contains("unsigned policies on stagewise/e2e-unsigned-sim/policy are accepted"),
+        "{t}"
+    );
 }
 
 #[test]
@@ -312,14 +542,7 @@ fn policies_are_checked_and_swapped_between_episodes() {
             .unwrap(),
         "actor never subscribed"
     );
-    let sign = |secret: &str, bytes: &[u8]| {
-        use ed25519_dalek::Signer;
-        let seed: [u8; 32] = hex::decode(secret).unwrap().try_into().unwrap();
-        ed25519_dalek::SigningKey::from_bytes(&seed)
-            .sign(bytes)
-            .to_bytes()
-            .to_vec()
-    };
+    let sign = |secret: &str, msg: PolicyMsg| sign_for(robot, secret, msg);
     let good_bytes = std::fs::read(&good).unwrap();
     // 1. malformed bytes
     n.put_bytes(&keys.policy(), b"\x93\x01\x02garbage".to_vec())
@@ -330,31 +553,30 @@ fn policies_are_checked_and_swapped_between_episodes() {
     // 3. signed with another key
     n.put(
         &keys.policy(),
-        &PolicyMsg::new(1, good_bytes.clone()).with_signature(sign(&other_secret, &good_bytes)),
+        &sign(&other_secret, PolicyMsg::new(1, good_bytes.clone())),
     )
     .unwrap();
     // 4. hash that does not match the bytes
-    let mut bad_hash =
-        PolicyMsg::new(1, good_bytes.clone()).with_signature(sign(&secret, &good_bytes));
+    let mut bad_hash = sign(&secret, PolicyMsg::new(1, good_bytes.clone()));
     bad_hash.sha256 = "00".repeat(32);
     n.put(&keys.policy(), &bad_hash).unwrap();
     // 5. a signed policy whose state size does not fit the env
     let wrong_bytes = std::fs::read(&wrong).unwrap();
     n.put(
         &keys.policy(),
-        &PolicyMsg::new(1, wrong_bytes.clone()).with_signature(sign(&secret, &wrong_bytes)),
+        &sign(&secret, PolicyMsg::new(1, wrong_bytes.clone())),
     )
     .unwrap();
     // 6. the good one, signed: accepted
     n.put(
         &keys.policy(),
-        &PolicyMsg::new(2, good_bytes.clone()).with_signature(sign(&secret, &good_bytes)),
+        &sign(&secret, PolicyMsg::new(2, good_bytes.clone())),
     )
     .unwrap();
     // 7. the same version again: stale
     n.put(
         &keys.policy(),
-        &PolicyMsg::new(2, good_bytes.clone()).with_signature(sign(&secret, &good_bytes)),
+        &sign(&secret, PolicyMsg::new(2, good_bytes.clone())),
     )
     .unwrap();
     // Let it run a few episodes with the new policy, then stop it as a user would (Ctrl-C).

@@ -32,6 +32,26 @@ def test_policy_message_layout():
         policy_message(b"x", 1, b"short")
 
 
+def test_signature_covers_robot_version_and_hash_pinned_with_rust():
+    """The same bytes and signature as crates/stream (wire_tests) and crates/runtime (policy tests) pin."""
+    from stagewise.policy import signing_message
+
+    m = signing_message("arm0", 7, hashlib.sha256(b"onnx").digest())
+    assert m.hex() == (
+        "7374616765776973652d706f6c6963792d76310400000061726d300700000000000000"
+        "87e93f89f2be0db364e8be052f79f389e6c2da239831922e24513288af522a43"
+    )
+    secret = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"
+    sig = msgpack.unpackb(policy_message(b"onnx", 7, secret, robot="arm0"), raw=False)["signature"]
+    assert sig.hex() == (
+        "8331abf8393af70951ded5b0a2e637d4d3fa3482924c7cdad100f3d408d49623"
+        "f6a58629c8b815018a6de92d15834fe3365c7436d13e7ef97c04340f97734d0e"
+    )
+    # Another robot or version: another signature.
+    assert msgpack.unpackb(policy_message(b"onnx", 7, secret, robot="arm1"), raw=False)["signature"] != sig
+    assert msgpack.unpackb(policy_message(b"onnx", 8, secret, robot="arm0"), raw=False)["signature"] != sig
+
+
 def test_publish_without_an_actor_names_the_policy_key():
     with pytest.raises(NoRuntimeError, match="stagewise/lonely/policy.*stagewise run --robot lonely"):
         publish_policy(b"x", 1, robot="lonely", connect=f"tcp/127.0.0.1:{free_port()}", wait=0.5)

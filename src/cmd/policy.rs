@@ -26,10 +26,12 @@ pub enum PolicyCommand {
 pub struct PushArgs {
     /// The ONNX policy file (state f32 [N, S] in, action f32 [N, A] out).
     pub onnx: PathBuf,
-    /// Policy version; the actor refuses versions not newer than the running one.
+    /// Policy version; the actor refuses versions not newer than the last one it accepted (kept across its
+    /// restarts).
     #[arg(long)]
     pub version: u64,
-    /// Hex ed25519 secret key (32 bytes) to sign the policy with.
+    /// Hex ed25519 secret key (32 bytes) to sign the policy with, for the robot named by --robot (the actor's
+    /// `--robot-name` when it drives a robot URL): the signature covers robot, version and sha256.
     #[arg(
         long,
         value_name = "HEX",
@@ -69,7 +71,8 @@ fn push(p: PushArgs) -> anyhow::Result<()> {
                 bytes.len()
             );
         };
-        let sig = SigningKey::from_bytes(&seed).sign(&msg.onnx);
+        // The signature covers robot name, version and sha256 (stagewise_stream::policy_signing_message).
+        let sig = SigningKey::from_bytes(&seed).sign(&msg.signing_message(&p.zenoh.robot)?);
         msg = msg.with_signature(sig.to_bytes().to_vec());
     }
     let keys = Keys::new(p.zenoh.robot.clone())?;

@@ -13,10 +13,9 @@ use stagewise_bridge::{
 };
 use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig, SuccessDetection};
 use stagewise_model::{Manifest, PolicyModel, StateMap};
-use stagewise_runtime::actor::PolicyUpdates;
 use stagewise_runtime::{
-    Actor, ActorConfig, Clock, EpisodeLog, OnnxPolicy, Policy, PolicyGate, ProgressSource,
-    RandomPolicy,
+    Actor, ActorConfig, Clock, EpisodeLog, GateConfig, OnnxPolicy, Policy, PolicyGate, PolicyState,
+    PolicyUpdates, ProgressSource, RandomPolicy, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
 };
 use stagewise_sim::SimEnv;
 use stagewise_stream::{Node, PublisherOptions};
@@ -90,9 +89,23 @@ pub struct RunArgs {
     /// a subscriber is matched are lost).
     #[arg(long, default_value_t = 0.0)]
     pub wait_subscribers: f64,
-    /// Hex ed25519 public key: learner policies must be signed with its private key.
+    /// Hex ed25519 public key: learner policies must be signed with its secret key (`stagewise policy keygen`;
+    /// the signature covers robot name, version and sha256). Weak keys are refused. Required with `--robot URL`
+    /// (unless --allow-unsigned-policies); without it the simulator accepts unsigned policies and says so.
     #[arg(long, value_name = "HEX")]
     pub policy_key: Option<String>,
+    /// Accept unsigned learner policies although this run drives a robot: only for a bench that nobody else
+    /// can reach. Logged as a warning at start.
+    #[arg(long)]
+    pub allow_unsigned_policies: bool,
+    /// Largest policy message accepted, in bytes; larger ones are refused before they are read or hashed
+    /// (zenoh's maximum message size is set to this plus 64 KiB).
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_POLICY_MAX_BYTES)]
+    pub policy_max_bytes: usize,
+    /// File that keeps the last accepted policy version, so that a restart refuses older (replayed) versions.
+    /// Default: `<robot>.policy-state` beside --log-file. Delete it to accept older versions again.
+    #[arg(long, value_name = "FILE")]
+    pub policy_state: Option<PathBuf>,
     #[command(flatten)]
     pub zenoh: ZenohArgs,
     #[command(flatten)]
@@ -251,8 +264,66 @@ enum Envs {
     Robot(Box<RobotEnv>),
 }
 
+/// Slack between the policy size limit and zenoh's maximum message size (the message's other fields).
+const ZENOH_MESSAGE_SLACK: usize = 64 << 10;
+
+/// Who may put a policy on this actor, decided before anything else starts (a robot is not even contacted when
+/// this refuses): the public key, or why unsigned policies are accepted (logged).
+fn policy_trust(
+    a: &RunArgs,
+    robot_url: Option<&str>,
+    robot: &str,
+) -> anyhow::Result<Option<ed25519_dalek::VerifyingKey>> {
+    let key = a
+        .policy_key
+        .as_deref()
+        .map(PolicyGate::parse_key)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--policy-key: {e}"))?;
+    if a.policy_max_bytes == 0 {
+        bail!("--policy-max-bytes must be > 0");
+    }
+    if key.is_some() || a.no_stream {
+        if a.allow_unsigned_policies && key.is_some() {
+            bail!("--allow-unsigned-policies and --policy-key contradict each other: pass one");
+        }
+        return Ok(key);
+    }
+    match robot_url {
+        Some(url) if !a.allow_unsigned_policies => bail!(
+            "refusing to drive the robot at {url} with unsigned learner policies: anyone who can reach this actor's zenoh peer could make it run their ONNX policy. Pass --policy-key HEX (a public key from `stagewise policy keygen`; learners sign with the secret), or --allow-unsigned-policies on a bench nobody else can reach (or --no-stream: no policy updates at all)"
+        ),
+        Some(url) => tracing::warn!(
+            "UNSIGNED POLICIES ACCEPTED (--allow-unsigned-policies): anyone who can reach this zenoh peer can make the robot at {url} run their ONNX policy from its next episode (stagewise/{robot}/policy)"
+        ),
+        None => tracing::warn!(
+            "unsigned policies on stagewise/{robot}/policy are accepted (simulation); pass --policy-key HEX to require signed ones"
+        ),
+    }
+    Ok(None)
+}
+
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let robot_url = a.zenoh.robot_url().map(str::to_string);
+    let stream_robot = match &robot_url {
+        Some(_) => a.robot_name.clone(),
+        None => a.zenoh.robot.clone(),
+    };
+    let policy_key = policy_trust(&a, robot_url.as_deref(), &stream_robot)?;
+    let policy_state = a.policy_state.clone().unwrap_or_else(|| {
+        a.log_file
+            .with_file_name(format!("{stream_robot}.policy-state"))
+    });
+    if !a.no_stream {
+        // A state file that does not read (or is another robot's) is refused before a robot is contacted.
+        if let Some(s) = PolicyState::load(&policy_state, &stream_robot)? {
+            tracing::info!(
+                "policy versions up to {} are refused ({} records the last accepted one)",
+                s.version,
+                policy_state.display()
+            );
+        }
+    }
     let model_path = model_path(&a)?;
     let envs_src = match &robot_url {
         Some(url) => Envs::Robot(Box::new(connect_robot(&a, url, model_path.as_deref())?)),
@@ -323,10 +394,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         (_, hz) => hz,
     };
     let config = ActorConfig {
-        robot: match &robot_url {
-            Some(_) => a.robot_name.clone(),
-            None => a.zenoh.robot.clone(),
-        },
+        robot: stream_robot.clone(),
         base_seed: a.seed,
         shaping,
         clock: Clock::from_hz(hz),
@@ -349,7 +417,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let node = if a.no_stream {
         None
     } else {
-        Some(Node::open(&a.zenoh.config()).context("opening the zenoh session")?)
+        let mut config = a.zenoh.config();
+        // The actor receives only policies: nothing larger than one needs reassembling.
+        config.max_message_size = Some(a.policy_max_bytes.saturating_add(ZENOH_MESSAGE_SLACK));
+        Some(Node::open(&config).context("opening the zenoh session")?)
     };
     if let Some(node) = &node {
         let keys = actor.keys().clone();
@@ -371,27 +442,21 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             );
         }
         actor = actor.with_publisher(publisher);
-        let (tx, rx) = std::sync::mpsc::channel();
-        _subscription = Some(node.subscribe_policy(&keys, move |m| {
-            let _ = tx.send(m.map_err(|e| e.to_string()));
-        })?);
-        let key = a
-            .policy_key
-            .as_deref()
-            .map(PolicyGate::parse_key)
-            .transpose()
-            .map_err(anyhow::Error::msg)?;
-        let gate = PolicyGate::new(
-            key,
-            spec.state.len(),
-            spec.action.len(),
-            a.ort.session_options(),
-        );
-        actor = actor.with_policy_updates(PolicyUpdates {
-            inbox: rx,
-            gate,
-            runtime: a.ort.runtime()?,
-        });
+        // Checking, verifying and loading happen on a worker thread; the actor only installs what passed.
+        let gate = PolicyGate::new(GateConfig {
+            robot: keys.robot().to_string(),
+            key: policy_key,
+            max_bytes: a.policy_max_bytes,
+            state_file: Some(policy_state.clone()),
+            state_size: spec.state.len(),
+            action_size: spec.action.len(),
+            opts: a.ort.session_options(),
+        })?;
+        let (intake, updates) = PolicyUpdates::spawn(gate, a.ort.runtime()?, POLICY_QUEUE)
+            .context("starting the policy checking thread")?;
+        _subscription =
+            Some(node.subscribe_policy_bytes(&keys, a.policy_max_bytes, move |p| intake.offer(p))?);
+        actor = actor.with_policy_updates(updates);
         tracing::info!(robot = %keys.robot(), zid = %node.zid(), "streaming on stagewise/{}/*", keys.robot());
     }
 
@@ -441,8 +506,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     }
     if let Some(c) = stats.stream {
         println!(
-            "stream: {} transitions sent, {} dropped, {} progress sent, {} episodes sent; policies: {} accepted, {} rejected",
-            c.transitions_sent, c.transitions_dropped, c.progress_sent, c.episodes_sent, stats.policy_swaps, stats.policy_rejections
+            "stream: {} transitions sent, {} dropped, {} progress sent, {} episodes sent; policies: {} accepted, {} rejected, {} dropped (queue full)",
+            c.transitions_sent, c.transitions_dropped, c.progress_sent, c.episodes_sent, stats.policy_swaps, stats.policy_rejections, stats.policy_dropped
         );
     }
     println!(

@@ -41,6 +41,7 @@ impl ZenohArgs {
             listen: self.listen.clone(),
             config_file: self.zenoh_config.clone(),
             multicast_scouting: self.no_multicast.then_some(false),
+            max_message_size: None,
         }
     }
 }

@@ -3,17 +3,17 @@
 
 use crate::clock::{Clock, ClockStats, Ticker};
 use crate::log::EpisodeLog;
-use crate::policy::{Policy, PolicyError, PolicyGate};
+use crate::policy::Policy;
+use crate::updates::PolicyUpdates;
 use crate::RuntimeError;
 use rayon::prelude::*;
 use stagewise_core::{Env, Observation, Progress, ShapingConfig, StepResult, VecShaper};
-use stagewise_model::{OrtRuntime, RewardModel, StateMap};
+use stagewise_model::{RewardModel, StateMap};
 use stagewise_stream::wire::{
     encode, kind, now_ns, EpisodeMsg, ProgressMsg, Schema, TransitionMsg,
 };
-use stagewise_stream::{Counters, Keys, ObservationMsg, PolicyMsg, RobotPublisher};
+use stagewise_stream::{Counters, Keys, ObservationMsg, RobotPublisher};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Receiver;
 
 /// Where the shaping potential comes from.
 pub enum ProgressSource {
@@ -63,6 +63,8 @@ pub struct RunStats {
     pub successes: u64,
     pub policy_swaps: u64,
     pub policy_rejections: u64,
+    /// Policy messages dropped unread because the checking queue was full.
+    pub policy_dropped: u64,
     pub clock: ClockStats,
     pub stream: Option<Counters>,
     pub log_records: u64,
@@ -176,13 +178,6 @@ fn bind_model_state(model: &mut RewardModel, envs: &[Box<dyn Env>]) -> Result<()
             Ok(())
         }
     }
-}
-
-/// Policy updates from learners: decoded messages (or decode errors) arrive on `inbox`; the gate checks them.
-pub struct PolicyUpdates {
-    pub inbox: Receiver<Result<PolicyMsg, String>>,
-    pub gate: PolicyGate,
-    pub runtime: &'static OrtRuntime,
 }
 
 pub struct Actor {
@@ -458,17 +453,16 @@ impl Actor {
         }
     }
 
+    /// Installs the policies the checking worker accepted since the last step (each env switches at its next
+    /// episode start) and counts and logs refusals and drops. Never blocks: checking and loading happen on the
+    /// worker thread ([`PolicyUpdates`]).
     fn poll_policy_updates(&mut self) {
         let Some(up) = self.updates.as_mut() else {
             return;
         };
-        while let Ok(msg) = up.inbox.try_recv() {
-            let result = match msg {
-                Ok(m) => up.gate.admit(&m, up.runtime),
-                Err(reason) => Err(PolicyError::Act(format!(
-                    "malformed policy message: {reason}"
-                ))),
-            };
+        let polled = up.poll();
+        let (queue, max_bytes) = (up.queue(), up.max_bytes());
+        for result in polled.results {
             match result {
                 Ok(policy) => {
                     tracing::info!(policy = %policy.name(), "policy accepted; envs switch at their next episode");
@@ -480,6 +474,23 @@ impl Actor {
                     self.stats.policy_rejections += 1;
                 }
             }
+        }
+        if polled.oversized > 0 {
+            tracing::warn!(
+                count = polled.oversized,
+                "policy rejected; the running policy keeps going: {} message(s) larger than the limit of {max_bytes} bytes (--policy-max-bytes; last one {} bytes), refused unread",
+                polled.oversized,
+                polled.last_oversized_len
+            );
+            self.stats.policy_rejections += polled.oversized;
+        }
+        if polled.dropped > 0 {
+            tracing::warn!(
+                count = polled.dropped,
+                "{} policy message(s) dropped unread: the checking queue ({queue} messages) was full",
+                polled.dropped
+            );
+            self.stats.policy_dropped += polled.dropped;
         }
     }
 

@@ -1,11 +1,13 @@
-//! Policies the actor can run, and the gate a learner's policy must pass before it may move anything.
+//! Policies the actor can run, and the gate a learner's policy must pass before it may move anything
+//! ([`PolicyGate`]; the signed bytes are `stagewise_stream::policy_signing_message`).
 
-use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, VerifyingKey};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use stagewise_core::{BoxSpec, Observation};
 use stagewise_model::{ModelError, OrtRuntime, PolicyModel, SessionOptions};
 use stagewise_stream::PolicyMsg;
+use std::path::{Path, PathBuf};
 
 /// Something that picks actions. `envs[i]` is the environment index of `obs[i]`, so a stateful policy (a
 /// scripted expert) can keep state per environment.
@@ -18,6 +20,10 @@ pub trait Policy: Send {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
+    #[error("policy message of {len} bytes is larger than the limit of {max} bytes (--policy-max-bytes); not read")]
+    Oversized { len: usize, max: usize },
+    #[error("malformed policy message: {0}")]
+    Malformed(String),
     #[error("policy version {version}: sha256 of the ONNX bytes is {actual}, the message says {claimed}")]
     Hash {
         version: u64,
@@ -26,14 +32,26 @@ pub enum PolicyError {
     },
     #[error("policy version {version} is unsigned, and this actor requires signed policies (a public key is configured)")]
     Unsigned { version: u64 },
-    #[error("policy version {version}: the ed25519 signature does not verify with the configured public key")]
-    BadSignature { version: u64 },
-    #[error("policy version {version} is not newer than the running version {current}")]
-    Stale { version: u64, current: u64 },
+    #[error("policy version {version}: the ed25519 signature does not verify with the configured public key for robot {robot:?} (signed for another robot, version or hash, or with another key)")]
+    BadSignature { version: u64, robot: String },
+    #[error("policy version {version} is not newer than the last accepted version {current}{}", state_note(.state_file))]
+    Stale {
+        version: u64,
+        current: u64,
+        state_file: Option<PathBuf>,
+    },
+    #[error("policy state file {}: {reason}", .path.display())]
+    State { path: PathBuf, reason: String },
     #[error("policy version {version}: {source}")]
     Model { version: u64, source: ModelError },
     #[error("{0}")]
     Act(String),
+}
+
+fn state_note(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .map(|p| format!(" (recorded in {})", p.display()))
+        .unwrap_or_default()
 }
 
 /// Uniform random actions within the action bounds (seeded: the same seed gives the same actions).
@@ -112,54 +130,105 @@ impl Policy for OnnxPolicy {
     }
 }
 
-/// Checks a learner's policy before it may act: the sha256 of its bytes, its ed25519 signature when a public key
-/// is configured (then unsigned policies are refused), that its version is newer than the running one, and that
-/// its graph fits the environment's state and action sizes.
+/// The default limit on a policy message's size (16 MiB): checked before anything is hashed.
+pub const DEFAULT_POLICY_MAX_BYTES: usize = 16 << 20;
+
+/// How many policy messages may wait for the checking worker; more are dropped (counted and logged).
+pub const POLICY_QUEUE: usize = 8;
+
+/// What a [`PolicyGate`] checks a learner's policy against.
+#[derive(Debug, Clone)]
+pub struct GateConfig {
+    /// The robot this actor drives: the signed message names it.
+    pub robot: String,
+    /// Public key that must have signed every policy; `None` accepts unsigned policies (the caller decides
+    /// whether that is allowed: `stagewise run` refuses it over a robot unless the operator opts out).
+    pub key: Option<VerifyingKey>,
+    /// Messages larger than this are refused before they are decoded or hashed.
+    pub max_bytes: usize,
+    /// Where the last accepted version is kept across restarts (`None`: in memory only).
+    pub state_file: Option<PathBuf>,
+    pub state_size: usize,
+    pub action_size: usize,
+    pub opts: SessionOptions,
+}
+
+/// Checks a learner's policy before it may act, in this order: its size (before anything else), that it
+/// decodes, the sha256 of its bytes, its ed25519 signature when a public key is configured (strict verification
+/// of [`stagewise_stream::policy_signing_message`]: robot, version, sha256; unsigned policies are then refused), that its version
+/// is newer than the last accepted one (persisted in the state file, so a restart does not reopen old versions),
+/// and that its graph fits the environment's state and action sizes. An accepted version is written to the
+/// state file before the policy is handed over.
 pub struct PolicyGate {
-    key: Option<VerifyingKey>,
-    state_size: usize,
-    action_size: usize,
+    config: GateConfig,
     current_version: Option<u64>,
-    opts: SessionOptions,
 }
 
 impl PolicyGate {
-    pub fn new(
-        key: Option<VerifyingKey>,
-        state_size: usize,
-        action_size: usize,
-        opts: SessionOptions,
-    ) -> Self {
-        Self {
-            key,
-            state_size,
-            action_size,
-            current_version: None,
-            opts,
-        }
+    /// A gate; reads the last accepted version from the state file when there is one (a missing file means
+    /// none yet; an unreadable one, or one written for another robot, is an error).
+    pub fn new(config: GateConfig) -> Result<Self, PolicyError> {
+        let current_version = match &config.state_file {
+            Some(path) => PolicyState::load(path, &config.robot)?.map(|s| s.version),
+            None => None,
+        };
+        Ok(Self {
+            config,
+            current_version,
+        })
     }
 
-    /// Parses a hex-encoded 32-byte ed25519 public key.
+    /// Parses a hex-encoded 32-byte ed25519 public key; weak (small-order) keys are refused: anything verifies
+    /// against them.
     pub fn parse_key(hex_key: &str) -> Result<VerifyingKey, String> {
         let bytes =
             hex::decode(hex_key.trim()).map_err(|e| format!("public key is not hex: {e}"))?;
         let arr: [u8; 32] = bytes.try_into().map_err(|b: Vec<u8>| {
             format!("public key has {} bytes, ed25519 keys have 32", b.len())
         })?;
-        VerifyingKey::from_bytes(&arr).map_err(|e| format!("not an ed25519 public key: {e}"))
+        let key = VerifyingKey::from_bytes(&arr)
+            .map_err(|e| format!("not an ed25519 public key: {e}"))?;
+        if key.is_weak() {
+            return Err(format!(
+                "public key {} is a weak (small-order) ed25519 key: signatures forged without the secret verify against it; make a key pair with `stagewise policy keygen`",
+                hex_key.trim()
+            ));
+        }
+        Ok(key)
     }
 
+    pub fn config(&self) -> &GateConfig {
+        &self.config
+    }
+
+    /// The last accepted version (from the state file at start, then from this gate).
     pub fn current_version(&self) -> Option<u64> {
         self.current_version
     }
 
-    /// Checks `msg`; on success the returned policy is the new running one (the gate records its version).
-    pub fn admit(
-        &mut self,
-        msg: &PolicyMsg,
-        runtime: &OrtRuntime,
-    ) -> Result<OnnxPolicy, PolicyError> {
+    /// Every check but loading the graph, on the raw message bytes: size, decoding, hash, signature, version.
+    pub fn check(&self, bytes: &[u8]) -> Result<PolicyMsg, PolicyError> {
+        if bytes.len() > self.config.max_bytes {
+            return Err(PolicyError::Oversized {
+                len: bytes.len(),
+                max: self.config.max_bytes,
+            });
+        }
+        let msg = stagewise_stream::decode::<PolicyMsg>(bytes)
+            .map_err(|e| PolicyError::Malformed(e.to_string()))?;
+        self.check_msg(&msg)?;
+        Ok(msg)
+    }
+
+    /// [`PolicyGate::check`] on a decoded message (the size limit applies to its ONNX bytes).
+    pub fn check_msg(&self, msg: &PolicyMsg) -> Result<(), PolicyError> {
         let version = msg.version;
+        if msg.onnx.len() > self.config.max_bytes {
+            return Err(PolicyError::Oversized {
+                len: msg.onnx.len(),
+                max: self.config.max_bytes,
+            });
+        }
         let actual = stagewise_stream::wire::sha256_hex(&msg.onnx);
         if !actual.eq_ignore_ascii_case(&msg.sha256) {
             return Err(PolicyError::Hash {
@@ -168,30 +237,373 @@ impl PolicyGate {
                 actual,
             });
         }
-        if let Some(key) = &self.key {
+        if let Some(key) = &self.config.key {
+            let bad = || PolicyError::BadSignature {
+                version,
+                robot: self.config.robot.clone(),
+            };
             let sig = msg
                 .signature
                 .as_deref()
                 .ok_or(PolicyError::Unsigned { version })?;
-            let sig =
-                Signature::from_slice(sig).map_err(|_| PolicyError::BadSignature { version })?;
-            key.verify(&msg.onnx, &sig)
-                .map_err(|_| PolicyError::BadSignature { version })?;
+            let sig = Signature::from_slice(sig).map_err(|_| bad())?;
+            let signed = msg
+                .signing_message(&self.config.robot)
+                .map_err(|e| PolicyError::Malformed(e.to_string()))?;
+            key.verify_strict(&signed, &sig).map_err(|_| bad())?;
         }
         if let Some(current) = self.current_version.filter(|&c| version <= c) {
-            return Err(PolicyError::Stale { version, current });
+            return Err(PolicyError::Stale {
+                version,
+                current,
+                state_file: self.config.state_file.clone(),
+            });
         }
+        Ok(())
+    }
+
+    /// Checks raw message bytes, loads the graph, records the version (state file first); on success the
+    /// returned policy is the new running one.
+    pub fn admit_bytes(
+        &mut self,
+        bytes: &[u8],
+        runtime: &OrtRuntime,
+    ) -> Result<OnnxPolicy, PolicyError> {
+        let msg = self.check(bytes)?;
+        self.load_and_record(&msg, runtime)
+    }
+
+    /// [`PolicyGate::admit_bytes`] for a message decoded already.
+    pub fn admit(
+        &mut self,
+        msg: &PolicyMsg,
+        runtime: &OrtRuntime,
+    ) -> Result<OnnxPolicy, PolicyError> {
+        self.check_msg(msg)?;
+        self.load_and_record(msg, runtime)
+    }
+
+    fn load_and_record(
+        &mut self,
+        msg: &PolicyMsg,
+        runtime: &OrtRuntime,
+    ) -> Result<OnnxPolicy, PolicyError> {
+        let version = msg.version;
         let label = format!("policy v{version}");
         let model = PolicyModel::from_bytes(
             &msg.onnx,
             &label,
-            self.state_size,
-            self.action_size,
+            self.config.state_size,
+            self.config.action_size,
             runtime,
-            &self.opts,
+            &self.config.opts,
         )
         .map_err(|source| PolicyError::Model { version, source })?;
-        self.current_version = Some(version);
+        self.record(version, &msg.sha256)?;
         Ok(OnnxPolicy::new(model, "learner policy", version))
+    }
+
+    /// Records `version` as accepted: the state file first (atomically), then memory.
+    fn record(&mut self, version: u64, sha256: &str) -> Result<(), PolicyError> {
+        if let Some(path) = &self.config.state_file {
+            PolicyState {
+                robot: self.config.robot.clone(),
+                version,
+                sha256: sha256.to_ascii_lowercase(),
+            }
+            .store(path)?;
+        }
+        self.current_version = Some(version);
+        Ok(())
+    }
+}
+
+/// The last accepted policy of a robot, as kept on disk: three `key = value` lines.
+///
+/// ```text
+/// # stagewise: the last policy version accepted for this robot; delete the file to accept older versions again
+/// robot = "arm0"
+/// version = 7
+/// sha256 = "<64 hex digits>"
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyState {
+    pub robot: String,
+    pub version: u64,
+    pub sha256: String,
+}
+
+impl PolicyState {
+    /// Reads `path`; `Ok(None)` when it does not exist. A file for another robot, or one that does not parse,
+    /// is an error (never silently treated as "no version yet").
+    pub fn load(path: &Path, robot: &str) -> Result<Option<Self>, PolicyError> {
+        let err = |reason: String| PolicyError::State {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(err(format!("cannot read it: {e}"))),
+        };
+        let (mut r, mut v, mut h) = (None, None, None);
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let Some((k, val)) = line.split_once('=') else {
+                return Err(err(format!("line {}: expected `key = value`", n + 1)));
+            };
+            let val = val.trim();
+            let unquote = || {
+                val.strip_prefix('"')
+                    .and_then(|s| s.strip_suffix('"'))
+                    .map(str::to_string)
+                    .ok_or_else(|| err(format!("line {}: {val} is not a quoted string", n + 1)))
+            };
+            match k.trim() {
+                "robot" => r = Some(unquote()?),
+                "version" => {
+                    v = Some(
+                        val.parse::<u64>()
+                            .map_err(|e| err(format!("line {}: version {val:?}: {e}", n + 1)))?,
+                    )
+                }
+                "sha256" => h = Some(unquote()?),
+                other => return Err(err(format!("line {}: unknown key {other:?}", n + 1))),
+            }
+        }
+        let (Some(r), Some(version), Some(sha256)) = (r, v, h) else {
+            return Err(err("needs robot, version and sha256".into()));
+        };
+        if r != robot {
+            return Err(err(format!(
+                "it records robot {r:?}, this actor drives {robot:?} (pass --policy-state FILE for this robot)"
+            )));
+        }
+        Ok(Some(Self {
+            robot: r,
+            version,
+            sha256,
+        }))
+    }
+
+    /// Writes `path` atomically: a temporary file beside it, fsynced, renamed over it, and the directory
+    /// fsynced, so a crash leaves either the old or the new version, never a torn file.
+    pub fn store(&self, path: &Path) -> Result<(), PolicyError> {
+        use std::io::Write;
+        let err = |what: &str, e: std::io::Error| PolicyError::State {
+            path: path.to_path_buf(),
+            reason: format!("{what}: {e}"),
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| err("creating its directory", e))?;
+        let mut tmp_name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        tmp_name.push(format!(".tmp{}", std::process::id()));
+        let tmp = dir.join(tmp_name);
+        let text = format!(
+            "# stagewise: the last policy version accepted for this robot; delete the file to accept older versions again\nrobot = \"{}\"\nversion = {}\nsha256 = \"{}\"\n",
+            self.robot, self.version, self.sha256
+        );
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(err("writing a temporary file", e));
+        }
+        if let Err(e) = std::fs::rename(&tmp, path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(err("renaming the temporary file over it", e));
+        }
+        // The rename is durable once the directory is synced (not possible on every platform: best effort).
+        if let Ok(d) = std::fs::File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_dalek::{Signer, SigningKey};
+
+    const RFC_SECRET: &str = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60";
+
+    fn signing_key() -> SigningKey {
+        let seed: [u8; 32] = hex::decode(RFC_SECRET)
+            .expect("hex")
+            .try_into()
+            .expect("32");
+        SigningKey::from_bytes(&seed)
+    }
+
+    fn signed(robot: &str, version: u64, onnx: &[u8], key: &SigningKey) -> PolicyMsg {
+        let msg = PolicyMsg::new(version, onnx.to_vec());
+        let sig = key.sign(&msg.signing_message(robot).expect("message"));
+        msg.with_signature(sig.to_bytes().to_vec())
+    }
+
+    fn gate(robot: &str, key: Option<VerifyingKey>, state_file: Option<PathBuf>) -> PolicyGate {
+        PolicyGate::new(GateConfig {
+            robot: robot.into(),
+            key,
+            max_bytes: 1000,
+            state_file,
+            state_size: 3,
+            action_size: 2,
+            opts: SessionOptions::default(),
+        })
+        .expect("gate")
+    }
+
+    fn enc(msg: &PolicyMsg) -> Vec<u8> {
+        stagewise_stream::encode(msg).expect("encode")
+    }
+
+    /// The same signature as python/tests/test_policy.py pins for its signer: both sign the same bytes.
+    #[test]
+    fn the_signature_covers_the_pinned_domain_separated_message() {
+        let msg = signed("arm0", 7, b"onnx", &signing_key());
+        assert_eq!(
+            hex::encode(msg.signature.as_deref().expect("signed")),
+            "8331abf8393af70951ded5b0a2e637d4d3fa3482924c7cdad100f3d408d49623\
+             f6a58629c8b815018a6de92d15834fe3365c7436d13e7ef97c04340f97734d0e"
+        );
+    }
+
+    #[test]
+    fn weak_and_malformed_keys_are_refused() {
+        // The identity point: small order, every "signature" with s = 0 verifies against it.
+        let weak = format!("01{}", "00".repeat(31));
+        let e = PolicyGate::parse_key(&weak).expect_err("weak key");
+        assert!(e.contains("weak"), "{e}");
+        assert!(PolicyGate::parse_key("zz").is_err());
+        assert!(PolicyGate::parse_key(&"00".repeat(31)).is_err());
+        let good = hex::encode(signing_key().verifying_key().to_bytes());
+        assert!(PolicyGate::parse_key(&good).is_ok());
+    }
+
+    #[test]
+    fn oversized_messages_are_refused_before_decoding() {
+        let g = gate("arm0", None, None);
+        // Not even msgpack: the size is all that is looked at.
+        let e = g.check(&[0xc1; 1001]).expect_err("oversized");
+        assert!(
+            matches!(
+                e,
+                PolicyError::Oversized {
+                    len: 1001,
+                    max: 1000
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("larger than the limit"), "{e}");
+        let e = g.check(&[0xc1; 10]).expect_err("malformed");
+        assert!(e.to_string().contains("malformed policy message"), "{e}");
+    }
+
+    #[test]
+    fn signatures_bind_robot_version_and_key() {
+        let key = signing_key();
+        let g = gate("arm0", Some(key.verifying_key()), None);
+        g.check(&enc(&signed("arm0", 3, b"policy", &key)))
+            .expect("signed for this robot");
+        // Signed for another robot.
+        let e = g
+            .check(&enc(&signed("arm1", 3, b"policy", &key)))
+            .expect_err("other robot");
+        assert!(matches!(e, PolicyError::BadSignature { .. }), "{e}");
+        assert!(e.to_string().contains("does not verify"), "{e}");
+        // An old signed policy replayed under a higher version number.
+        let mut replay = signed("arm0", 3, b"policy", &key);
+        replay.version = 9;
+        assert!(matches!(
+            g.check(&enc(&replay)),
+            Err(PolicyError::BadSignature { .. })
+        ));
+        // The signature of the bare ONNX bytes (the old scheme) does not verify.
+        let old = PolicyMsg::new(4, b"policy".to_vec())
+            .with_signature(key.sign(b"policy").to_bytes().to_vec());
+        assert!(matches!(
+            g.check(&enc(&old)),
+            Err(PolicyError::BadSignature { .. })
+        ));
+        // Unsigned, with a key configured.
+        assert!(matches!(
+            g.check(&enc(&PolicyMsg::new(5, b"policy".to_vec()))),
+            Err(PolicyError::Unsigned { version: 5 })
+        ));
+        // Without a key, unsigned is accepted (the caller decides whether that is allowed).
+        gate("arm0", None, None)
+            .check(&enc(&PolicyMsg::new(5, b"policy".to_vec())))
+            .expect("unsigned, no key");
+    }
+
+    #[test]
+    fn the_last_accepted_version_survives_a_restart() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("state").join("arm0.policy-state");
+        let key = signing_key();
+        let mut g = gate("arm0", Some(key.verifying_key()), Some(path.clone()));
+        assert_eq!(g.current_version(), None);
+        let v5 = signed("arm0", 5, b"policy", &key);
+        g.check_msg(&v5).expect("v5 is new");
+        g.record(5, &v5.sha256).expect("record");
+        // No temporary file left beside it.
+        let names: Vec<_> = std::fs::read_dir(path.parent().expect("dir"))
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("arm0.policy-state")]);
+
+        // "Restart": a new gate reads the file and refuses v5 (replayed) and v4 (rollback); v6 passes.
+        let g = gate("arm0", Some(key.verifying_key()), Some(path.clone()));
+        assert_eq!(g.current_version(), Some(5));
+        for v in [4, 5] {
+            let e = g
+                .check(&enc(&signed("arm0", v, b"policy", &key)))
+                .expect_err("stale");
+            assert!(
+                e.to_string()
+                    .contains("not newer than the last accepted version 5"),
+                "{e}"
+            );
+            assert!(e.to_string().contains("arm0.policy-state"), "{e}");
+        }
+        g.check(&enc(&signed("arm0", 6, b"policy", &key)))
+            .expect("v6");
+        assert_eq!(
+            PolicyState::load(&path, "arm0").expect("load"),
+            Some(PolicyState {
+                robot: "arm0".into(),
+                version: 5,
+                sha256: v5.sha256.clone(),
+            })
+        );
+
+        // A state file of another robot, or a torn one, is an error, never "no version yet".
+        let e = PolicyGate::new(GateConfig {
+            robot: "arm1".into(),
+            ..g.config().clone()
+        })
+        .err()
+        .expect("other robot's file");
+        assert!(e.to_string().contains("records robot \"arm0\""), "{e}");
+        std::fs::write(&path, "robot = \"arm0\"\nversion = x\n").expect("write");
+        assert!(PolicyState::load(&path, "arm0").is_err());
+        std::fs::write(&path, "robot = \"arm0\"\n").expect("write");
+        assert!(PolicyState::load(&path, "arm0").is_err());
     }
 }

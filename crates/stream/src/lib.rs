@@ -27,13 +27,16 @@ pub mod zero_copy;
 
 pub use env::{EnvAdapter, EnvClient, EnvHandler, EnvServer};
 pub use keys::{validate_robot, KeyError, Keys};
-pub use node::{Mode, Node, Received, ReceivedRef, StreamConfig, StreamError, Subscription};
+pub use node::{
+    Mode, Node, PolicyPayload, Received, ReceivedRef, StreamConfig, StreamError, Subscription,
+};
 pub use publisher::{Counters, Delivery, Published, PublisherOptions, RobotPublisher};
 pub use tensor::{DType, ObservationMsg, Tensor, TensorError, TensorMap};
 pub use wire::{
-    decode, decode_serde, encode, encode_serde_into, now_ns, peek_header, sha256_hex, BoxSpecMsg,
-    EnvSpecMsg, EpisodeMsg, PolicyMsg, ProgressMsg, ResetReply, ResetRequest, Schema, StepInfoMsg,
-    StepReply, StepRequest, TransitionMsg, ViewSpecMsg, WireError, WireMessage, SCHEMA_VERSION,
+    decode, decode_serde, encode, encode_serde_into, now_ns, peek_header, policy_signing_message,
+    sha256_hex, BoxSpecMsg, EnvSpecMsg, EpisodeMsg, PolicyMsg, ProgressMsg, ResetReply,
+    ResetRequest, Schema, StepInfoMsg, StepReply, StepRequest, TransitionMsg, ViewSpecMsg,
+    WireError, WireMessage, POLICY_SIGNING_CONTEXT, SCHEMA_VERSION,
 };
 pub use zero_copy::{
     decode_transition_ref, ObservationRef, TensorMapRef, TensorRef, TransitionRef, WireParts,

@@ -45,6 +45,9 @@ pub struct StreamConfig {
     pub config_file: Option<PathBuf>,
     /// `Some(false)` turns multicast scouting off (tests do); `None` keeps the file's or zenoh's default.
     pub multicast_scouting: Option<bool>,
+    /// The largest message this session reassembles (zenoh's `transport/link/rx/max_message_size`, 1 GiB by
+    /// default); larger fragmented messages are dropped by zenoh. `None` keeps the file's or zenoh's default.
+    pub max_message_size: Option<usize>,
 }
 
 /// Errors of the zenoh layer.
@@ -138,6 +141,9 @@ impl StreamConfig {
         if let Some(on) = self.multicast_scouting {
             set("scouting/multicast/enabled", on.to_string())?;
         }
+        if let Some(n) = self.max_message_size {
+            set("transport/link/rx/max_message_size", n.to_string())?;
+        }
         Ok(cfg)
     }
 }
@@ -174,6 +180,14 @@ impl std::fmt::Debug for Subscription {
             .field("key", &self.key)
             .finish()
     }
+}
+
+/// What [`Node::subscribe_policy_bytes`] hands over: the raw message, or only its size when it was larger than
+/// the limit (then it was neither copied, decoded nor hashed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyPayload {
+    Bytes(Vec<u8>),
+    Oversized { len: usize, max: usize },
 }
 
 /// What a typed subscription hands over: the concrete key the sample came on, and the decoded message or
@@ -333,6 +347,38 @@ impl Node {
         })
     }
 
+    /// Subscribes to the robot's policy key and hands over each put's raw bytes, undecoded, or only its size
+    /// when it is larger than `max_bytes` (checked before anything is copied, decoded or hashed). The actor's
+    /// policy worker decodes and checks what it gets off zenoh's threads.
+    pub fn subscribe_policy_bytes<F>(
+        &self,
+        keys: &Keys,
+        max_bytes: usize,
+        callback: F,
+    ) -> Result<Subscription, StreamError>
+    where
+        F: Fn(PolicyPayload) + Send + Sync + 'static,
+    {
+        let key = keys.policy();
+        let sub = self
+            .session
+            .declare_subscriber(key.clone())
+            .callback(move |sample| {
+                let len = sample.payload().len();
+                callback(if len > max_bytes {
+                    PolicyPayload::Oversized {
+                        len,
+                        max: max_bytes,
+                    }
+                } else {
+                    PolicyPayload::Bytes(sample.payload().to_bytes().into_owned())
+                })
+            })
+            .wait()
+            .map_err(zerr(format!("subscribing to `{key}`")))?;
+        Ok(Subscription { _sub: sub, key })
+    }
+
     /// Like [`Node::subscribe_policy`], delivering into an unbounded channel (the actor polls it between
     /// episodes with `try_recv`).
     pub fn subscribe_policy_channel(
@@ -429,6 +475,13 @@ mod tests {
         assert_eq!(
             z.get_json("scouting/multicast/enabled").expect("scouting"),
             "false"
+        );
+        c.max_message_size = Some(16 << 20);
+        let z = c.to_zenoh().expect("config");
+        assert_eq!(
+            z.get_json("transport/link/rx/max_message_size")
+                .expect("max_message_size"),
+            (16u64 << 20).to_string()
         );
     }
 

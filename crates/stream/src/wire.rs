@@ -513,9 +513,32 @@ pub struct PolicyMsg {
     /// The ONNX model file, as bytes.
     #[serde(with = "serde_bytes")]
     pub onnx: Vec<u8>,
-    /// Ed25519 signature (64 bytes) of the `onnx` bytes, when the learner signs.
+    /// Ed25519 signature (64 bytes) of [`policy_signing_message`] (robot, version, sha256), when the learner
+    /// signs.
     #[serde(default, with = "serde_bytes")]
     pub signature: Option<Vec<u8>>,
+}
+
+/// Domain separation for policy signatures: the first bytes of every [`policy_signing_message`]. A signature made
+/// for anything else (another protocol, another message layout) never verifies as a policy signature.
+pub const POLICY_SIGNING_CONTEXT: &[u8] = b"stagewise-policy-v1";
+
+/// The bytes a policy's Ed25519 signature covers:
+///
+/// ```text
+/// "stagewise-policy-v1" (19 bytes) | u32 LE length of robot | robot (UTF-8) | u64 LE version | sha256 (32 bytes)
+/// ```
+///
+/// Binding the robot name and the version means a signature for one robot does not move another, and a signed
+/// old policy cannot be replayed under a higher version number. The ONNX bytes are covered through their hash.
+pub fn policy_signing_message(robot: &str, version: u64, sha256: &[u8; 32]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(POLICY_SIGNING_CONTEXT.len() + 4 + robot.len() + 8 + 32);
+    m.extend_from_slice(POLICY_SIGNING_CONTEXT);
+    m.extend_from_slice(&(robot.len() as u32).to_le_bytes());
+    m.extend_from_slice(robot.as_bytes());
+    m.extend_from_slice(&version.to_le_bytes());
+    m.extend_from_slice(sha256);
+    m
 }
 
 /// Lower-case hex SHA-256 of `bytes`.
@@ -539,6 +562,29 @@ impl PolicyMsg {
     pub fn with_signature(mut self, signature: Vec<u8>) -> Self {
         self.signature = Some(signature);
         self
+    }
+
+    /// The 32-byte hash the `sha256` field names (64 hex digits).
+    pub fn sha256_bytes(&self) -> Result<[u8; 32], WireError> {
+        let bad = |reason: String| WireError::Invalid {
+            kind: Self::KIND,
+            field: "sha256",
+            reason,
+        };
+        let bytes = hex::decode(&self.sha256)
+            .map_err(|e| bad(format!("{:?} is not hex: {e}", self.sha256)))?;
+        <[u8; 32]>::try_from(bytes.as_slice())
+            .map_err(|_| bad(format!("{} bytes; a sha256 is 32", bytes.len())))
+    }
+
+    /// What a signature of this policy for `robot` covers ([`policy_signing_message`] of robot, version and the
+    /// `sha256` field; check the field against the bytes with [`PolicyMsg::verify_sha256`]).
+    pub fn signing_message(&self, robot: &str) -> Result<Vec<u8>, WireError> {
+        Ok(policy_signing_message(
+            robot,
+            self.version,
+            &self.sha256_bytes()?,
+        ))
     }
 
     /// Recomputes the hash of `onnx` and compares it with `sha256`.

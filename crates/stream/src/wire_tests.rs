@@ -879,3 +879,29 @@ fn size_hints_cover_the_encoding_of_messages_with_images() {
     (bare.obs, bare.next_obs) = (None, None);
     assert!(encode(&bare).unwrap().len() <= bare.size_hint());
 }
+
+/// The signed bytes of a policy, pinned: the Python signer (python/stagewise/policy.py) must build the same.
+#[test]
+fn policy_signing_message_is_domain_separated_and_pinned() {
+    let msg = PolicyMsg::new(7, b"onnx".to_vec());
+    let m = msg.signing_message("arm0").expect("signing message");
+    assert_eq!(
+        hex::encode(&m),
+        "7374616765776973652d706f6c6963792d76310400000061726d300700000000000000\
+         87e93f89f2be0db364e8be052f79f389e6c2da239831922e24513288af522a43"
+    );
+    assert!(m.starts_with(POLICY_SIGNING_CONTEXT));
+    // Robot and version are bound: another of either gives other bytes.
+    assert_ne!(m, msg.signing_message("arm1").expect("arm1"));
+    assert_ne!(
+        m,
+        PolicyMsg::new(8, b"onnx".to_vec())
+            .signing_message("arm0")
+            .expect("v8")
+    );
+    // The robot is length-prefixed: a robot name cannot borrow bytes of the version.
+    assert_eq!(&m[19..23], &4u32.to_le_bytes());
+    let mut bad = msg.clone();
+    bad.sha256 = "zz".repeat(32);
+    assert!(bad.signing_message("arm0").is_err());
+}
