@@ -283,44 +283,89 @@ fn library_version(path: &Path) -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Resolves the library path: `explicit`, then `ORT_DYLIB_PATH`, then a `.venv` in the current directory, the
-/// executable's directory or any of their ancestors.
+/// Finds the ONNX Runtime library, in this order and nowhere else:
+///
+/// 1. `explicit` (the `--ort-lib` flag);
+/// 2. the `ORT_DYLIB_PATH` environment variable;
+/// 3. the project's own `.venv` ([`venv_candidates`]): beside the executable, then the checkout the executable
+///    was built in (`<checkout>/target/{debug,release}[/deps]/<exe>` -> `<checkout>/.venv`, the checkout having
+///    a `Cargo.toml`).
+///
+/// Never the current directory or its parents: a `.venv` planted where a command happens to run does not get
+/// to load code into it. The error lists exactly what was tried.
 pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf, ModelError> {
+    let env = std::env::var_os(ORT_DYLIB_ENV);
+    let exe = std::env::current_exe().ok();
+    find_library_in(explicit, env.as_deref(), exe.as_deref())
+}
+
+/// [`find_library`] with its inputs given: the flag, the environment variable's value, the executable's path.
+pub fn find_library_in(
+    explicit: Option<&Path>,
+    env: Option<&std::ffi::OsStr>,
+    exe: Option<&Path>,
+) -> Result<PathBuf, ModelError> {
     if let Some(p) = explicit {
         return existing(p, "--ort-lib");
     }
-    if let Some(p) = std::env::var_os(ORT_DYLIB_ENV).filter(|v| !v.is_empty()) {
-        return existing(Path::new(&p), ORT_DYLIB_ENV);
+    if let Some(p) = env.filter(|v| !v.is_empty()) {
+        return existing(Path::new(p), ORT_DYLIB_ENV);
     }
-    let mut roots: Vec<PathBuf> = Vec::new();
-    if let Ok(cwd) = std::env::current_dir() {
-        roots.extend(cwd.ancestors().map(Path::to_path_buf));
+    let mut tried = vec![
+        "--ort-lib: not given".to_string(),
+        format!("{ORT_DYLIB_ENV}: not set"),
+    ];
+    let candidates = exe.map(venv_candidates).unwrap_or_default();
+    if exe.is_none() {
+        tried.push("the executable's path: unknown".into());
     }
-    if let Ok(exe) = std::env::current_exe() {
-        roots.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
-    }
-    let mut searched = Vec::new();
-    for root in roots {
-        let venv = root.join(".venv");
+    for venv in candidates {
         if !venv.is_dir() {
+            tried.push(format!("{}: no such directory", venv.display()));
             continue;
         }
-        searched.push(venv.display().to_string());
         if let Some(lib) = library_in_venv(&venv) {
             return Ok(lib);
         }
+        tried.push(format!(
+            "{}: no lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so*",
+            venv.display()
+        ));
     }
-    let searched = if searched.is_empty() {
-        "no .venv in the current directory, the executable's directory or their parents".to_string()
-    } else {
-        searched.join(", ")
+    Err(ModelError::LibraryNotFound {
+        searched: tried.join("; "),
+    })
+}
+
+/// The project `.venv`s that may hold the library for the executable at `exe`: `<exe dir>/.venv`, then, when
+/// the executable sits in a cargo target directory of a checkout (`<checkout>/target/<profile>/`,
+/// `.../<profile>/deps/` for test binaries, or `.../<triple>/<profile>/[deps/]`) and that checkout has a
+/// `Cargo.toml`, `<checkout>/.venv`.
+pub fn venv_candidates(exe: &Path) -> Vec<PathBuf> {
+    let Some(dir) = exe.parent() else {
+        return Vec::new();
     };
-    Err(ModelError::LibraryNotFound { searched })
+    let mut out = vec![dir.join(".venv")];
+    // At most four levels up: target/<profile>/deps and target/<triple>/<profile>/deps.
+    if let Some(target) = dir
+        .ancestors()
+        .take(4)
+        .find(|a| a.file_name().is_some_and(|n| n == "target"))
+    {
+        if let Some(checkout) = target.parent() {
+            if checkout.join("Cargo.toml").is_file() {
+                out.push(checkout.join(".venv"));
+            }
+        }
+    }
+    out
 }
 
 fn existing(p: &Path, source: &str) -> Result<PathBuf, ModelError> {
     if p.is_file() {
-        Ok(p.to_path_buf())
+        // Absolute, so that the loader opens the file that was checked (ort looks a relative name up next to
+        // the executable first).
+        Ok(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
     } else {
         Err(ModelError::LibraryLoad {
             path: p.to_path_buf(),
@@ -358,4 +403,107 @@ fn library_in_venv(venv: &Path) -> Option<PathBuf> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake wheel layout: `<venv>/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime.so.1.31.1`.
+    fn fake_venv(venv: &Path) -> PathBuf {
+        let capi = venv.join("lib/python3.11/site-packages/onnxruntime/capi");
+        std::fs::create_dir_all(&capi).expect("mkdir");
+        let lib = capi.join("libonnxruntime.so.1.31.1");
+        std::fs::write(&lib, b"not really").expect("write");
+        std::fs::write(capi.join("libonnxruntime_providers_shared.so"), b"x").expect("write");
+        lib
+    }
+
+    #[test]
+    fn the_checkout_venv_is_found_from_the_executable_and_never_from_the_working_directory() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("target/debug/deps")).expect("mkdir");
+        std::fs::write(ws.join("Cargo.toml"), "[workspace]\n").expect("write");
+        let lib = fake_venv(&ws.join(".venv"));
+        let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+        // target/debug/stagewise, a test binary in target/debug/deps, a cross build's target/<triple>/release.
+        for exe in [
+            "target/debug/stagewise",
+            "target/debug/deps/stagewise_model-0123",
+            "target/x86_64-unknown-linux-gnu/release/stagewise",
+        ] {
+            let found = find_library_in(None, None, Some(&ws.join(exe))).expect(exe);
+            assert_eq!(std::fs::canonicalize(&found).unwrap_or(found), lib, "{exe}");
+        }
+        // An executable somewhere else, with a .venv in a parent directory (where a working directory might
+        // be): not searched. The error lists exactly what was tried.
+        let elsewhere = tmp.path().join("planted");
+        fake_venv(&elsewhere.join(".venv"));
+        std::fs::create_dir_all(elsewhere.join("sub/bin")).expect("mkdir");
+        let exe = elsewhere.join("sub/bin/stagewise");
+        let e = find_library_in(None, None, Some(&exe)).expect_err("not found");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&format!(
+                "{}: no such directory",
+                elsewhere.join("sub/bin/.venv").display()
+            )),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("--ort-lib: not given") && msg.contains("ORT_DYLIB_PATH: not set"),
+            "{msg}"
+        );
+        assert!(
+            !msg.contains(&elsewhere.join(".venv").display().to_string()),
+            "{msg}"
+        );
+        assert_eq!(venv_candidates(&exe), vec![elsewhere.join("sub/bin/.venv")]);
+        // A directory named target without a Cargo.toml beside it is not a checkout.
+        let loose = tmp.path().join("loose");
+        fake_venv(&loose.join(".venv"));
+        std::fs::create_dir_all(loose.join("target/debug")).expect("mkdir");
+        assert!(find_library_in(None, None, Some(&loose.join("target/debug/stagewise"))).is_err());
+        // Beside the executable.
+        let beside = tmp.path().join("opt/stagewise");
+        let lib2 = fake_venv(&beside.join(".venv"));
+        let found = find_library_in(None, None, Some(&beside.join("stagewise"))).expect("beside");
+        assert_eq!(
+            std::fs::canonicalize(found).expect("canon"),
+            std::fs::canonicalize(lib2).expect("canon")
+        );
+    }
+
+    #[test]
+    fn the_flag_wins_over_the_variable_which_wins_over_the_venv() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("target/debug")).expect("mkdir");
+        std::fs::write(ws.join("Cargo.toml"), "").expect("write");
+        fake_venv(&ws.join(".venv"));
+        let exe = ws.join("target/debug/stagewise");
+        let a = tmp.path().join("a.so");
+        let b = tmp.path().join("b.so");
+        std::fs::write(&a, b"a").expect("write");
+        std::fs::write(&b, b"b").expect("write");
+        let canon = |p: &Path| std::fs::canonicalize(p).expect("canon");
+        let got = find_library_in(Some(&a), Some(b.as_os_str()), Some(&exe)).expect("flag");
+        assert_eq!(canon(&got), canon(&a));
+        let got = find_library_in(None, Some(b.as_os_str()), Some(&exe)).expect("env");
+        assert_eq!(canon(&got), canon(&b));
+        let e = find_library_in(
+            None,
+            Some(tmp.path().join("nope.so").as_os_str()),
+            Some(&exe),
+        )
+        .expect_err("missing");
+        assert!(
+            e.to_string()
+                .contains("ORT_DYLIB_PATH names a file that does not exist"),
+            "{e}"
+        );
+        // An empty variable counts as unset.
+        assert!(find_library_in(None, Some(std::ffi::OsStr::new("")), Some(&exe)).is_ok());
+    }
 }
