@@ -580,6 +580,9 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--view-dropout", type=float, default=0.15)
     ap.add_argument("--shift", type=int, default=2)
+    ap.add_argument("--hop-gap", type=int, default=8,
+                    help="hop: the manifest's stride, the gap in control steps of the pairs HopFusion's incremental "
+                         "estimate takes (chosen on validation: models/README.md)")
     ap.add_argument("--step-pairs", type=float, default=0.0,
                     help="hop: share of pairs (t-1, t), the incremental estimate's pair (at most 0.3)")
     ap.add_argument("--step-weight", type=float, default=1.0, help="hop: loss weight of those step pairs")
@@ -674,7 +677,7 @@ def main():
             f"{', '.join(args.state_names)} (no object or target poses)."
         )
         write_manifest(
-            os.path.join(args.out, stem + ".toml"), "hop", stem + ".onnx", train_ds.views, 2, 1, args.state_names, H, W,
+            os.path.join(args.out, stem + ".toml"), "hop", stem + ".onnx", train_ds.views, 2, args.hop_gap, args.state_names, H, W,
             [("hop", "hop")], None, desc,
         )
     size = os.path.getsize(onnx_path)

@@ -3,8 +3,11 @@
 //! A hop model scores a pair of states, `H(s_p, s_q)` in [-1, 1] (how far `s_q` moved toward the goal from `s_p`,
 //! relative to what was left, or back toward the start when negative). Three estimates of `phi_t`:
 //!
-//! - incremental: `phi_t = phi_{t-1} + (1 - phi_{t-1}) H` if `H >= 0`, else `phi_{t-1} + phi_{t-1} H`, with
-//!   `H = H(s_{t-1}, s_t)` and `phi_0 = 0`. Stays in [0, 1] by construction; errors accumulate.
+//! - incremental: `phi_t = phi_{t-g} + (1 - phi_{t-g}) H` if `H >= 0`, else `phi_{t-g} + phi_{t-g} H`, with
+//!   `H = H(s_{t-g}, s_t)` and `phi = 0` before the first state. Stays in [0, 1] by construction; errors
+//!   accumulate. The gap `g` (default 1) is the distance between the sampled states of Robo-Dopamine's chunked
+//!   trajectories: per-step hops at a high control rate are tiny next to the model's noise, and integrating
+//!   every one of them drifts; with `g` steps the fusion keeps `g` interleaved chains, each `1/g` as long.
 //! - forward-anchored: `H(s_init, s_t)` (progress from the start; clamped to [0, 1]).
 //! - backward-anchored: `1 + H(s_goal, s_t)` (distance to the goal; clamped to [0, 1]).
 //!
@@ -27,6 +30,8 @@ pub enum HopError {
     BadAlpha(f64),
     #[error("consistency eps is {0}: it must be finite and > 0")]
     BadEps(f64),
+    #[error("the incremental estimate's gap is 0 steps: it must be >= 1")]
+    BadGap,
 }
 
 /// Fusion settings. `consistency_alpha: None` turns the consistency weight off (it is then 1).
@@ -57,11 +62,15 @@ pub struct HopEstimate {
     pub consistency: f64,
 }
 
-/// Per-episode fusion state (the incremental estimate carries over between steps).
+/// Per-episode fusion state (the incremental estimate carries over between steps): the last `gap` incremental
+/// estimates, one per interleaved chain.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HopFusion {
     config: HopConfig,
-    incremental: f64,
+    chains: Vec<f64>,
+    /// The chain the next step extends (the one whose last state is `gap` steps back).
+    next: usize,
+    latest: f64,
 }
 
 fn check_score(what: &'static str, value: f64) -> Result<f64, HopError> {
@@ -72,7 +81,17 @@ fn check_score(what: &'static str, value: f64) -> Result<f64, HopError> {
 }
 
 impl HopFusion {
+    /// Fusion whose incremental estimate takes consecutive states (`H(s_{t-1}, s_t)`).
     pub fn new(config: HopConfig) -> Result<Self, HopError> {
+        Self::with_gap(config, 1)
+    }
+
+    /// Fusion whose incremental estimate takes states `gap` steps apart: each [`HopFusion::step`] then expects
+    /// `h_prev = H(s_{t-gap}, s_t)` (the episode's first state while `t < gap`).
+    pub fn with_gap(config: HopConfig, gap: usize) -> Result<Self, HopError> {
+        if gap == 0 {
+            return Err(HopError::BadGap);
+        }
         if let Some(a) = config.consistency_alpha {
             if !a.is_finite() || a < 0.0 {
                 return Err(HopError::BadAlpha(a));
@@ -83,18 +102,22 @@ impl HopFusion {
         }
         Ok(Self {
             config,
-            incremental: 0.0,
+            chains: vec![0.0; gap],
+            next: 0,
+            latest: 0.0,
         })
     }
 
-    /// Starts a new episode: the incremental estimate goes back to `phi_0 = 0`.
+    /// Starts a new episode: every incremental chain goes back to `phi = 0`.
     pub fn reset(&mut self) {
-        self.incremental = 0.0;
+        self.chains.fill(0.0);
+        self.next = 0;
+        self.latest = 0.0;
     }
 
-    /// The incremental estimate so far.
+    /// The latest incremental estimate.
     pub fn incremental(&self) -> f64 {
-        self.incremental
+        self.latest
     }
 
     /// Fuses one step. `h_prev = H(s_{t-1}, s_t)`, `h_init = H(s_init, s_t)`, `h_goal = H(s_goal, s_t)`.
@@ -103,7 +126,7 @@ impl HopFusion {
         let h_prev = check_score("H(s_prev, s_t)", h_prev)?;
         let h_init = check_score("H(s_init, s_t)", h_init)?;
         let h_goal = check_score("H(s_goal, s_t)", h_goal)?;
-        let p = self.incremental;
+        let p = self.chains[self.next];
         let incremental = if h_prev >= 0.0 {
             p + (1.0 - p) * h_prev
         } else {
@@ -121,7 +144,9 @@ impl HopFusion {
                 (-alpha * rel * rel).exp()
             }
         };
-        self.incremental = incremental;
+        self.chains[self.next] = incremental;
+        self.next = (self.next + 1) % self.chains.len();
+        self.latest = incremental;
         Ok(HopEstimate {
             incremental,
             forward,
@@ -150,6 +175,33 @@ mod tests {
         assert!((f.step(-0.2, 0.6, -0.4).unwrap().incremental - 0.6).abs() < 1e-15);
         f.reset();
         assert_eq!(f.incremental(), 0.0);
+    }
+
+    #[test]
+    fn a_gap_keeps_interleaved_chains() {
+        let config = HopConfig {
+            consistency_alpha: None,
+            eps: 1e-6,
+        };
+        assert_eq!(HopFusion::with_gap(config, 0), Err(HopError::BadGap));
+        let mut f = HopFusion::with_gap(config, 2).unwrap();
+        // t = 0, 1: both chains start at 0 (H from the first state)
+        assert_eq!(f.step(0.0, 0.0, -1.0).unwrap().incremental, 0.0);
+        assert_eq!(f.step(0.2, 0.2, -0.8).unwrap().incremental, 0.2);
+        // t = 2 extends t = 0's chain (0), t = 3 extends t = 1's (0.2)
+        assert_eq!(f.step(0.5, 0.5, -0.5).unwrap().incremental, 0.5);
+        assert!((f.step(0.5, 0.6, -0.4).unwrap().incremental - 0.6).abs() < 1e-15);
+        assert!((f.incremental() - 0.6).abs() < 1e-15);
+        // gap 1 is the consecutive rule
+        let (mut a, mut b) = (
+            HopFusion::new(config).unwrap(),
+            HopFusion::with_gap(config, 1).unwrap(),
+        );
+        for h in [0.1, -0.3, 0.4, 0.0, 0.9] {
+            assert_eq!(a.step(h, 0.3, -0.2), b.step(h, 0.3, -0.2));
+        }
+        f.reset();
+        assert_eq!(f.step(0.5, 0.5, -0.5).unwrap().incremental, 0.5);
     }
 
     #[test]

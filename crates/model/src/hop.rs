@@ -4,7 +4,8 @@
 //!
 //! Graph contract (`kind = "hop"`): `images` f32 `[N, views, 2, 3, H, W]` (frame 0 is `s_p`, frame 1 is `s_q`,
 //! each normalised like a stage-progress model's frames), `state` f32 `[N, 2, state_size]` (when
-//! `state_size > 0`), output `hop` f32 `[N]` or `[N, 1]`. The manifest's `frames` must be 2.
+//! `state_size > 0`), output `hop` f32 `[N]` or `[N, 1]`. The manifest's `frames` must be 2; its `stride` is
+//! the gap, in control steps, of the pairs the fused incremental estimate takes (`H(s_{t-stride}, s_t)`).
 
 use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind};
@@ -227,8 +228,9 @@ impl HopModel {
     }
 
     /// Fused progress of one episode through core's `HopFusion` (consistency weight off), scoring the pairs
-    /// (previous frame, frame), (first frame, frame) and (`goal`, frame) of every step in batches of 64 steps.
-    /// `goal` is a reference goal observation (e.g. the last frame of a successful episode).
+    /// (frame `stride` steps back, frame), (first frame, frame) and (`goal`, frame) of every step in batches of
+    /// 64 steps; `stride` is the manifest's (the gap of the incremental estimate's pairs). `goal` is a
+    /// reference goal observation (e.g. the last frame of a successful episode).
     pub fn fused_progress(
         &mut self,
         ep: &[Observation],
@@ -246,10 +248,14 @@ impl HopModel {
             tensor: tensor.clone(),
             reason: format!("hop fusion: {e}"),
         };
-        let mut fusion = HopFusion::new(HopConfig {
-            consistency_alpha: None,
-            ..HopConfig::default()
-        })
+        let gap = self.manifest.stride;
+        let mut fusion = HopFusion::with_gap(
+            HopConfig {
+                consistency_alpha: None,
+                ..HopConfig::default()
+            },
+            gap,
+        )
         .map_err(fusion_err)?;
         let mut phi = Vec::with_capacity(ep.len());
         let chunk = 64;
@@ -258,7 +264,7 @@ impl HopModel {
             let mut pairs: Vec<(&Observation, &Observation)> =
                 Vec::with_capacity(3 * (end - start));
             for t in start..end {
-                pairs.push((&ep[t.saturating_sub(1)], &ep[t]));
+                pairs.push((&ep[t.saturating_sub(gap)], &ep[t]));
                 pairs.push((first, &ep[t]));
                 pairs.push((goal, &ep[t]));
             }
