@@ -11,7 +11,7 @@ import numpy as np
 import zenoh
 
 from .errors import NoRuntimeError, RemoteError, StepTimeoutError, WireError
-from .session import DEFAULT_ROBOT, keys, open_session
+from .session import DEFAULT_ENDPOINT, DEFAULT_ROBOT, keys, open_session
 from .wire import SCHEMA, decode, encode, observation
 
 
@@ -66,7 +66,7 @@ class RemoteEnv:
         self.wait_for_server(connect_timeout)
 
     def hint(self) -> str:
-        where = f"at {self.connect}" if self.connect else "(no --connect endpoint given; multicast scouting)"
+        where = f"at {self.connect}" if self.connect else f"at {DEFAULT_ENDPOINT} (the default; pass connect=...)"
         return (
             f"expected `stagewise serve --robot {self.robot}` (its env/reset and env/step queryables) "
             f"reachable {where}"

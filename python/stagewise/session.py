@@ -10,6 +10,11 @@ import zenoh
 DEFAULT_ROBOT = "sim0"
 
 
+#: Where `stagewise run`, `serve` and `replay` listen by default (loopback only), and so where a session
+#: connects when it is given no endpoint.
+DEFAULT_ENDPOINT = "tcp/127.0.0.1:7447"
+
+
 def open_session(
     connect: Union[str, Sequence[str], None] = None,
     *,
@@ -20,18 +25,23 @@ def open_session(
 ) -> zenoh.Session:
     """Opens a zenoh session (an embedded peer, like the Rust side).
 
-    `connect`: endpoints such as ``"tcp/127.0.0.1:7447"`` (where `stagewise serve --listen` listens).
-    `multicast`: multicast scouting; by default it is off when endpoints are given and zenoh's default
-    otherwise. `listen` defaults to none, so that the session opens no port of its own."""
+    `connect`: endpoints such as ``"tcp/127.0.0.1:7447"`` (where `stagewise serve --listen` listens); by default
+    `DEFAULT_ENDPOINT`, the loopback port a `stagewise` process listens on when not told otherwise.
+    `multicast`: multicast scouting, off by default (like the Rust side: nothing is discovered on the LAN
+    unless asked); `multicast=True` without `connect` discovers peers instead of connecting to the default.
+    `listen` defaults to none, so that the session opens no port of its own. With `config_file`, the file
+    decides what the arguments do not say."""
     conf = zenoh.Config.from_file(config_file) if config_file else zenoh.Config()
     conf.insert_json5("mode", json.dumps(mode))
     endpoints = _endpoints(connect)
+    if not endpoints and not multicast and not config_file:
+        endpoints = [DEFAULT_ENDPOINT]
     if endpoints:
         conf.insert_json5("connect/endpoints", json.dumps(endpoints))
-    conf.insert_json5("listen/endpoints", json.dumps(_endpoints(listen)))
-    if multicast is None:
-        multicast = not endpoints
-    conf.insert_json5("scouting/multicast/enabled", json.dumps(bool(multicast)))
+    if listen is not None or not config_file:
+        conf.insert_json5("listen/endpoints", json.dumps(_endpoints(listen)))
+    if multicast is not None or not config_file:
+        conf.insert_json5("scouting/multicast/enabled", json.dumps(bool(multicast)))
     return zenoh.open(conf)
 
 

@@ -1,10 +1,10 @@
 //! `stagewise policy`: push an ONNX policy to a running actor (what a learner does), and make the ed25519 key
 //! pair that signs policies.
 
-use super::zenoh_args::ZenohArgs;
+use super::zenoh_args::{Role, ZenohArgs};
 use anyhow::{bail, Context};
 use ed25519_dalek::{Signer, SigningKey};
-use stagewise_stream::{Keys, Node, PolicyMsg};
+use stagewise_stream::{Keys, PolicyMsg};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -76,7 +76,7 @@ fn push(p: PushArgs) -> anyhow::Result<()> {
         msg = msg.with_signature(sig.to_bytes().to_vec());
     }
     let keys = Keys::new(p.zenoh.robot.clone())?;
-    let node = Node::open(&p.zenoh.config()).context("opening the zenoh session")?;
+    let node = p.zenoh.open(Role::Connect, None)?;
     if !node.wait_for_subscribers(&keys.policy(), Duration::from_secs_f64(p.wait))? {
         bail!(
             "no actor subscribed to {} within {} s",

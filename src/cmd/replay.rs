@@ -1,9 +1,7 @@
 //! `stagewise replay`: puts an episode log back on the stream, byte for byte, on the keys it was published on.
 
-use super::zenoh_args::ZenohArgs;
-use anyhow::Context;
+use super::zenoh_args::{Role, ZenohArgs};
 use stagewise_runtime::LogReader;
-use stagewise_stream::Node;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,7 +23,7 @@ pub struct ReplayArgs {
 
 pub fn run(a: ReplayArgs) -> anyhow::Result<()> {
     let mut reader = LogReader::open(&a.file)?;
-    let node = Node::open(&a.zenoh.config()).context("opening the zenoh session")?;
+    let node = a.zenoh.open(Role::Listen, None)?;
     let mut first = reader.next_record()?;
     if let Some(r) = &first {
         if !node.wait_for_subscribers(&r.key, Duration::from_secs_f64(a.wait.max(0.0)))? {

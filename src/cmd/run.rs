@@ -5,7 +5,7 @@
 
 use super::ort_args::OrtArgs;
 use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
-use super::zenoh_args::ZenohArgs;
+use super::zenoh_args::{Role, ZenohArgs};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use stagewise_bridge::{
@@ -18,7 +18,7 @@ use stagewise_runtime::{
     PolicyUpdates, ProgressSource, RandomPolicy, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
 };
 use stagewise_sim::SimEnv;
-use stagewise_stream::{Node, PublisherOptions};
+use stagewise_stream::PublisherOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -417,10 +417,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let node = if a.no_stream {
         None
     } else {
-        let mut config = a.zenoh.config();
         // The actor receives only policies: nothing larger than one needs reassembling.
-        config.max_message_size = Some(a.policy_max_bytes.saturating_add(ZENOH_MESSAGE_SLACK));
-        Some(Node::open(&config).context("opening the zenoh session")?)
+        Some(a.zenoh.open(
+            Role::Listen,
+            Some(a.policy_max_bytes.saturating_add(ZENOH_MESSAGE_SLACK)),
+        )?)
     };
     if let Some(node) = &node {
         let keys = actor.keys().clone();

@@ -8,7 +8,7 @@
 
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
-use super::zenoh_args::ZenohArgs;
+use super::zenoh_args::{Role, ZenohArgs};
 use anyhow::{bail, Context};
 use stagewise_core::{Env, EnvSpec, Observation, ShapingConfig, StepResult, VecShaper};
 use stagewise_model::{RewardModel, StateMap};
@@ -17,7 +17,7 @@ use stagewise_sim::SimEnv;
 use stagewise_stream::wire::{
     EnvSpecMsg, ResetReply, ResetRequest, RewardSpecMsg, StepReply, StepRequest,
 };
-use stagewise_stream::{EnvHandler, Keys, Node, ObservationMsg};
+use stagewise_stream::{EnvHandler, Keys, ObservationMsg};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -222,7 +222,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         },
     };
     let base = Keys::new(a.zenoh.robot.clone())?;
-    let node = Node::open(&a.zenoh.config()).context("opening the zenoh session")?;
+    let node = a.zenoh.open(Role::Listen, None)?;
     let mut servers = Vec::with_capacity(a.envs);
     for i in 0..a.envs {
         let env = SimEnv::new(cfg.clone()).context("building the simulator")?;

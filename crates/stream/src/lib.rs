@@ -29,6 +29,7 @@ pub use env::{EnvAdapter, EnvClient, EnvHandler, EnvServer};
 pub use keys::{validate_robot, KeyError, Keys};
 pub use node::{
     Mode, Node, PolicyPayload, Received, ReceivedRef, StreamConfig, StreamError, Subscription,
+    LOOPBACK_EPHEMERAL,
 };
 pub use publisher::{Counters, Delivery, Published, PublisherOptions, RobotPublisher};
 pub use tensor::{DType, ObservationMsg, Tensor, TensorError, TensorMap};

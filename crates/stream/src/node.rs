@@ -38,17 +38,22 @@ pub struct StreamConfig {
     pub mode: Option<Mode>,
     /// Endpoints to connect to, e.g. `tcp/192.168.1.10:7447` (routers or peers).
     pub connect: Vec<String>,
-    /// Endpoints to listen on, e.g. `tcp/127.0.0.1:0`. Empty: zenoh's default (a peer listens on all
-    /// interfaces, a client listens nowhere).
+    /// Endpoints to listen on, e.g. `tcp/127.0.0.1:7447`. Empty: without a config file a peer or router
+    /// listens on [`LOOPBACK_EPHEMERAL`] (loopback only, never all interfaces), a client nowhere; with a
+    /// config file, the file decides.
     pub listen: Vec<String>,
     /// A zenoh configuration file (JSON5), e.g. to join routers with TLS; loaded first.
     pub config_file: Option<PathBuf>,
-    /// `Some(false)` turns multicast scouting off (tests do); `None` keeps the file's or zenoh's default.
+    /// Multicast scouting (discovering peers on the LAN). `None`: off without a config file (nothing is
+    /// discovered unless connected explicitly); with a config file, the file decides.
     pub multicast_scouting: Option<bool>,
     /// The largest message this session reassembles (zenoh's `transport/link/rx/max_message_size`, 1 GiB by
     /// default); larger fragmented messages are dropped by zenoh. `None` keeps the file's or zenoh's default.
     pub max_message_size: Option<usize>,
 }
+
+/// Where a peer listens when nothing else is said: loopback, an ephemeral port.
+pub const LOOPBACK_EPHEMERAL: &str = "tcp/127.0.0.1:0";
 
 /// Errors of the zenoh layer.
 #[derive(Debug, thiserror::Error)]
@@ -135,11 +140,21 @@ impl StreamConfig {
         if !self.connect.is_empty() {
             set("connect/endpoints", json_list(&self.connect))?;
         }
+        // Trust nobody by default: without a config file, a peer or router listens on loopback only and does
+        // not scout (zenoh's own defaults: all interfaces, multicast scouting on).
+        let no_file = self.config_file.is_none();
         if !self.listen.is_empty() {
             set("listen/endpoints", json_list(&self.listen))?;
+        } else if no_file && matches!(mode, Some(Mode::Peer | Mode::Router)) {
+            set(
+                "listen/endpoints",
+                json_list(&[LOOPBACK_EPHEMERAL.to_string()]),
+            )?;
         }
-        if let Some(on) = self.multicast_scouting {
-            set("scouting/multicast/enabled", on.to_string())?;
+        match (self.multicast_scouting, no_file) {
+            (Some(on), _) => set("scouting/multicast/enabled", on.to_string())?,
+            (None, true) => set("scouting/multicast/enabled", "false".into())?,
+            (None, false) => {}
         }
         if let Some(n) = self.max_message_size {
             set("transport/link/rx/max_message_size", n.to_string())?;
@@ -483,6 +498,45 @@ mod tests {
                 .expect("max_message_size"),
             (16u64 << 20).to_string()
         );
+    }
+
+    #[test]
+    fn the_default_peer_listens_on_loopback_and_does_not_scout() {
+        let z = StreamConfig::default().to_zenoh().expect("config");
+        assert_eq!(z.get_json("mode").expect("mode"), "\"peer\"");
+        assert_eq!(
+            z.get_json("listen/endpoints").expect("listen"),
+            "[\"tcp/127.0.0.1:0\"]"
+        );
+        assert_eq!(
+            z.get_json("scouting/multicast/enabled").expect("scouting"),
+            "false"
+        );
+        // Opening up is explicit.
+        let z = StreamConfig {
+            listen: vec!["tcp/0.0.0.0:7447".into()],
+            multicast_scouting: Some(true),
+            ..StreamConfig::default()
+        }
+        .to_zenoh()
+        .expect("config");
+        assert!(z
+            .get_json("listen/endpoints")
+            .expect("listen")
+            .contains("0.0.0.0:7447"));
+        assert_eq!(
+            z.get_json("scouting/multicast/enabled").expect("scouting"),
+            "true"
+        );
+        // A client listens nowhere.
+        let z = StreamConfig::default()
+            .with_mode(Mode::Client)
+            .to_zenoh()
+            .expect("config");
+        assert!(!z
+            .get_json("listen/endpoints")
+            .expect("listen")
+            .contains("127.0.0.1:0"));
     }
 
     #[test]
