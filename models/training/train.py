@@ -656,7 +656,10 @@ def main():
             f"Stage-aware multi-view progress model for the sim task {args.task}, trained by "
             f"models/training/train.py on {seeds} for {args.epochs} epochs x {args.samples_per_epoch} samples "
             f"({secs:.0f} s on {args.threads} CPU threads). Targets: {args.targets}. View dropout "
-            f"{args.view_dropout}, shift {args.shift}px, colour augmentation {args.colour}. State: "
+            f"{args.view_dropout}, shift {args.shift}px, colour augmentation {args.colour}."
+            + (f" Frames sampled so that {args.balance_progress} progress bins are equally likely."
+               if args.balance_progress > 0 else "")
+            + " State: "
             f"{', '.join(args.state_names)} (no object or target poses). A missing camera: feed a mean-colour frame."
         )
         write_manifest(

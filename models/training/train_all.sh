@@ -5,11 +5,12 @@
 #
 # Env (each overrides the task's default, which is what the shipped model used; see its .train.json): STAGEWISE
 # (the CLI; default target/release/stagewise), DATA (dataset dir; default data/), PY (default .venv/bin/python),
-# EPISODES (training episodes; 300, push-target 600), EPOCHS (40, push-target 50, hop 12), DEGRADED (share of
+# EPISODES (training episodes; 300, push-target 2000), EPOCHS (40, push-target 50, hop 12), DEGRADED (share of
 # degraded training episodes; 0.4, push-target 0.6), TARGETS (hybrid | oracle; hybrid, push-target oracle), THREADS
 # (torch threads; default 1: torch's thread pool spins badly when the cores are shared; 2 on idle cores),
 # ENC_CHANNELS (the encoder's conv widths; 16,32,32), STATE_NAMES (the proprioception the model reads;
-# ee_x,ee_y,ee_z,gripper_width, stack and push-target gripper_width: models/README.md says why).
+# ee_x,ee_y,ee_z,gripper_width, stack and push-target gripper_width: models/README.md says why), BALANCE (progress
+# bins sampled equally, train.py --balance-progress; 0 = uniform over frames, push-target 20).
 # Models read the camera views and proprioception only, never block or target poses.
 # Training sets are recorded with the palette's colours jittered (--random-colors); data/<task>-val-colours uses the
 # simulator's held-out palette (reported after training, never trained on).
@@ -38,11 +39,11 @@ record() { # task split episodes degraded seed jitter [record flags...]
 
 for t in "${TASKS[@]}"; do
   task=$t kind=progress
-  episodes=300 degraded=0.4 epochs=40 targets=hybrid state=ee_x,ee_y,ee_z,gripper_width
+  episodes=300 degraded=0.4 epochs=40 targets=hybrid state=ee_x,ee_y,ee_z,gripper_width balance=0
   case "$t" in
     hop) task=pick-place kind=hop epochs=12 ;;
     stack) state=gripper_width ;;
-    push-target) episodes=600 degraded=0.6 epochs=50 targets=oracle state=gripper_width ;;
+    push-target) episodes=2000 degraded=0.6 epochs=50 targets=oracle state=gripper_width balance=20 ;;
   esac
   EPISODES=${user_episodes:-$episodes} DEGRADED=${user_degraded:-$degraded}
   record "$task" "train-n$EPISODES-d$DEGRADED" "$EPISODES" "$DEGRADED" 0 0.01 --random-colors
@@ -54,6 +55,7 @@ for t in "${TASKS[@]}"; do
   "$PY" models/training/train.py --task "$task" --kind "$kind" --train "$DATA/$task-train-n$EPISODES-d$DEGRADED" \
     --val "$DATA/$task-val" --val-extra "$DATA/$task-val-colours" --out "models/$task" \
     --samples-per-epoch 16384 --eval-every 10 --targets "${user_targets:-$targets}" --threads "$THREADS" \
-    --enc-channels "$chans" --epochs "${user_epochs:-$epochs}" --state-names "${user_state:-$state}"
+    --enc-channels "$chans" --epochs "${user_epochs:-$epochs}" --state-names "${user_state:-$state}" \
+    --balance-progress "${BALANCE:-$balance}"
   echo "$t: trained in $(($(date +%s) - start)) s"
 done
