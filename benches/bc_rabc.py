@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""The behaviour-cloning result: does reward-aligned BC (RA-BC) beat vanilla BC on a mixed dataset?
+"""The behaviour-cloning result: does reward-aligned BC (RA-BC) beat plain BC on mostly degraded demonstrations?
 
 1. `stagewise record`: pick-place demonstrations, most of them degraded (the scripted expert with the failure and
    imperfection presets: missed grasps, wrong placements, freezes, blocks carried off the table, noise, pauses,
-   regressions) — fresh seeds, none of them seen by the reward model.
-2. `stagewise label` with the shipped reward model (models/pick-place/pick-place-progress.toml): per-frame progress
-   in sarm_progress.parquet and core's RA-BC weights for the chosen chunk size (the CSV the command writes).
-3. A small PyTorch MLP on the state (14 values -> 4 actions) trained twice per training seed on the same data,
-   same steps and same seed: vanilla (every frame weight 1) and RA-BC (LeRobot's per-sample weighted loss,
-   weights normalised per batch as `w * B / (sum w + eps)`).
+   regressions) — fresh seeds, none of them seen by the reward model. Every frame is trained on, failed episodes
+   included (that is what the weights are for).
+2. `stagewise label` with the shipped pixel-and-proprioception model (models/pick-place/pick-place-progress.toml):
+   per-frame progress and core's RA-BC weights (LeRobot's formula) for the chosen chunk size and kappa (the CSV the
+   command writes). Oracle weights: the same formula in numpy on the ground-truth `progress_gt` column (checked
+   against the command's weights on the model's progress: identical).
+3. Three arms per training seed, all with the clean-BC recipe below and the same data, batches, steps and seed:
+   `BC` (every frame weight 1), `RA-BC model` and `RA-BC oracle` (each sample's loss times its weight, normalised
+   per batch as `w * B / (sum w + eps)`, LeRobot).
 4. Each policy exported to ONNX (`kind = "policy"` manifest) and rolled out by `stagewise eval --policy` in the
    simulator on fresh seeds (3000000..); success = the simulator's success (block on the target).
 
-    .venv/bin/python benches/bc_rabc.py [--exe target/release/stagewise] [--episodes 200] [--degraded 0.75]
+    nice .venv/bin/python benches/bc_rabc.py [--episodes 1000] [--degraded 0.75] [--chunk 25] [--kappa 0.01]
+        [--steps 8000] [--jobs 2] [--save-best models/policies/pick-place-rabc]
 
 `--clean` runs the other benchmark instead: plain BC on clean expert demonstrations (issue 18, part 1), the recipe
 that makes a state policy succeed (relative-position features inside the ONNX graph, the gripper as a binary
@@ -24,7 +28,8 @@ benches/results/bc_clean.{md,json,png} and the policies (best one: models/polici
 Its switches reproduce the tries in benches/bc_rabc.md (`--features raw`, `--gripper mse`, `--episodes 200`, ...).
 
 Writes benches/bc_rabc.md, benches/bc_rabc.json and benches/bc_rabc.png (success rates per arm and training
-seed) and benches/bc_rabc_progress.png (labelled progress and RA-BC weights of one degraded episode). Needs
+seed) and benches/bc_rabc_progress.png (labelled and true progress and RA-BC weights of one failed degraded
+episode); `--out` elsewhere for sweeps (benches/results/bc_rabc_chunk5, ...). Needs
 torch (models/training/requirements.txt) and pillow. A benchmark, not a CI test: it takes minutes.
 """
 import argparse
@@ -47,6 +52,7 @@ from PIL import Image, ImageDraw
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "models/pick-place/pick-place-progress.toml"
 CLEAN_MARKER = "<!-- clean BC (benches/bc_rabc.py --clean); kept when the RA-BC part is rewritten -->"
+NOTES_MARKER = "<!-- RA-BC notes (hand-written); kept, with everything below, when the RA-BC part is rewritten -->"
 
 
 def sh(*cmd, quiet=True):
@@ -55,74 +61,6 @@ def sh(*cmd, quiet=True):
     if not quiet:
         print(out.stdout, end="")
     return out.stdout, time.perf_counter() - t0
-
-
-def load(ds: Path, weights_csv: Path):
-    cols = ["index", "episode_index", "frame_index", "observation.state", "action", "degraded"]
-    t = pa.concat_tables([pq.read_table(p, columns=cols) for p in sorted((ds / "data").glob("*/*.parquet"))])
-    idx = t.column("index").to_numpy()
-    ep = t.column("episode_index").to_numpy()
-    fr = t.column("frame_index").to_numpy()
-    state = np.stack(t.column("observation.state").to_numpy(zero_copy_only=False)).astype(np.float32)
-    action = np.stack(t.column("action").to_numpy(zero_copy_only=False)).astype(np.float32)
-    degraded = t.column("degraded").to_numpy()
-    with open(weights_csv) as f:
-        w = {int(r["index"]): (float(r["weight"]), float(r["progress"])) for r in csv.DictReader(f)}
-    weight = np.array([w[int(i)][0] for i in idx], dtype=np.float32)
-    progress = np.array([w[int(i)][1] for i in idx], dtype=np.float32)
-    # The last frame of an episode has no action (the recorder stores zeros there): leave it out.
-    last = np.zeros(len(idx), dtype=bool)
-    for e in np.unique(ep):
-        rows = np.flatnonzero(ep == e)
-        last[rows[np.argmax(fr[rows])]] = True
-    keep = ~last
-    return {
-        "state": state[keep], "action": action[keep], "weight": weight[keep], "episode": ep[keep],
-        "frame": fr[keep], "degraded": degraded[keep], "progress": progress[keep],
-    }
-
-
-class Policy(torch.nn.Module):
-    def __init__(self, mean, std, hidden):
-        super().__init__()
-        self.register_buffer("mean", torch.as_tensor(mean))
-        self.register_buffer("std", torch.as_tensor(std))
-        self.net = torch.nn.Sequential(
-            torch.nn.Linear(len(mean), hidden), torch.nn.ReLU(),
-            torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-            torch.nn.Linear(hidden, 4),
-        )
-
-    def forward(self, state):
-        return torch.clamp(self.net((state - self.mean) / self.std), -1.0, 1.0)
-
-
-def train(data, weighted, seed, steps, batch, hidden, lr):
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    mean = data["state"].mean(0)
-    std = data["state"].std(0) + 1e-3
-    model = Policy(mean, std, hidden)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    s = torch.as_tensor(data["state"])
-    a = torch.as_tensor(data["action"])
-    w = torch.as_tensor(data["weight"])
-    n = len(s)
-    for _ in range(steps):
-        i = torch.as_tensor(rng.integers(0, n, batch))
-        per = ((model.net((s[i] - model.mean) / model.std) - a[i]) ** 2).mean(1)
-        if weighted:
-            wb = w[i]
-            wb = wb * batch / (wb.sum() + 1e-6)  # LeRobot's per-batch normalisation
-            loss = (per * wb).mean()
-        else:
-            loss = per.mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-    return model
 
 
 def export(model, out_dir: Path, name: str, state_size: int):
@@ -161,7 +99,7 @@ def bar_chart(results, path: Path):
         py = H - pad - y * (H - pad - 20)
         d.line([(pad - 4, py), (W - 20, py)], fill=(220, 220, 220))
         d.text((8, py - 6), f"{y:.2f}", fill="black")
-    colors = {"vanilla BC": (120, 120, 120), "RA-BC": (40, 110, 220)}
+    colors = {"BC": (120, 120, 120), "RA-BC model": (40, 110, 220), "RA-BC oracle": (40, 170, 90)}
     group_w = (W - pad - 40) / len(arms)
     for g, arm in enumerate(arms):
         rates = [r["success_rate"] for r in results[arm]]
@@ -180,7 +118,8 @@ def bar_chart(results, path: Path):
 
 def progress_plot(data, episode, path: Path):
     rows = np.flatnonzero(data["episode"] == episode)
-    p, w = data["progress"][rows], data["weight"][rows]
+    p, w = data["progress"][rows], data["w_model"][rows]
+    pg, wg = data["progress_gt"][rows], data["w_oracle"][rows]
     W, H, pad = 640, 240, 30
     img = Image.new("RGB", (W, H), "white")
     d = ImageDraw.Draw(img)
@@ -189,26 +128,14 @@ def progress_plot(data, episode, path: Path):
     def pts(v):
         return [(pad + i * (W - 2 * pad) / n, H - pad - float(x) * (H - 2 * pad)) for i, x in enumerate(v)]
 
+    d.line(pts(wg), fill=(150, 210, 150), width=1)
+    d.line(pts(pg), fill=(30, 150, 60), width=2)
     d.line(pts(w), fill=(245, 140, 30), width=1)
     d.line(pts(p), fill=(40, 90, 220), width=2)
-    d.text((pad, 4), f"episode {episode}: progress (blue), RA-BC weight (orange)", fill="black")
+    d.text((pad, 4), f"episode {episode}: model progress (blue) and RA-BC weight (orange); ground truth (green, "
+           "weight light green)", fill="black")
     img.save(path)
 
-
-def reading(results, episodes):
-    """Counts behind the rates, final progress per arm, and what the run does and does not show."""
-    k = {arm: sum(round(r["success_rate"] * episodes) for r in rs) for arm, rs in results.items()}
-    n = {arm: episodes * len(rs) for arm, rs in results.items()}
-    prog = {arm: float(np.mean([r["mean_final_progress"] for r in rs])) for arm, rs in results.items()}
-    further = sum(r["mean_final_progress"] > v["mean_final_progress"]
-                  for r, v in zip(results["RA-BC"], results["vanilla BC"]))
-    return (
-        f"Successes: RA-BC {k['RA-BC']}/{n['RA-BC']}, vanilla {k['vanilla BC']}/{n['vanilla BC']} episodes; mean "
-        f"final oracle progress RA-BC {prog['RA-BC']:.3f}, vanilla {prog['vanilla BC']:.3f} (RA-BC further on "
-        f"{further} of {len(results['RA-BC'])} training seeds). Both arms stay far below the demonstrators (the "
-        "clean expert succeeds almost always): a state MLP cloned from mostly degraded demonstrations is a weak "
-        "policy either way, so the result is the relative one (same data, steps and seeds; only the weights differ)."
-    )
 
 # ---------------------------------------------------------------------------------------------------------------
 # --clean: plain BC on clean expert demonstrations (issue 18, part 1).
@@ -290,14 +217,20 @@ class CleanPolicy(torch.nn.Module):
             g = torch.where(g > 0, torch.ones_like(g), -torch.ones_like(g))
         return torch.cat([xyz, g], 1)
 
-    def loss(self, state, action):
+    def loss(self, state, action, weight=None):
+        """Mean over the batch of (xyz MSE + gripper loss) per sample; with `weight`, each sample's loss is
+        weighted by LeRobot's batch-normalised RA-BC weight `w * B / (sum w + eps)` (so the mean weight is 1)."""
         o = self.raw(state)
         per = ((o[:, :3] - action[:, :3]) ** 2).mean(1)
         if self.gripper == "bce":
-            g = torch.nn.functional.binary_cross_entropy_with_logits(o[:, 3], (action[:, 3] > 0).float())
+            g = torch.nn.functional.binary_cross_entropy_with_logits(
+                o[:, 3], (action[:, 3] > 0).float(), reduction="none")
         else:
-            g = ((o[:, 3] - action[:, 3]) ** 2).mean()
-        return per.mean() + g
+            g = (o[:, 3] - action[:, 3]) ** 2
+        if weight is None:
+            return per.mean() + g.mean()
+        wb = weight * len(weight) / (weight.sum() + 1e-6)
+        return ((per + g) * wb).mean()
 
 
 def train_clean(data, val, seed, cfg):
@@ -436,16 +369,314 @@ Mean success **{report['mean_success']:.3f}**.
     print(md)
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# RA-BC on mostly degraded demonstrations (issue 18, part 2), with the clean-BC recipe for every arm.
+# ---------------------------------------------------------------------------------------------------------------
+
+ARMS = ["BC", "RA-BC model", "RA-BC oracle"]
+
+
+def rabc_weights_np(progress, episode, frame, chunk, kappa, eps=1e-6):
+    """core's RabcWeights (LeRobot's RABCWeights) in numpy: delta = phi[min(i + chunk, last)] - phi[i] within an
+    episode; mu = max(mean, 0), sigma = max(std, eps) over all frames; w = 1 if delta > kappa,
+    clip((delta - (mu - 2 sigma)) / (4 sigma + eps), 0, 1) if 0 <= delta <= kappa, 0 if delta < 0; float32
+    deltas and arithmetic as LeRobot. Used for the oracle labels (progress_gt); checked against `stagewise label`'s
+    own weights on the model's progress (same function, same frames)."""
+    delta = np.zeros(len(progress), dtype=np.float64)
+    for e in np.unique(episode):
+        rows = np.flatnonzero(episode == e)
+        rows = rows[np.argsort(frame[rows])]
+        p = progress[rows].astype(np.float64)
+        ahead = np.minimum(np.arange(len(rows)) + chunk, len(rows) - 1)
+        delta[rows] = p[ahead] - p
+    mu = max(delta.mean(), 0.0)
+    sigma = max(delta.std(), eps)
+    d = delta.astype(np.float32)
+    lower, denom = np.float32(mu - 2.0 * sigma), np.float32(4.0 * sigma + eps)
+    soft = np.clip((d - lower) / denom, np.float32(0), np.float32(1))
+    w = np.where(d > np.float32(kappa), np.float32(1), np.where(d >= 0, soft, np.float32(0)))
+    return w.astype(np.float32), delta
+
+
+def load_rabc(ds: Path, weights_csv: Path, chunk, kappa):
+    """Every frame of every demonstration (failed ones included) with its model and oracle RA-BC weights."""
+    cols = ["index", "episode_index", "frame_index", "observation.state", "action", "degraded", "progress_gt"]
+    t = pa.concat_tables([pq.read_table(p, columns=cols) for p in sorted((ds / "data").glob("*/*.parquet"))])
+    idx = t.column("index").to_numpy()
+    ep = t.column("episode_index").to_numpy()
+    fr = t.column("frame_index").to_numpy()
+    with open(weights_csv) as f:
+        lab = {int(r["index"]): (float(r["weight"]), float(r["progress"])) for r in csv.DictReader(f)}
+    w_model = np.array([lab[int(i)][0] for i in idx], dtype=np.float32)
+    p_model = np.array([lab[int(i)][1] for i in idx], dtype=np.float32)
+    gt = t.column("progress_gt").to_numpy().astype(np.float32)
+    w_oracle, _ = rabc_weights_np(gt, ep, fr, chunk, kappa)
+    w_check, _ = rabc_weights_np(p_model, ep, fr, chunk, kappa)
+    check = float(np.abs(w_check - w_model).max())
+    last = np.zeros(len(idx), dtype=bool)
+    for e in np.unique(ep):
+        rows = np.flatnonzero(ep == e)
+        last[rows[np.argmax(fr[rows])]] = True
+    keep = ~last  # the last frame of an episode has no action (zeros): left out
+    state = np.stack(t.column("observation.state").to_numpy(zero_copy_only=False)).astype(np.float32)
+    action = np.stack(t.column("action").to_numpy(zero_copy_only=False)).astype(np.float32)
+    data = {"state": state, "action": action, "episode": ep, "frame": fr,
+            "degraded": t.column("degraded").to_numpy(), "progress": p_model, "progress_gt": gt,
+            "w_model": w_model, "w_oracle": w_oracle}
+    return {k: v[keep] for k, v in data.items()}, check
+
+
+def rabc_seed_job(job):
+    """Train (the clean recipe, optionally weighted), export and evaluate one (arm, training seed)."""
+    torch.set_num_threads(1)
+    arm, seed, data, cfg, exe, pol_dir = job
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    feats = Features(data["state"].mean(0), data["state"].std(0) + 1e-3, "rel")
+    n_in = feats(torch.as_tensor(data["state"][:2])).shape[1]
+    model = CleanPolicy(feats, n_in, cfg["hidden"], cfg["depth"], "bce")
+    opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg["steps"])
+    s = torch.as_tensor(data["state"])
+    a = torch.as_tensor(data["action"])
+    w = None if arm == "BC" else torch.as_tensor(data["w_model" if arm == "RA-BC model" else "w_oracle"])
+    t0 = time.perf_counter()
+    for _ in range(cfg["steps"]):
+        i = torch.as_tensor(rng.integers(0, len(s), cfg["batch"]))  # same batches in every arm
+        loss = model.loss(s[i], a[i], None if w is None else w[i])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+    t_train = time.perf_counter() - t0
+    name = {"BC": "bc", "RA-BC model": "rabc_model", "RA-BC oracle": "rabc_oracle"}[arm] + f"_seed{seed}"
+    manifest = export(model, pol_dir, name, data["state"].shape[1])
+    desc = (f"{arm} on {cfg['degraded']:.0%}-degraded pick-place demonstrations (chunk {cfg['chunk']}, kappa "
+            f"{cfg['kappa']}): rel features, MLP {cfg['depth']}x{cfg['hidden']}, gripper bce, {cfg['steps']} steps "
+            f"(seed {seed}), benches/bc_rabc.py")
+    manifest.write_text(manifest.read_text().replace(
+        f'description = "BC MLP on state ({name}), benches/bc_rabc.py"', f'description = "{desc}"'))
+    t1 = time.perf_counter()
+    r = evaluate(exe, manifest, cfg["eval_episodes"], cfg["eval_seed"], pol_dir / f"{name}.json")
+    out = {"arm": arm, "seed": seed, "success_rate": r["success_rate"], "successes": r["successes"],
+           "episodes": r["episodes"], "mean_final_progress": r["mean_final_progress"], "train_s": t_train,
+           "eval_s": time.perf_counter() - t1, "manifest": str(manifest)}
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def run_rabc(args):
+    import concurrent.futures as cf
+
+    exe = Path(args.exe)
+    work = Path(args.work)
+    ds = work / "ds"
+    t_all = time.perf_counter()
+    cfg = {"degraded": args.degraded, "chunk": args.chunk, "kappa": args.kappa, "hidden": args.hidden,
+           "depth": args.depth, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+           "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed}
+    key = json.dumps({"episodes": args.episodes, "degraded": args.degraded, "seed": args.data_seed})
+    if args.reuse_data and (work / "data.key").exists() and (work / "data.key").read_text() == key:
+        t_rec = float((work / "record_s").read_text())
+        print(f"reusing {ds}")
+    else:
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        rec_out, t_rec = sh(exe, "--log", "warn", "record", "--task", "pick-place", "--episodes", args.episodes,
+                            "--degraded", args.degraded, "--seed", args.data_seed, "--width", 32, "--height", 32,
+                            "--out", ds)
+        print(rec_out, end="")
+        (work / "data.key").write_text(key)
+        (work / "record_s").write_text(str(t_rec))
+    lab_out, t_lab = sh(exe, "--log", "warn", "label", "--dataset", ds, "--model", MODEL, "--chunk-size", args.chunk,
+                        "--kappa", args.kappa, "--weights-csv", work / "weights.csv", "--summary-json",
+                        work / "label.json", "--plots", 0, "--provider", "cpu", "--workers", 2)
+    print(lab_out, end="")
+    data, check = load_rabc(ds, work / "weights.csv", args.chunk, args.kappa)
+    print(f"numpy RA-BC weights vs `stagewise label`'s on the same progress: max |diff| {check:.2e}")
+    meta = json.loads((ds / "meta/stagewise_record.json").read_text())["episodes"]
+    demo_success = float(np.mean([e["success"] for e in meta]))
+    # Data composition and mean weight per preset (per frame), for both label sources.
+    comp = {}
+    ep_preset = {e["episode_index"]: e["degradation"] for e in meta}
+    frame_preset = np.array([ep_preset[int(e)] for e in data["episode"]])
+    for e in meta:
+        c = comp.setdefault(e["degradation"], {"episodes": 0, "successes": 0})
+        c["episodes"] += 1
+        c["successes"] += int(e["success"])
+    for k, c in comp.items():
+        rows = frame_preset == k
+        c["frames"] = int(rows.sum())
+        c["frame_share"] = float(rows.mean())
+        for src in ["model", "oracle"]:
+            c[f"mean_w_{src}"] = float(data[f"w_{src}"][rows].mean())
+            c[f"w_share_{src}"] = float(data[f"w_{src}"][rows].sum() / data[f"w_{src}"].sum())
+    comp = dict(sorted(comp.items()))
+    succ_ep = {e["episode_index"] for e in meta if e["success"]}
+    from_success = np.isin(data["episode"], list(succ_ep))
+    weight_stats = {
+        "frames": int(len(data["state"])),
+        "degraded_frames": int((data["degraded"] == 1).sum()),
+        "frames_of_failed_episodes": int((~from_success).sum()),
+        "weight_share_failed_episodes": {src: float(data[f"w_{src}"][~from_success].sum() / data[f"w_{src}"].sum())
+                                         for src in ["model", "oracle"]},
+        "mean_weight": {src: float(data[f"w_{src}"].mean()) for src in ["model", "oracle"]},
+        "by_preset": comp,
+    }
+    print(json.dumps(weight_stats, indent=2))
+
+    seeds = [int(s) for s in args.train_seeds.split(",")]
+    arms = [a for a in ARMS if a in args.arms.split(",")]
+    # BC and RA-BC (model labels) first, seed by seed, then the oracle bound.
+    jobs = [(arm, s, data, cfg, exe, work / "policies") for s in seeds for arm in arms if arm != "RA-BC oracle"]
+    jobs += [(arm, s, data, cfg, exe, work / "policies") for s in seeds for arm in arms if arm == "RA-BC oracle"]
+    if args.jobs > 1:
+        with cf.ProcessPoolExecutor(args.jobs) as pool:
+            runs = list(pool.map(rabc_seed_job, jobs))
+    else:
+        runs = [rabc_seed_job(j) for j in jobs]
+    results = {arm: sorted([r for r in runs if r["arm"] == arm], key=lambda r: r["seed"]) for arm in arms}
+    mean = {arm: float(np.mean([r["success_rate"] for r in rs])) for arm, rs in results.items()}
+    ratio = {arm: (mean[arm] / mean["BC"] if mean.get("BC", 0) > 0 else float("inf"))
+             for arm in arms if arm != "BC" and "BC" in mean}
+    if args.save_best and "RA-BC model" in results:
+        best = max(results["RA-BC model"], key=lambda r: r["success_rate"])
+        dst = ROOT / args.save_best
+        dst.mkdir(parents=True, exist_ok=True)
+        src = Path(best["manifest"])
+        onnx = src.with_suffix(".onnx")
+        shutil.copy(onnx, dst / "pick-place-rabc.onnx")
+        (dst / "pick-place-rabc.toml").write_text(
+            src.read_text().replace(f'onnx = "{onnx.name}"', 'onnx = "pick-place-rabc.onnx"'))
+        print(f"best RA-BC policy (seed {best['seed']}) -> {dst}")
+    label_summary = json.loads((work / "label.json").read_text())
+    report = {
+        "dataset": {"episodes": args.episodes, "degraded_fraction": args.degraded, "seed": args.data_seed,
+                    "demo_success_rate": demo_success, "record_s": t_rec},
+        "label": {"model": MODEL, "chunk_size": args.chunk, "kappa": args.kappa, "label_wall_s": t_lab,
+                  "rabc_summary": label_summary["rabc"]["summary"], "numpy_vs_label_max_abs_diff": check,
+                  **weight_stats},
+        "training": {k: cfg[k] for k in ["hidden", "depth", "steps", "batch", "lr"]} | {
+            "features": "rel", "gripper": "bce", "seeds": args.train_seeds, "jobs": args.jobs},
+        "eval": {"episodes": args.eval_episodes, "first_seed": args.eval_seed},
+        "results": results,
+        "mean_success": mean,
+        "ratio_over_bc": ratio,
+        "wall_s": time.perf_counter() - t_all,
+    }
+    Path(args.out + ".json").write_text(json.dumps(report, indent=2))
+    bar_chart(results, Path(args.out + ".png"))
+    failed = [e["episode_index"] for e in meta if e["degradation"] != "none" and not e["success"]]
+    if failed:
+        progress_plot(data, failed[0], Path(args.out + "_progress.png"))
+    seed_cols = " | ".join(f"seed {s}" for s in seeds)
+    rows = "\n".join(
+        f"| {arm} | " + " | ".join(f"{r['successes']}/{r['episodes']}" for r in rs)
+        + f" | **{mean[arm]:.3f}** | {np.mean([r['mean_final_progress'] for r in rs]):.3f} | "
+        + (f"{ratio[arm]:.2f}x" if arm in ratio else "") + " | "
+        + " / ".join(f"{r['train_s']:.0f}" for r in rs) + " |"
+        for arm, rs in results.items())
+    prow = "\n".join(
+        f"| {k} | {c['episodes']} | {c['successes']} | {c['frames']} ({c['frame_share']:.0%}) | "
+        f"{c['mean_w_model']:.2f} ({c['w_share_model']:.0%}) | {c['mean_w_oracle']:.2f} ({c['w_share_oracle']:.0%}) |"
+        for k, c in comp.items())
+    ws = weight_stats
+    md = f"""# Behaviour cloning with and without RA-BC weights
+
+Measured by `benches/bc_rabc.py` (one run, {report['wall_s'] / 60:.1f} min on this machine's shared CPU cores).
+
+- **Data:** `stagewise record --task pick-place --episodes {args.episodes} --degraded {args.degraded}`
+  (seeds {args.data_seed}.., 32x32 images for the labeller): {ws['degraded_frames']} of {ws['frames']} training
+  frames from degraded demonstrations, {ws['frames_of_failed_episodes']} from failed ones; {demo_success:.0%} of the
+  demonstrations succeed. Every frame is trained on (failed episodes included).
+- **Labels:** `stagewise label` with the shipped `{MODEL}` (pixels + proprioception, not trained on these seeds),
+  RA-BC chunk {args.chunk}, kappa {args.kappa} (core's `RabcWeights`, LeRobot's formula): mean weight
+  {ws['mean_weight']['model']:.3f}. **Oracle:** the same formula on the ground-truth `progress_gt` column: mean
+  weight {ws['mean_weight']['oracle']:.3f}. Share of the total weight on failed episodes: model
+  {ws['weight_share_failed_episodes']['model']:.0%}, oracle {ws['weight_share_failed_episodes']['oracle']:.0%}
+  (frames: {ws['frames_of_failed_episodes'] / ws['frames']:.0%}).
+- **Policy:** the clean-BC recipe (below) for every arm: `rel` features, MLP {args.depth}x{args.hidden}, dx/dy/dz MSE,
+  gripper BCE (exported as +-1), Adam lr {args.lr} (cosine), {args.steps} steps of batch {args.batch}, one torch
+  thread; RA-BC = each sample's loss times its weight normalised per batch (`w * B / (sum w + eps)`, LeRobot).
+  Same data, batches, seeds and steps in every arm; only the weights differ.
+- **Evaluation:** `stagewise eval --policy` in the simulator, {args.eval_episodes} fresh seeds
+  ({args.eval_seed}..), the simulator's success.
+
+| arm | {seed_cols} | mean success | mean final progress | vs BC | train s per seed |
+|---|{'---|' * len(seeds)}---|---|---|---|
+{rows}
+
+Data composition and where the weight goes (per preset: episodes, successful demonstrations, training frames,
+mean RA-BC weight per frame and the preset's share of the total weight):
+
+| preset | episodes | successes | frames | model labels: mean w (share) | oracle: mean w (share) |
+|---|---|---|---|---|---|
+{prow}
+
+![success rates](bc_rabc.png)
+
+![labelled progress and RA-BC weights of a failed degraded episode](bc_rabc_progress.png)
+"""
+    md_path = Path(args.out + ".md")
+    old = md_path.read_text() if md_path.exists() else ""
+    for marker in [NOTES_MARKER, CLEAN_MARKER]:
+        if marker in old:
+            md += "\n" + old[old.index(marker):]
+            break
+    md_path.write_text(md)
+    print(md)
+
+
+def weight_sweep(args):
+    """Where LeRobot's weights go for chunk x kappa, model and oracle progress, on --work's dataset (recorded and
+    labelled by a run of the RA-BC mode). Cheap (no training): shows which frames each setting can suppress."""
+    work = Path(args.work)
+    ds = work / "ds"
+    data, _ = load_rabc(ds, work / "weights.csv", args.chunk, args.kappa)
+    meta = json.loads((ds / "meta/stagewise_record.json").read_text())["episodes"]
+    ok = {e["episode_index"]: e["success"] for e in meta}
+    preset = {e["episode_index"]: e["degradation"] for e in meta}
+    good = np.array([ok[int(e)] for e in data["episode"]])
+    fp = np.array([preset[int(e)] for e in data["episode"]])
+    still = np.abs(data["action"][:, :3]).max(1) < 0.05
+    rows = []
+    for src, col in [("model", "progress"), ("oracle", "progress_gt")]:
+        for chunk in [1, 5, 10, 25, 50]:
+            for kappa in [0.001, 0.01, 0.05]:
+                w, _ = rabc_weights_np(data[col], data["episode"], data["frame"], chunk, kappa)
+                rows.append({
+                    "labels": src, "chunk": chunk, "kappa": kappa, "mean_w": float(w.mean()),
+                    "w_failed_share": float(w[~good].sum() / w.sum()),
+                    "w_still_mean": float(w[still].mean()),
+                    "w_clean_moving_mean": float(w[good & ~still & (fp == "none")].mean()),
+                    "w_pause_frames_of_successes": float(w[good & still & (fp == "pauses")].mean()),
+                    "w_freeze_mean": float(w[fp == "freeze"].mean()),
+                    "w_off_table_mean": float(w[fp == "off-table"].mean()),
+                })
+    out = Path(args.out + ".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"frames": int(len(w)), "failed_frame_share": float((~good).mean()),
+                               "still_frame_share": float(still.mean()), "rows": rows}, indent=2))
+    print(f"frames {len(w)}: from failed episodes {(~good).mean():.0%}, still (|dxyz| < 0.05) {still.mean():.0%}")
+    print("| labels | chunk | kappa | mean w | weight share of failed episodes | still frames | clean moving frames "
+          "| pause frames (successful) | freeze | off-table |\n|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['labels']} | {r['chunk']} | {r['kappa']} | {r['mean_w']:.2f} | {r['w_failed_share']:.0%} | "
+              f"{r['w_still_mean']:.2f} | {r['w_clean_moving_mean']:.2f} | {r['w_pause_frames_of_successes']:.2f} "
+              f"| {r['w_freeze_mean']:.2f} | {r['w_off_table_mean']:.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exe", default=str(ROOT / "target/release/stagewise"))
-    ap.add_argument("--episodes", type=int, default=200)
+    ap.add_argument("--episodes", type=int, default=1000)
     ap.add_argument("--degraded", type=float, default=0.75)
     ap.add_argument("--data-seed", type=int, default=4_000_000)
     ap.add_argument("--chunk", type=int, default=25, help="RA-BC chunk size (frames ahead)")
     ap.add_argument("--kappa", type=float, default=0.01)
     ap.add_argument("--train-seeds", default="0,1,2")
-    ap.add_argument("--steps", type=int, default=6000)
+    ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -453,14 +684,22 @@ def main():
     ap.add_argument("--eval-seed", type=int, default=3_000_000)
     ap.add_argument("--work", default="/tmp/stagewise-bc-bench")
     ap.add_argument("--out", default="benches/bc_rabc")
+    ap.add_argument("--arms", default=",".join(ARMS), help="RA-BC mode: arms to train (BC, RA-BC model, RA-BC oracle)")
+    ap.add_argument("--reuse-data", action="store_true",
+                    help="RA-BC mode: keep --work's dataset if it was recorded with the same episodes/degraded/seed")
+    ap.add_argument("--depth", type=int, default=3, help="hidden layers")
+    ap.add_argument("--jobs", type=int, default=2, help="trainings side by side (processes)")
+    ap.add_argument("--save-best", default=None,
+                    help="copy the best policy here (--clean: the best seed, models/policies/pick-place-bc; "
+                    "RA-BC mode: the best RA-BC (model labels) seed, models/policies/pick-place-rabc)")
     clean = ap.add_argument_group("--clean: plain BC on clean demonstrations (defaults above are overridden: "
                                   "--episodes 1000, --steps 20000, --eval-episodes 200, --work /tmp/stagewise-bc-clean)")
+    ap.add_argument("--weight-sweep", action="store_true",
+                    help="print (and write --out .json) where the weights go for chunk x kappa on --work's labelled "
+                    "dataset, no training (e.g. --out benches/results/bc_rabc_weight_sweep)")
     clean.add_argument("--clean", action="store_true")
     clean.add_argument("--features", choices=["raw", "rel"], default="rel")
     clean.add_argument("--gripper", choices=["bce", "mse", "mse-sign"], default="bce")
-    clean.add_argument("--depth", type=int, default=3)
-    clean.add_argument("--jobs", type=int, default=1, help="training seeds trained side by side (processes)")
-    clean.add_argument("--save-best", default=None, help="copy the best seed's policy here (models/policies/pick-place-bc)")
     clean.add_argument("--clean-out", default="benches/results/bc_clean")
     args = ap.parse_args()
     torch.set_num_threads(1)  # a tiny MLP: more threads only contend on the shared cores
@@ -472,119 +711,10 @@ def main():
                 setattr(args, flag[2:].replace("-", "_"), val)
         run_clean(args)
         return
-    exe = Path(args.exe)
-    work = Path(args.work)
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    ds = work / "ds"
-    t_all = time.perf_counter()
-    rec_out, t_rec = sh(exe, "--log", "warn", "record", "--task", "pick-place", "--episodes", args.episodes,
-                        "--degraded", args.degraded, "--seed", args.data_seed, "--width", 32, "--height", 32,
-                        "--out", ds)
-    lab_out, t_lab = sh(exe, "--log", "warn", "label", "--dataset", ds, "--model", MODEL, "--chunk-size", args.chunk,
-                        "--kappa", args.kappa, "--weights-csv", work / "weights.csv", "--summary-json",
-                        work / "label.json", "--plots", 4, "--provider", "cpu")
-    print(rec_out + lab_out, end="")
-    data = load(ds, work / "weights.csv")
-    meta = json.loads((ds / "meta/stagewise_record.json").read_text())["episodes"]
-    demo_success = float(np.mean([e["success"] for e in meta]))
-    deg = data["degraded"] == 1
-    weight_stats = {
-        "clean_mean_weight": float(data["weight"][~deg].mean()),
-        "degraded_mean_weight": float(data["weight"][deg].mean()),
-        "frames": int(len(data["weight"])),
-        "degraded_frames": int(deg.sum()),
-    }
-    by_preset = {}
-    for e in meta:
-        rows = data["episode"] == e["episode_index"]
-        by_preset.setdefault(e["degradation"], []).append(float(data["weight"][rows].mean()))
-    weight_stats["mean_weight_by_preset"] = {k: float(np.mean(v)) for k, v in sorted(by_preset.items())}
-    print(json.dumps(weight_stats, indent=2))
-
-    results = {"vanilla BC": [], "RA-BC": []}
-    t_train = t_eval = 0.0
-    for seed in [int(s) for s in args.train_seeds.split(",")]:
-        for arm, weighted in [("vanilla BC", False), ("RA-BC", True)]:
-            t0 = time.perf_counter()
-            model = train(data, weighted, seed, args.steps, args.batch, args.hidden, args.lr)
-            name = f"{'rabc' if weighted else 'vanilla'}_seed{seed}"
-            manifest = export(model, work / "policies", name, data["state"].shape[1])
-            t1 = time.perf_counter()
-            r = evaluate(exe, manifest, args.eval_episodes, args.eval_seed, work / f"{name}.json")
-            t2 = time.perf_counter()
-            t_train += t1 - t0
-            t_eval += t2 - t1
-            results[arm].append({"seed": seed, "success_rate": r["success_rate"],
-                                 "mean_final_progress": r["mean_final_progress"]})
-            print(f"{arm:10s} seed {seed}: success {r['success_rate']:.3f}, "
-                  f"final progress {r['mean_final_progress']:.3f} ({t1 - t0:.0f} s train, {t2 - t1:.0f} s eval)")
-
-    mean = {arm: float(np.mean([r["success_rate"] for r in rs])) for arm, rs in results.items()}
-    ratio = mean["RA-BC"] / mean["vanilla BC"] if mean["vanilla BC"] > 0 else float("inf")
-    label_summary = json.loads((work / "label.json").read_text())
-    report = {
-        "dataset": {"episodes": args.episodes, "degraded_fraction": args.degraded, "seed": args.data_seed,
-                    "demo_success_rate": demo_success, "record_s": t_rec},
-        "label": {"model": MODEL, "chunk_size": args.chunk, "kappa": args.kappa, "label_wall_s": t_lab,
-                  "rabc_summary": label_summary["rabc"]["summary"], **weight_stats},
-        "training": {"steps": args.steps, "batch": args.batch, "hidden": args.hidden, "lr": args.lr,
-                     "seeds": args.train_seeds, "train_s_total": t_train},
-        "eval": {"episodes": args.eval_episodes, "first_seed": args.eval_seed, "eval_s_total": t_eval},
-        "results": results,
-        "mean_success": mean,
-        "ratio_rabc_over_vanilla": ratio,
-        "wall_s": time.perf_counter() - t_all,
-    }
-    Path(args.out + ".json").write_text(json.dumps(report, indent=2))
-    bar_chart(results, Path(args.out + ".png"))
-    # One degraded, failed episode's labels and weights, for the report.
-    failed = [e["episode_index"] for e in meta if e["degradation"] != "none" and not e["success"]]
-    if failed:
-        progress_plot(data, failed[0], Path(args.out + "_progress.png"))
-    rows = "\n".join(
-        f"| {arm} | " + " | ".join(f"{r['success_rate']:.3f}" for r in rs) + f" | **{mean[arm]:.3f}** |"
-        for arm, rs in results.items()
-    )
-    seeds = args.train_seeds.split(",")
-    md = f"""# Behaviour cloning with and without RA-BC weights
-
-Measured by `benches/bc_rabc.py` (one run, {report['wall_s'] / 60:.1f} min on this machine's shared CPU cores).
-
-- **Data:** `stagewise record --task pick-place --episodes {args.episodes} --degraded {args.degraded}`
-  (seeds {args.data_seed}..): {weight_stats['degraded_frames']} of {weight_stats['frames']} training frames from
-  degraded demonstrations; {demo_success:.0%} of the demonstrations succeed.
-- **Labels:** `stagewise label` with the shipped `{MODEL}` (not trained on these seeds), RA-BC chunk
-  {args.chunk}, kappa {args.kappa}: mean weight {label_summary['rabc']['summary']['mean_weight']:.3f}; clean frames
-  {weight_stats['clean_mean_weight']:.3f}, degraded frames {weight_stats['degraded_mean_weight']:.3f}.
-- **Policy:** MLP 14 -> {args.hidden} -> {args.hidden} -> 4 on the state, MSE to the demonstrated action, Adam
-  lr {args.lr} (cosine), {args.steps} steps of batch {args.batch}; RA-BC = the same loss weighted per sample with
-  LeRobot's batch normalisation. Same data, seed and steps for both arms.
-- **Evaluation:** `stagewise eval --policy` in the simulator, {args.eval_episodes} fresh seeds
-  ({args.eval_seed}..), the simulator's success.
-
-| arm | {' | '.join(f'seed {s}' for s in seeds)} | mean success |
-|---|{'---|' * len(seeds)}---|
-{rows}
-
-**RA-BC / vanilla = {ratio:.2f}x** (target >= 2x).
-
-{reading(results, args.eval_episodes)}
-
-Mean RA-BC weight per degradation preset (episode means averaged): {', '.join(f'{k} {v:.2f}' for k, v in weight_stats['mean_weight_by_preset'].items())}.
-
-![success rates](bc_rabc.png)
-
-![labelled progress and RA-BC weights of a failed degraded episode](bc_rabc_progress.png)
-"""
-    # Keep the clean-data section (hand-written tries table, results of --clean) below the marker.
-    md_path = Path(args.out + ".md")
-    if md_path.exists() and CLEAN_MARKER in md_path.read_text():
-        md += "\n" + md_path.read_text()[md_path.read_text().index(CLEAN_MARKER):]
-    md_path.write_text(md)
-    print(md)
-
+    if args.weight_sweep:
+        weight_sweep(args)
+        return
+    run_rabc(args)
 
 if __name__ == "__main__":
     main()
