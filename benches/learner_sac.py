@@ -219,6 +219,7 @@ class DemoSAC(SAC):
     keeps the mean Q of the last batch for the log."""
 
     bc_weight = 0.0
+    bc_alpha = 0.0
     q_mean = float("nan")
 
     def train(self, gradient_steps: int, batch_size: int = 64) -> None:
@@ -251,6 +252,8 @@ class DemoSAC(SAC):
             self.critic.optimizer.step()
             q_pi = torch.min(torch.cat(self.critic(d.observations, actions_pi), dim=1), dim=1, keepdim=True)[0]
             actor_loss = (ent_coef * log_prob - q_pi).mean()
+            if self.bc_alpha > 0:  # TD3+BC: the RL term scaled by alpha / mean|Q|, so BC's share is reward-scale-free
+                actor_loss = actor_loss * (self.bc_alpha / q_pi.abs().mean().detach().clamp(min=1e-3))
             if self.bc_weight > 0 and n_demo > 0:
                 mu = self.actor(d.observations[-n_demo:], deterministic=True)
                 actor_loss = actor_loss + self.bc_weight * F.mse_loss(mu, d.actions[-n_demo:])
@@ -407,6 +410,7 @@ def one_run(reward: str, seed: int, demos, a, save) -> dict:
                     policy_kwargs=dict(net_arch=net, features_extractor_class=Normalize,
                                        features_extractor_kwargs=dict(mean=mean, std=std)))
         model.bc_weight = a.bc_weight
+        model.bc_alpha = a.bc_alpha
         if a.layer_norm:
             layer_norm_critics(model, net)
         evaluator = Evaluator(esrv.endpoint, robot + "-eval", a.eval_envs,
@@ -496,6 +500,8 @@ def main():
     ap.add_argument("--layer-norm", type=int, default=1, help="LayerNorm in the critics (RLPD)")
     ap.add_argument("--bc-weight", type=float, default=1.0,
                     help="weight of an MSE behaviour-cloning term on the demo rows in the actor loss (0 = off)")
+    ap.add_argument("--bc-alpha", type=float, default=0.0,
+                    help="TD3+BC normalisation: scale the actor's RL term by alpha / mean|Q| (0 = off; TD3+BC: 2.5)")
     ap.add_argument("--save-policy", action="store_true")
     ap.add_argument("--out", default="benches/results/learner_sac_push")
     ap.add_argument("--plot-only", action="store_true", help="re-plot <out>/curves.json")
