@@ -22,7 +22,13 @@ fn firmware_on_master(master: OwnedFd, stop: Arc<AtomicBool>) -> std::thread::Jo
             nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
         )
         .expect("nonblocking master");
-        let mut fw = Firmware::new(FirmwareConfig::cartesian_1khz());
+        // This test is about the serial transport, not the watchdog (firmware/tests/core.rs and the fault suite
+        // cover that): timeouts long enough that a loaded machine's scheduling gaps do not trip `Hold`.
+        let mut fw = Firmware::new(FirmwareConfig {
+            link_timeout_us: 2_000_000,
+            command_timeout_us: 2_000_000,
+            ..FirmwareConfig::cartesian_1khz()
+        });
         let mut plant = KinematicPlant::new([0.0, 0.0, 0.2]);
         let mut dec = FrameDecoder::new();
         let t0 = Instant::now();
