@@ -493,28 +493,8 @@ fn policies_are_checked_and_swapped_between_episodes() {
     make_policy(&good, state, 4, 1);
     let wrong = dir.path().join("wrong.onnx");
     make_policy(&wrong, state + 1, 4, 2);
-    let keygen = Command::new(exe())
-        .args(["policy", "keygen"])
-        .output()
-        .unwrap();
-    let kg = String::from_utf8_lossy(&keygen.stdout).to_string();
-    let field = |name: &str| {
-        kg.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap()
-            .trim()
-            .to_string()
-    };
-    let (secret, public) = (field("secret "), field("public "));
-    let other = Command::new(exe())
-        .args(["policy", "keygen"])
-        .output()
-        .unwrap();
-    let other_secret = String::from_utf8_lossy(&other.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("secret "))
-        .unwrap()
-        .to_string();
+    let (secret, public) = keygen();
+    let (other_secret, _) = keygen();
 
     let port = free_port();
     let robot = "e2e-policy";
