@@ -4,6 +4,9 @@
 //! File layout: the magic line `STAGEWISE-LOG 1\n`, then records `u32 key length (LE) | key (UTF-8) |
 //! u32 payload length (LE) | payload`. A truncated last record (the actor was killed mid-write) is reported,
 //! not fatal: everything before it replays.
+//!
+//! Nothing is lost: a log already at the path is kept (renamed to `<stem>.<N>.<ext>`, the first free N), and the
+//! log is fsynced at every episode end and on close. Records larger than the reader accepts are refused on write.
 
 use crate::RuntimeError;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -19,7 +22,21 @@ pub struct EpisodeLog {
     records: u64,
 }
 
+/// The first free `<stem>.<N>.<ext>` beside `path` (N from 1).
+fn kept_name(path: &Path) -> PathBuf {
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let ext = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    (1u64..)
+        .map(|n| path.with_file_name(format!("{stem}.{n}{ext}")))
+        .find(|p| !p.exists())
+        .unwrap_or_else(|| path.with_extension("old"))
+}
+
 impl EpisodeLog {
+    /// A new log at `path`; a log already there is kept under `<stem>.<N>.<ext>` (logged), never overwritten.
     pub fn create(path: &Path) -> Result<Self, RuntimeError> {
         let err = |e: std::io::Error| RuntimeError::Log {
             path: path.to_path_buf(),
@@ -28,7 +45,21 @@ impl EpisodeLog {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(err)?;
         }
-        let mut out = BufWriter::new(std::fs::File::create(path).map_err(err)?);
+        if path.exists() {
+            let kept = kept_name(path);
+            std::fs::rename(path, &kept).map_err(err)?;
+            tracing::info!(
+                "episode log {} exists: kept as {}",
+                path.display(),
+                kept.display()
+            );
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(err)?;
+        let mut out = BufWriter::new(file);
         out.write_all(MAGIC).map_err(err)?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -42,6 +73,13 @@ impl EpisodeLog {
             path: self.path.clone(),
             reason: e.to_string(),
         };
+        for (what, len) in [("key", key.len()), ("payload", payload.len())] {
+            if len > MAX_RECORD {
+                return Err(err(std::io::Error::other(format!(
+                    "record {what} of {len} bytes on {key:?} is larger than a log reader accepts ({MAX_RECORD})"
+                ))));
+            }
+        }
         let write = |out: &mut BufWriter<std::fs::File>| -> std::io::Result<()> {
             out.write_all(&(key.len() as u32).to_le_bytes())?;
             out.write_all(key.as_bytes())?;
@@ -53,12 +91,16 @@ impl EpisodeLog {
         Ok(())
     }
 
-    /// Flushes to disk (called at every episode end, so a killed actor loses at most the running episode).
+    /// Flushes and fsyncs (called at every episode end, so a killed actor or a power cut loses at most the
+    /// running episode).
     pub fn flush(&mut self) -> Result<(), RuntimeError> {
-        self.out.flush().map_err(|e| RuntimeError::Log {
-            path: self.path.clone(),
-            reason: e.to_string(),
-        })
+        self.out
+            .flush()
+            .and_then(|()| self.out.get_ref().sync_data())
+            .map_err(|e| RuntimeError::Log {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            })
     }
 
     pub fn records(&self) -> u64 {
@@ -72,7 +114,7 @@ impl EpisodeLog {
 
 impl Drop for EpisodeLog {
     fn drop(&mut self) {
-        let _ = self.out.flush();
+        let _ = self.flush();
     }
 }
 
@@ -177,5 +219,38 @@ mod tests {
         assert!(e.to_string().contains("run.swlog"), "{e}");
         std::fs::write(&p, b"hello").unwrap();
         assert!(LogReader::open(&p).is_err());
+    }
+
+    #[test]
+    fn an_earlier_log_is_kept_and_oversized_records_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("run.swlog");
+        let mut first = EpisodeLog::create(&p).unwrap();
+        first.append("stagewise/r/episode", &[1]).unwrap();
+        drop(first);
+        let second = EpisodeLog::create(&p).unwrap();
+        drop(second);
+        let third = EpisodeLog::create(&p).unwrap();
+        drop(third);
+        // the first run's log is run.1.swlog, the second's run.2.swlog, the newest at the path
+        let mut r = LogReader::open(&dir.path().join("run.1.swlog")).unwrap();
+        assert_eq!(r.next_record().unwrap().unwrap().payload, vec![1]);
+        assert_eq!(
+            LogReader::open(&dir.path().join("run.2.swlog"))
+                .unwrap()
+                .next_record()
+                .unwrap(),
+            None
+        );
+        assert_eq!(LogReader::open(&p).unwrap().next_record().unwrap(), None);
+        let mut log = EpisodeLog::create(&p).unwrap();
+        let e = log
+            .append("stagewise/r/transition", &vec![0u8; MAX_RECORD + 1])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("larger than a log reader accepts"),
+            "{e}"
+        );
+        assert_eq!(log.records(), 0);
     }
 }
