@@ -491,8 +491,9 @@ def hop_label(pp, pq):
 
 
 def sample_pairs(flat: Flat, n: int, rng, step_share: float = 0.0):
-    """Pairs (p, q) and a mask of the step pairs: p = q - 1, the pair HopFusion's incremental estimate integrates
-    at every step (a share `step_share` of the batch, taken from the random same-episode pairs)."""
+    """Pairs (p, q) and a mask of the step pairs: p = q - 1, the pair a gap-1 HopFusion integrates at every step
+    (a share `step_share` of the batch, taken from the random same-episode pairs; tried for gap-1 fusion, see
+    models/README.md)."""
     q = rng.integers(0, flat.n, size=n)
     kind = rng.random(n)
     s, e = flat.start[q], flat.end[q]
@@ -543,7 +544,7 @@ def train_hop(args, train, val):
             x = augment(x, args.shift, args.view_dropout, rng, args.colour)
             st = drop_state(st, args.state_dropout, sm, rng)
             h = model(x, st)[:, 0]
-            # step pairs carry tiny targets whose errors HopFusion integrates over the whole episode
+            # step pairs carry tiny targets whose errors a gap-1 HopFusion integrates over the whole episode
             w = 1.0 + (args.step_weight - 1.0) * torch.from_numpy(step).float()
             loss = (w * (h - y) ** 2).mean()
             opt.zero_grad()
@@ -584,7 +585,7 @@ def main():
                     help="hop: the manifest's stride, the gap in control steps of the pairs HopFusion's incremental "
                          "estimate takes (chosen on validation: models/README.md)")
     ap.add_argument("--step-pairs", type=float, default=0.0,
-                    help="hop: share of pairs (t-1, t), the incremental estimate's pair (at most 0.3)")
+                    help="hop: share of pairs (t-1, t), a gap-1 fusion's incremental pair (at most 0.3)")
     ap.add_argument("--step-weight", type=float, default=1.0, help="hop: loss weight of those step pairs")
     ap.add_argument("--balance-progress", type=int, default=0,
                     help="progress model: sample frames so that each of this many progress bins is equally likely "
