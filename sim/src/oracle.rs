@@ -6,7 +6,7 @@
 //! function of the current state only, so a regression (a dropped block) moves the oracle back.
 
 use crate::config::Task;
-use crate::world::{World, GRASP_DZ, MAX_WIDTH};
+use crate::world::{World, GRASP_DZ, MAX_WIDTH, PALM_HALF};
 
 /// Block centre altitude gain between resting and carrying (metres).
 pub const LIFT: f32 = 0.07;
@@ -166,6 +166,11 @@ pub fn push_geometry(world: &World) -> PushGeometry {
 pub const PUSH_Z: f32 = 0.024;
 pub const HOVER_Z: f32 = 0.09;
 
+/// How far off the block-target line (in the plane) the TCP can be while a push still moves the block: the
+/// palm's half length plus a block's half width. (The push expert's `miss-grasp` variant pushes 6 cm off the
+/// line and its pushes move the block; the oracle used to call that pose "not started".)
+pub const PUSH_REACH: f32 = PALM_HALF[1] + 0.017;
+
 fn push(world: &World, failure: bool) -> OracleReading {
     let task = world.task();
     let g = push_geometry(world);
@@ -173,18 +178,24 @@ fn push(world: &World, failure: bool) -> OracleReading {
     let b = world.block_pos(0).truncate();
     let success = g.dist < PUSH_TOL && !failure;
     let push_tau = 1.0 - (g.dist - PUSH_TOL) / (PUSH_START_DIST - PUSH_TOL);
-    let pre = b - g.dir * (g.standoff + 0.02);
+    let pre_along = -(g.standoff + 0.02);
     let rel = tcp.truncate() - b;
     let along = rel.dot(g.dir);
     let lateral = (rel - g.dir * along).length();
-    let in_pose = tcp.z < PUSH_Z + 0.012
-        && along < -g.standoff + 0.01
-        && along > -g.standoff - 0.04
-        && lateral < 0.015;
+    // At push height behind the block, on the line (the pusher at the contact point) or off it within the
+    // gripper's reach (sliding alongside, where the palm meets the block).
+    let on_line = lateral < 0.015 && along < -g.standoff + 0.01;
+    let alongside = lateral < PUSH_REACH && along < 0.03;
+    let in_pose = tcp.z < PUSH_Z + 0.012 && along > -g.standoff - 0.04 && (on_line || alongside);
     if success || g.dist < PUSH_START_DIST - 0.01 || in_pose {
         return reading(task, 2, push_tau, success, failure);
     }
-    if (tcp.truncate() - pre).length() < 0.02 {
+    // At the pre-push point, or lowering toward push height off the line but within the gripper's reach.
+    let pre = b + g.dir * pre_along;
+    let at_pre = (tcp.truncate() - pre).length() < 0.02;
+    let lowering_in_reach =
+        (along - pre_along).abs() < 0.02 && lateral < PUSH_REACH && tcp.z < HOVER_Z - 0.005;
+    if at_pre || lowering_in_reach {
         let tau = (HOVER_Z - tcp.z) / (HOVER_Z - PUSH_Z);
         return reading(task, 1, tau, false, failure);
     }
