@@ -48,6 +48,8 @@ enum Command {
     Eval(Box<cmd::eval::EvalArgs>),
     /// Label every frame of a LeRobot dataset with progress (sarm_progress.parquet for RA-BC) and print RA-BC weights.
     Label(Box<cmd::label::LabelArgs>),
+    /// The reference firmware emulator over UDP with the simulator as its plant (the `stagewise-emulator` program).
+    Emulator(stagewise_firmware::cli::EmulatorArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -74,5 +76,6 @@ fn main() -> anyhow::Result<()> {
         Command::Record(a) => cmd::record::run(a),
         Command::Eval(a) => cmd::eval::run(*a),
         Command::Label(a) => cmd::label::run(*a),
+        Command::Emulator(a) => stagewise_firmware::cli::run(a),
     }
 }

@@ -1,4 +1,4 @@
-//! `stagewise run --robot udp://...` across real processes: the firmware emulator (`stagewise-emulator`, the
+//! `stagewise run --robot udp://...` across real processes: the firmware emulator (`stagewise emulator`, the
 //! simulator as its plant, camera frames and object state on its scene channel) on a free loopback port, the
 //! runtime driving it through the bridge with the shipped reward model, and a zenoh subscriber in this process.
 //! The same run on the simulator (same seed, policy and model) is the reference: same stream and log schema,
@@ -30,39 +30,6 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The `stagewise-emulator` binary of the same build (target dir and profile as this test's `stagewise`),
-/// built on demand: cargo builds only the test's own package's binaries.
-fn emulator_exe() -> PathBuf {
-    static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = built.as_ref() {
-        return p.clone();
-    }
-    let bin_dir = Path::new(exe()).parent().expect("bin dir").to_path_buf();
-    let target_dir = bin_dir.parent().expect("target dir").to_path_buf();
-    let path = bin_dir.join("stagewise-emulator");
-    let out = Command::new(env!("CARGO"))
-        .current_dir(root())
-        .args([
-            "build",
-            "-p",
-            "stagewise-firmware",
-            "--bin",
-            "stagewise-emulator",
-        ])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .output()
-        .expect("cargo build stagewise-emulator");
-    assert!(
-        out.status.success() && path.exists(),
-        "building stagewise-emulator failed:\n{}",
-        text(&out)
-    );
-    *built = Some(path.clone());
-    path
-}
-
 /// A port free for both UDP (the firmware link) and TCP (the scene channel) on loopback.
 fn free_port() -> u16 {
     loop {
@@ -92,23 +59,23 @@ impl Drop for Emulator {
     }
 }
 
-/// `stagewise-emulator` with the simulator plant and 32x32 views (the shipped model's input size), up and
+/// `stagewise emulator` with the simulator plant and 32x32 views (the shipped model's input size), up and
 /// answering on its scene channel.
 fn spawn_emulator(port: u16, extra: &[&str]) -> Emulator {
-    let child = Command::new(emulator_exe())
+    let child = Command::new(exe())
+        .args(["emulator", "--log", "warn"])
         .args(["--bind", &format!("127.0.0.1:{port}")])
         .args(["--task", "pick-place", "--width", "32", "--height", "32"])
         .args(extra)
-        .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("spawn stagewise-emulator");
+        .expect("spawn stagewise emulator");
     let mut emu = Emulator(child);
     let start = Instant::now();
     loop {
         if let Some(status) = emu.0.try_wait().expect("wait") {
-            panic!("stagewise-emulator exited early: {status}");
+            panic!("stagewise emulator exited early: {status}");
         }
         let up = extra.contains(&"--no-scene")
             || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
@@ -119,7 +86,7 @@ fn spawn_emulator(port: u16, extra: &[&str]) -> Emulator {
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "stagewise-emulator did not come up on port {port}"
+            "stagewise emulator did not come up on port {port}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -1,6 +1,7 @@
 //! The reference firmware for the Stagewise bridge: the control loop a robot controller runs, as a `no_std`,
 //! no-alloc core ([`Firmware`] driving any [`Plant`]), and (feature `emulator`, on by default) a host emulator
-//! that runs the same core over UDP with the simulator as its plant (`stagewise-emulator`).
+//! that runs the same core over UDP with the simulator as its plant ([`cli`]: the `stagewise-emulator` binary and
+//! `stagewise emulator`).
 //!
 //! Safety behaviour of the core:
 //! - nothing moves before a `Hello` with our protocol version and an `Arm`;
@@ -21,6 +22,8 @@
 #[cfg(feature = "std")]
 extern crate std;
 
+#[cfg(feature = "emulator")]
+pub mod cli;
 mod core_loop;
 #[cfg(feature = "emulator")]
 pub mod emulator;
