@@ -3,7 +3,7 @@
 //! `index` order), that batched labelling equals the runtime's step-by-step scoring, that `--stride` keeps the
 //! scored frames and interpolates the rest, the RA-BC outputs, the plots, and clear errors on bad input.
 
-mod common;
+use crate::common;
 use common::tiny3v_reading;
 use stagewise_core::{Observation, RabcConfig, RabcWeights, View};
 use stagewise_dataset::{strided_frames, Dataset, Images, SarmProgress};

@@ -7,7 +7,7 @@
 //! Loopback only, multicast off. Needs the ONNX Runtime library (ORT_DYLIB_PATH or the project's .venv) and
 //! the .venv's Python for the test policy, like tests/runtime_e2e.rs.
 
-mod common;
+use crate::common;
 use common::tiny3v_reading;
 use stagewise_runtime::LogReader;
 use stagewise_stream::wire::{decode, encode, WireMessage};

@@ -1,7 +1,7 @@
 //! The main job across real processes: `stagewise run` publishes over zenoh; this test process (a separate
 //! zenoh peer) subscribes, pushes policies, and replays the episode log. Loopback only, multicast off.
 
-mod common;
+use crate::common;
 use common::tiny3v_reading;
 use stagewise_runtime::LogReader;
 use stagewise_stream::wire::decode;

@@ -5,7 +5,7 @@
 //! Each case is one RGB PNG (rows: state indices in `STEPS`, columns: front, side, wrist) and one 16-bit PNG
 //! of depth in millimetres (65535: no hit). Bar: every RGB channel within 1 of the golden value and depth
 //! within 1 mm on at least 99.9 % of pixels per case (the number of exactly equal pixels is printed).
-//! `STAGEWISE_BLESS=1 cargo test -p stagewise-sim --release --test render_golden` rewrites the files: only
+//! `STAGEWISE_BLESS=1 cargo test -p stagewise-sim --release --test integration render_golden::` rewrites the files: only
 //! when the look is meant to change (and the models retrained).
 
 use image::{ImageBuffer, Luma, RgbImage};

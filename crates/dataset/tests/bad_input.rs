@@ -1,7 +1,7 @@
 //! Errors name the file and the field or column: malformed info.json, missing columns, wrong dtypes, corrupt
 //! PNG bytes, video columns without the `video` feature, and bad writer input.
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::path::Path;

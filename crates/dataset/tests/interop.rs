@@ -2,7 +2,7 @@
 //! Runs with `<repo>/.venv/bin/python` (scripts/setup.sh installs pyarrow there from scripts/requirements.txt);
 //! skipped with a message when that interpreter does not exist.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

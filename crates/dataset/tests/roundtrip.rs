@@ -1,6 +1,6 @@
 //! Write -> read round trip of a small dataset, and the meta files' contents.
 
-mod common;
+use crate::common;
 
 use common::*;
 use stagewise_core::StageProportions;

@@ -4,7 +4,7 @@
 //! `ffmpeg` is not installed.
 #![cfg(feature = "video")]
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::io::Write;

@@ -1,5 +1,5 @@
 //! Bad input gets a typed error that names the file, tensor or field, never a panic, and loses nothing.
-mod common;
+use crate::common;
 use common::*;
 use stagewise_core::Frame;
 use stagewise_model::{ModelError, Provider, RewardModel, SessionOptions};

@@ -1,7 +1,7 @@
 //! `HopModel::load` checks the graph against its manifest: a manifest that does not describe its graph is
 //! refused with an error that names the graph and the manifest field (the shipped pick-place hop model, with
 //! edited manifests).
-mod common;
+use crate::common;
 use common::*;
 use stagewise_model::{HopModel, Manifest, ModelError};
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! Rust and Python onnxruntime agree on the same inputs (to 1e-5): windows, normalisation, the model, and the
 //! progress math, recomputed independently by models/parity.py.
-mod common;
+use crate::common;
 use common::*;
 use std::io::Write;
 

@@ -1,5 +1,5 @@
 //! ONNX policies: loading from a manifest or from bytes (hot-swap), checked against the env's sizes.
-mod common;
+use crate::common;
 use common::*;
 use stagewise_model::{ModelError, PolicyModel};
 

@@ -1,5 +1,5 @@
 //! Loading the generated test models into the real ONNX Runtime and scoring observation sequences.
-mod common;
+use crate::common;
 use common::*;
 use stagewise_model::{Provider, RewardModel};
 

@@ -3,7 +3,7 @@
 //! refused at bind time, naming the field or both sizes; after binding, checks apply to the source's size and
 //! to the values the model reads. For `RewardModel`, `HopModel` and `TwoPartModel`.
 
-mod common;
+use crate::common;
 
 use common::{cpu, observation, root, runtime};
 use stagewise_core::Observation;

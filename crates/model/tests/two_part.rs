@@ -1,7 +1,7 @@
 //! The two-part form of a stage-progress model (manifest `[parts]`: per-frame encoder + head) against its single
 //! graph, on the shipped pick-place model, and the errors for bad parts and bad input.
 
-mod common;
+use crate::common;
 
 use common::{cpu, observation, root, runtime};
 use stagewise_model::{ModelError, RewardModel, TwoPartModel};

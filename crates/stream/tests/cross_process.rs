@@ -1,7 +1,7 @@
 //! Tests across real processes: the publisher is this test, the subscriber is the `stagewise-stream-probe`
 //! binary. Everything listens on 127.0.0.1 with multicast scouting off.
 
-mod common;
+use crate::common;
 
 use common::*;
 use stagewise_stream::{

@@ -1,7 +1,7 @@
 //! Two zenoh sessions in one process (peer to peer over 127.0.0.1, scouting off): progress, episodes, the
 //! policy subscription, the remote env queryables and liveliness.
 
-mod common;
+use crate::common;
 
 use common::*;
 use stagewise_core::{

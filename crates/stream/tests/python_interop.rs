@@ -2,7 +2,7 @@
 //! `tests/python/check_wire.py` with `$STAGEWISE_PYTHON` (default: the project's `.venv`, which
 //! scripts/setup.sh fills with msgpack and numpy); fails when that Python lacks them.
 
-mod common;
+use crate::common;
 
 use common::*;
 use stagewise_core::Progress;

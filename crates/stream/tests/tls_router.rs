@@ -4,7 +4,7 @@
 //! as `stagewise run --zenoh-config FILE` does. The config files are the ones README.md ("Many machines")
 //! shows, with loopback addresses and test paths.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rcgen::{

@@ -11,7 +11,7 @@
 //!
 //! `STAGEWISE_FAULT_TRIALS` sets the trials per test function (default 8; three functions run in parallel).
 
-mod common;
+use crate::common;
 
 use common::{Faults, Proxy};
 use rand::{Rng, SeedableRng};
