@@ -5,6 +5,7 @@
 //! stagewise-stream-probe [--robot NAME] [--what transition|progress|episode|policy]
 //!                        [--connect ENDPOINT]... [--listen ENDPOINT]... [--mode peer|client]
 //!                        [--zenoh-config FILE] [--count N] [--timeout-s S] [--slow-ms MS]
+//! stagewise-stream-probe --put transition|policy [--robot NAME] [--count N] [--first N] [--wait-s S] ...
 //! ```
 //!
 //! Prints `READY <zid>` once subscribed, then per message `T ...`, `G ...` (progress), `E ...` (episode),
@@ -12,9 +13,15 @@
 //! (after `--count` messages, or `--timeout-s`). `--zenoh-config` reads a zenoh JSON5 config as
 //! `stagewise run --zenoh-config` does (e.g. TLS endpoints and certificates); its mode holds unless `--mode`
 //! is given.
+//!
+//! With `--put` it publishes instead (what a learner or an intruder sends): `--count` messages (default 1),
+//! transitions with steps `--first`, `--first`+1, ... or unsigned policies with versions from `--first` (a few
+//! bytes standing for the ONNX, hashed). It waits up to `--wait-s` (default 5) for a matching subscriber and
+//! puts either way, printing `READY <zid>`, then `PUT key=K n=N matched=yes|no`, then `DONE ok=N err=0`.
 
+use stagewise_core::Transition;
 use stagewise_stream::{
-    EpisodeMsg, Keys, Mode, Node, ProgressMsg, Received, StreamConfig, TransitionMsg,
+    EpisodeMsg, Keys, Mode, Node, PolicyMsg, ProgressMsg, Received, StreamConfig, TransitionMsg,
 };
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +31,9 @@ use std::time::{Duration, Instant};
 struct Args {
     robot: String,
     what: String,
+    put: Option<String>,
+    first: u64,
+    wait: Duration,
     config: StreamConfig,
     count: Option<u64>,
     timeout: Duration,
@@ -34,6 +44,9 @@ fn parse() -> Result<Args, String> {
     let mut a = Args {
         robot: "robot".into(),
         what: "transition".into(),
+        put: None,
+        first: 0,
+        wait: Duration::from_secs(5),
         config: StreamConfig {
             mode: Some(Mode::Peer),
             multicast_scouting: Some(false),
@@ -51,6 +64,12 @@ fn parse() -> Result<Args, String> {
         match flag.as_str() {
             "--robot" => a.robot = value()?,
             "--what" => a.what = value()?,
+            "--put" => a.put = Some(value()?),
+            "--first" => a.first = value()?.parse().map_err(|e| format!("--first: {e}"))?,
+            "--wait-s" => {
+                a.wait =
+                    Duration::from_secs_f64(value()?.parse().map_err(|e| format!("--wait-s: {e}"))?)
+            }
             "--connect" => a.config.connect.push(value()?),
             "--listen" => a.config.listen.push(value()?),
             "--zenoh-config" => config_file = Some(value()?.into()),
@@ -146,7 +165,62 @@ fn main() {
     }
 }
 
+/// `--put`: publishes `--count` transitions or policies.
+fn put(args: &Args, what: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let keys = Keys::new(&args.robot)?;
+    let node = Node::open(&args.config)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY {}", node.zid())?;
+    out.flush()?;
+    let n = args.count.unwrap_or(1);
+    let key = match what {
+        "transition" => keys.transition(),
+        "policy" => keys.policy(),
+        other => return Err(format!("--put {other}: expected transition or policy").into()),
+    };
+    let matched = node.wait_for_subscribers(&key, args.wait)?;
+    for i in 0..n {
+        let k = args.first + i;
+        if what == "transition" {
+            let t = Transition {
+                env: 0,
+                episode: 0,
+                step: k,
+                action: vec![0.0; 3],
+                reward: 0.0,
+                task_reward: 0.0,
+                phi: 0.0,
+                phi_next: 0.0,
+                gamma: 0.99,
+                shaping_scale: 1.0,
+                terminated: false,
+                truncated: false,
+                success: false,
+                stage: None,
+            };
+            node.put(&key, &TransitionMsg::from_transition(&args.robot, &t))?;
+        } else {
+            let onnx = format!("policy {k} from {}", node.zid()).into_bytes();
+            node.put(&key, &PolicyMsg::new(k, onnx))?;
+        }
+    }
+    // Let zenoh hand the messages to the network before the session closes.
+    std::thread::sleep(Duration::from_millis(300));
+    writeln!(
+        out,
+        "PUT key={key} n={n} matched={}",
+        if matched { "yes" } else { "no" }
+    )?;
+    node.close()?;
+    writeln!(out, "DONE ok={n} err=0")?;
+    out.flush()?;
+    Ok(())
+}
+
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(what) = args.put.clone() {
+        return put(&args, &what);
+    }
     let keys = Keys::new(&args.robot)?;
     let node = Node::open(&args.config)?;
     let (tx, rx) = mpsc::channel::<String>();
