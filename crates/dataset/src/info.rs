@@ -312,7 +312,7 @@ pub fn write_proportions_json(path: &Path, names: &[String], proportions: &[f64]
         path: path.to_owned(),
         source,
     })?;
-    std::fs::write(path, text + "\n").map_err(io_err(path))
+    crate::durable::write_bytes(path, (text + "\n").as_bytes())
 }
 
 /// Reads a `temporal_proportions_*.json` file, keeping the stage order of the file.

@@ -6,11 +6,14 @@
 //! - [`Dataset`] reads LeRobot v3 datasets (ours or LeRobot's), episode by episode; video columns need the cargo
 //!   feature `video` (an `ffmpeg` subprocess).
 //! - [`SarmProgress`] reads and writes `sarm_progress.parquet`, the per-frame progress file LeRobot's RA-BC loads.
+//! - Every file is written under a temporary name, fsynced, renamed into place and its directory fsynced
+//!   ([`durable`]): a crash or a power cut leaves the previous file or the whole new one, never half a file.
 //!
 //! Depends on `stagewise-core` only among the workspace crates: never on model, sim, stream or runtime (the CLI
 //! wires episodes from those into the writer's plain input types). See README.md for the layout and its sources.
 
 mod columns;
+pub mod durable;
 pub mod error;
 pub mod info;
 pub mod reader;

@@ -63,7 +63,8 @@ impl SarmProgress {
         Ok(())
     }
 
-    /// Writes the file; rows are sorted by `index` as LeRobot's writer does.
+    /// Writes the file durably ([`crate::durable::write_atomic`]: `<name>.tmp`, fsync, rename, directory fsync);
+    /// rows are sorted by `index` as LeRobot's writer does.
     pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         self.check(path)?;

@@ -25,6 +25,7 @@ use parquet::file::properties::WriterProperties;
 use rayon::prelude::*;
 use stagewise_core::StageProportions;
 
+use crate::durable;
 use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
 use crate::info::{
     format_template, write_proportions_json, Feature, InfoJson, OrderedMap, CODEBASE_VERSION,
@@ -264,6 +265,8 @@ struct EpisodeRecord {
 
 struct OpenFile {
     writer: ArrowWriter<File>,
+    /// Where the file is written until it is closed ([`crate::durable::temp_path`] of `path`).
+    tmp: PathBuf,
     path: PathBuf,
     chunk: u64,
     file: u64,
@@ -622,18 +625,17 @@ impl DatasetWriter {
             )
             .map_err(DatasetError::Input)?;
             let path = self.root.join(rel);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-            }
-            let f = File::create(&path).map_err(io_err(&path))?;
+            // Written under a temporary name, renamed into place when closed (fsynced before, directory after).
+            let (tmp, f) = durable::create_temp(&path)?;
             let props = WriterProperties::builder()
                 .set_compression(Compression::SNAPPY)
                 .set_max_row_group_row_count(Some(self.info.frames_per_row_group))
                 .build();
             let writer =
-                ArrowWriter::try_new(f, self.schema.clone(), Some(props)).map_err(pq_err(&path))?;
+                ArrowWriter::try_new(f, self.schema.clone(), Some(props)).map_err(pq_err(&tmp))?;
             self.open = Some(OpenFile {
                 writer,
+                tmp,
                 path,
                 chunk,
                 file,
@@ -828,12 +830,12 @@ impl DatasetWriter {
             }
 
             let open = self.open_file()?;
-            open.writer.write(&batch).map_err(pq_err(&open.path))?;
+            open.writer.write(&batch).map_err(pq_err(&open.tmp))?;
         }
         // End the row group with the episode, and roll over to a new file past the size limit.
         let limit = self.info.data_files_size_in_mb as usize * 1024 * 1024;
         let open = self.open_file()?;
-        open.writer.flush().map_err(pq_err(&open.path))?;
+        open.writer.flush().map_err(pq_err(&open.tmp))?;
         if open.writer.bytes_written() >= limit {
             tracing::debug!(
                 path = %open.path.display(),
@@ -863,7 +865,8 @@ impl DatasetWriter {
 
     fn close_file(&mut self) -> Result<()> {
         if let Some(open) = self.open.take() {
-            open.writer.close().map_err(pq_err(&open.path))?;
+            let f = open.writer.into_inner().map_err(pq_err(&open.tmp))?;
+            durable::commit(&open.tmp, f, &open.path)?;
         }
         Ok(())
     }
@@ -910,16 +913,16 @@ fn vector_column<'a>(
     Ok(Arc::new(arr))
 }
 
+/// Writes one parquet file durably ([`durable::write_atomic`]: temporary name, fsync, rename, directory fsync).
 pub(crate) fn write_parquet(path: &Path, batch: RecordBatch) -> Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-    }
-    let f = File::create(path).map_err(io_err(path))?;
-    let props = WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        .build();
-    let mut w = ArrowWriter::try_new(f, batch.schema(), Some(props)).map_err(pq_err(path))?;
-    w.write(&batch).map_err(pq_err(path))?;
-    w.close().map_err(pq_err(path))?;
-    Ok(())
+    let tmp = durable::temp_path(path);
+    durable::write_atomic(path, |f| {
+        let props = WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .build();
+        let mut w = ArrowWriter::try_new(f, batch.schema(), Some(props)).map_err(pq_err(&tmp))?;
+        w.write(&batch).map_err(pq_err(&tmp))?;
+        w.into_inner().map_err(pq_err(&tmp))?;
+        Ok(())
+    })
 }

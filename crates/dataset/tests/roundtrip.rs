@@ -291,3 +291,65 @@ fn data_files_roll_over_at_the_size_limit() {
         }
     }
 }
+
+/// Every file is written under `<name>.tmp` and renamed into place once complete (fsynced before, directory
+/// after): a finished dataset holds no temporary file; a writer dropped before `finish` (a crashed recording)
+/// leaves its open data file under the temporary name only, never a half parquet file at a name a reader opens.
+#[test]
+fn files_appear_under_their_names_only_when_complete() {
+    fn files(dir: &std::path::Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out);
+            } else {
+                out.push(p.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    write_dataset(&dir);
+    let mut names = Vec::new();
+    files(&dir, &mut names);
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "file-000.parquet",
+            "file-000.parquet",
+            "info.json",
+            "stats.json",
+            "tasks.parquet",
+            "temporal_proportions_sparse.json"
+        ],
+        "no temporary file is left"
+    );
+
+    let crashed = tmp.path().join("crashed");
+    let mut w = stagewise_dataset::DatasetWriter::create(&crashed, info()).unwrap();
+    w.add_episode(&episode(0, 5, true)).unwrap();
+    drop(w);
+    let data = crashed.join("data/chunk-000");
+    assert!(!data.join("file-000.parquet").exists());
+    assert!(data.join("file-000.parquet.tmp").exists());
+    assert!(Dataset::open(&crashed).is_err(), "no info.json: incomplete");
+
+    // sarm_progress.parquet: replaced whole, no temporary file left.
+    let path = tmp.path().join("sarm_progress.parquet");
+    let p = SarmProgress {
+        index: vec![0, 1],
+        episode_index: vec![0, 0],
+        frame_index: vec![0, 1],
+        progress_sparse: vec![0.25, 0.5],
+        progress_dense: None,
+        reward_model_path: None,
+    };
+    p.write(&path).unwrap();
+    p.write(&path).unwrap();
+    assert_eq!(
+        SarmProgress::read(&path).unwrap().progress_sparse,
+        [0.25, 0.5]
+    );
+    assert!(!stagewise_dataset::durable::temp_path(&path).exists());
+}

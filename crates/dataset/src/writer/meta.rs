@@ -69,8 +69,11 @@ impl DatasetWriter {
             video_path: None,
             features: self.features.clone(),
         };
+        // info.json last: a dataset whose info.json is on disk is complete. The directories the writer created
+        // are fsynced up to the root's parent, so their names are on disk too.
         let info_path = self.root.join(INFO_PATH);
         write_json(&info_path, &info)?;
+        durable::sync_dirs_up_to(&self.created_dirs()?, &self.root)?;
         Ok(DatasetSummary {
             root: self.root.clone(),
             episodes: self.episodes.len(),
@@ -78,6 +81,34 @@ impl DatasetWriter {
             data_files: self.data_files,
             stage_proportions,
         })
+    }
+
+    /// The directories under the root that hold files of this dataset (data chunks, meta, meta/episodes
+    /// chunks).
+    fn created_dirs(&self) -> Result<Vec<PathBuf>> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut add = |rel: String| {
+            if let Some(parent) = self.root.join(rel).parent() {
+                if !dirs.iter().any(|d| d == parent) {
+                    dirs.push(parent.to_owned());
+                }
+            }
+        };
+        let (last_chunk, _) = self.next_chunk_file;
+        for chunk in 0..=last_chunk {
+            add(format_template(
+                DEFAULT_DATA_PATH,
+                &[("chunk_index", "", chunk), ("file_index", "", 0)],
+            )
+            .map_err(DatasetError::Input)?);
+        }
+        add(format_template(
+            EPISODES_PATH,
+            &[("chunk_index", "", 0), ("file_index", "", 0)],
+        )
+        .map_err(DatasetError::Input)?);
+        add(INFO_PATH.to_string());
+        Ok(dirs.into_iter().filter(|d| d.is_dir()).collect())
     }
 
     fn write_tasks(&self) -> Result<()> {
@@ -245,5 +276,5 @@ fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
             source,
         })?;
     buf.push(b'\n');
-    std::fs::write(path, buf).map_err(io_err(path))
+    durable::write_bytes(path, &buf)
 }
