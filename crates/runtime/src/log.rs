@@ -2,8 +2,9 @@
 //! expression. `replay` puts them back on the stream unchanged, so a replayed stream is bit-identical.
 //!
 //! File layout: the magic line `STAGEWISE-LOG 1\n`, then records `u32 key length (LE) | key (UTF-8) |
-//! u32 payload length (LE) | payload`. A truncated last record (the actor was killed mid-write) is reported,
-//! not fatal: everything before it replays.
+//! u32 payload length (LE) | payload`. A torn last record (the actor was killed, or the power cut, mid-write)
+//! ends the log cleanly at the last complete record and is reported ([`LogReader::torn_tail`], and a warning);
+//! everything before it replays. A corrupt record (an implausible length, a key that is not UTF-8) is an error.
 //!
 //! Nothing is lost: a log already at the path is kept (renamed to `<stem>.<N>.<ext>`, the first free N), and the
 //! log is fsynced at every episode end and on close. Records larger than the reader accepts are refused on write.
@@ -15,6 +16,8 @@ use std::path::{Path, PathBuf};
 const MAGIC: &[u8] = b"STAGEWISE-LOG 1\n";
 /// Larger records are refused on read: a corrupt length must not allocate gigabytes.
 const MAX_RECORD: usize = 256 << 20;
+/// Longest key a reader accepts (zenoh key expressions of `stagewise/<robot>/...` are far shorter).
+const MAX_KEY: usize = 4096;
 
 pub struct EpisodeLog {
     path: PathBuf,
@@ -73,12 +76,20 @@ impl EpisodeLog {
             path: self.path.clone(),
             reason: e.to_string(),
         };
-        for (what, len) in [("key", key.len()), ("payload", payload.len())] {
-            if len > MAX_RECORD {
+        for (what, len, max) in [
+            ("key", key.len(), MAX_KEY),
+            ("payload", payload.len(), MAX_RECORD),
+        ] {
+            if len > max {
                 return Err(err(std::io::Error::other(format!(
-                    "record {what} of {len} bytes on {key:?} is larger than a log reader accepts ({MAX_RECORD})"
+                    "record {what} of {len} bytes on {key:?} is larger than a log reader accepts ({max})"
                 ))));
             }
+        }
+        if key.is_empty() {
+            return Err(err(std::io::Error::other(
+                "record with an empty key: a log reader refuses it",
+            )));
         }
         let write = |out: &mut BufWriter<std::fs::File>| -> std::io::Result<()> {
             out.write_all(&(key.len() as u32).to_le_bytes())?;
@@ -124,10 +135,62 @@ pub struct LogRecord {
     pub payload: Vec<u8>,
 }
 
-/// Reads a log record by record.
+/// The cut end of a log: bytes after the last complete record that do not make a whole record (the actor was
+/// killed, or the machine lost power, while the record was being written). Everything before `offset` reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// Byte offset where the incomplete record starts (the end of the last complete record).
+    pub offset: u64,
+    /// Bytes from `offset` to the end of the file.
+    pub bytes: u64,
+    /// Complete records before it.
+    pub records: u64,
+    /// Which part of the record was cut: `key length`, `key`, `payload length` or `payload`.
+    pub part: &'static str,
+}
+
+impl std::fmt::Display for TornTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "torn last record at byte {} ({} bytes, cut in its {}) after {} complete records",
+            self.offset, self.bytes, self.part, self.records
+        )
+    }
+}
+
+/// Reads a log record by record. A torn last record ends the log cleanly ([`LogReader::next_record`] returns
+/// `Ok(None)`, [`LogReader::torn_tail`] says what was cut, and a warning is logged); a record that is corrupt
+/// rather than cut (an implausible key length, a key that is not UTF-8) is an error.
 pub struct LogReader {
     path: PathBuf,
     input: BufReader<std::fs::File>,
+    /// End of the last complete record.
+    offset: u64,
+    records: u64,
+    torn: Option<TornTail>,
+}
+
+/// How reading one part of a record ended.
+enum Part {
+    Whole,
+    /// End of file inside the part (or, for the key length, with 1..=3 of its bytes).
+    Cut,
+    /// End of file exactly before the part.
+    Eof,
+}
+
+fn read_part(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<Part> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => return Ok(if got == 0 { Part::Eof } else { Part::Cut }),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Part::Whole)
 }
 
 impl LogReader {
@@ -147,43 +210,99 @@ impl LogReader {
         Ok(Self {
             path: path.to_path_buf(),
             input,
+            offset: MAGIC.len() as u64,
+            records: 0,
+            torn: None,
         })
     }
 
-    /// The next record; `Ok(None)` at the end; an error for a truncated or corrupt record.
+    /// The next record; `Ok(None)` at the end, which is also where a torn last record stops the log (see
+    /// [`LogReader::torn_tail`]); an error for a corrupt record or a failed read.
     pub fn next_record(&mut self) -> Result<Option<LogRecord>, RuntimeError> {
+        if self.torn.is_some() {
+            return Ok(None);
+        }
         let mut len = [0u8; 4];
-        match self.input.read_exact(&mut len) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(self.err(e.to_string())),
+        match self.part(&mut len)? {
+            Part::Whole => {}
+            Part::Eof => return Ok(None),
+            Part::Cut => return self.cut("key length"),
         }
         let key_len = u32::from_le_bytes(len) as usize;
-        if key_len > 4096 {
+        if key_len == 0 || key_len > MAX_KEY {
             return Err(self.err(format!(
-                "record key length {key_len} is not plausible: corrupt log"
+                "record {} at byte {}: key length {key_len} is not plausible: corrupt log",
+                self.records, self.offset
             )));
         }
         let mut key = vec![0u8; key_len];
-        self.input
-            .read_exact(&mut key)
-            .map_err(|_| self.err("truncated record (key)".into()))?;
-        let key = String::from_utf8(key)
-            .map_err(|_| self.err("record key is not UTF-8: corrupt log".into()))?;
-        self.input
-            .read_exact(&mut len)
-            .map_err(|_| self.err("truncated record (length)".into()))?;
+        if !matches!(self.part(&mut key)?, Part::Whole) {
+            return self.cut("key");
+        }
+        let key = String::from_utf8(key).map_err(|_| {
+            self.err(format!(
+                "record {} at byte {}: key is not UTF-8: corrupt log",
+                self.records, self.offset
+            ))
+        })?;
+        if !matches!(self.part(&mut len)?, Part::Whole) {
+            return self.cut("payload length");
+        }
         let n = u32::from_le_bytes(len) as usize;
         if n > MAX_RECORD {
             return Err(self.err(format!(
-                "record length {n} exceeds {MAX_RECORD}: corrupt log"
+                "record {} at byte {} on {key}: length {n} exceeds {MAX_RECORD}: corrupt log",
+                self.records, self.offset
             )));
         }
         let mut payload = vec![0u8; n];
-        self.input
-            .read_exact(&mut payload)
-            .map_err(|_| self.err(format!("truncated record on {key}")))?;
+        if !matches!(self.part(&mut payload)?, Part::Whole) {
+            return self.cut("payload");
+        }
+        self.offset += (8 + key_len + n) as u64;
+        self.records += 1;
         Ok(Some(LogRecord { key, payload }))
+    }
+
+    /// The torn last record, once [`LogReader::next_record`] has reached it (`None` before, and for a log that
+    /// ends on a record boundary).
+    pub fn torn_tail(&self) -> Option<&TornTail> {
+        self.torn.as_ref()
+    }
+
+    /// Complete records read so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Byte offset just past the last complete record read.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn part(&mut self, buf: &mut [u8]) -> Result<Part, RuntimeError> {
+        read_part(&mut self.input, buf).map_err(|e| self.err(e.to_string()))
+    }
+
+    fn cut(&mut self, part: &'static str) -> Result<Option<LogRecord>, RuntimeError> {
+        let size = self
+            .input
+            .get_ref()
+            .metadata()
+            .map_err(|e| self.err(e.to_string()))?
+            .len();
+        let torn = TornTail {
+            offset: self.offset,
+            bytes: size.saturating_sub(self.offset),
+            records: self.records,
+            part,
+        };
+        tracing::warn!(
+            "episode log {}: {torn}; the log ends at the last complete record",
+            self.path.display()
+        );
+        self.torn = Some(torn);
+        Ok(None)
     }
 
     fn err(&self, reason: String) -> RuntimeError {
@@ -210,15 +329,92 @@ mod tests {
         assert_eq!(r.next_record().unwrap().unwrap().payload, vec![1, 2, 3]);
         assert_eq!(r.next_record().unwrap().unwrap().key, "stagewise/r/episode");
         assert_eq!(r.next_record().unwrap(), None);
-        // cut the file mid-record: the first record still reads, the second is an error naming the file
-        let bytes = std::fs::read(&p).unwrap();
-        std::fs::write(&p, &bytes[..bytes.len() - 3]).unwrap();
-        let mut r = LogReader::open(&p).unwrap();
-        assert!(r.next_record().unwrap().is_some());
-        let e = r.next_record().unwrap_err();
-        assert!(e.to_string().contains("run.swlog"), "{e}");
+        assert_eq!(r.torn_tail(), None, "the log ends on a record boundary");
+        assert_eq!(r.offset(), std::fs::metadata(&p).unwrap().len());
         std::fs::write(&p, b"hello").unwrap();
         assert!(LogReader::open(&p).is_err());
+    }
+
+    /// Cut the file at every byte of its last record: the complete records read, then the log ends cleanly and
+    /// the torn tail is reported with its offset, size and the part that was cut.
+    #[test]
+    fn a_torn_last_record_ends_the_log_at_the_last_complete_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("run.swlog");
+        let mut log = EpisodeLog::create(&p).unwrap();
+        log.append("stagewise/r/transition", &[1, 2, 3]).unwrap();
+        log.append("stagewise/r/episode", &[9; 10]).unwrap();
+        drop(log);
+        let bytes = std::fs::read(&p).unwrap();
+        let last = (MAGIC.len() + 8 + "stagewise/r/transition".len() + 3) as u64;
+        assert_eq!(bytes.len() as u64, last + 8 + 19 + 10);
+        let cut = dir.path().join("cut.swlog");
+        let mut parts = std::collections::BTreeSet::new();
+        for end in last + 1..bytes.len() as u64 {
+            std::fs::write(&cut, &bytes[..end as usize]).unwrap();
+            let mut r = LogReader::open(&cut).unwrap();
+            let first = r.next_record().unwrap().expect("the complete record");
+            assert_eq!(first.payload, vec![1, 2, 3]);
+            assert_eq!(r.next_record().unwrap(), None, "cut at {end}");
+            let torn = r.torn_tail().expect("a torn tail").clone();
+            assert_eq!(
+                (torn.offset, torn.bytes, torn.records),
+                (last, end - last, 1),
+                "cut at {end}"
+            );
+            assert!(
+                torn.to_string().contains(&format!("at byte {last}")),
+                "{torn}"
+            );
+            parts.insert(torn.part);
+            // it stays ended
+            assert_eq!(r.next_record().unwrap(), None);
+            assert_eq!(r.records(), 1);
+        }
+        assert_eq!(
+            parts.into_iter().collect::<Vec<_>>(),
+            ["key", "key length", "payload", "payload length"]
+        );
+        // A cut right after the magic line or on a record boundary is no torn tail.
+        std::fs::write(&cut, &bytes[..last as usize]).unwrap();
+        let mut r = LogReader::open(&cut).unwrap();
+        assert!(r.next_record().unwrap().is_some());
+        assert_eq!(r.next_record().unwrap(), None);
+        assert_eq!(r.torn_tail(), None);
+    }
+
+    #[test]
+    fn a_corrupt_record_is_an_error_not_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("run.swlog");
+        let mut log = EpisodeLog::create(&p).unwrap();
+        log.append("stagewise/r/episode", &[1]).unwrap();
+        drop(log);
+        let good = std::fs::read(&p).unwrap();
+        for (name, tail) in [
+            ("zero key length", 0u32.to_le_bytes().to_vec()),
+            ("huge key length", 1_000_000u32.to_le_bytes().to_vec()),
+            (
+                "non-UTF-8 key",
+                [2u32.to_le_bytes().to_vec(), vec![0xff, 0xfe]].concat(),
+            ),
+            (
+                "huge payload length",
+                [
+                    1u32.to_le_bytes().to_vec(),
+                    b"k".to_vec(),
+                    u32::MAX.to_le_bytes().to_vec(),
+                ]
+                .concat(),
+            ),
+        ] {
+            std::fs::write(&p, [good.clone(), tail].concat()).unwrap();
+            let mut r = LogReader::open(&p).unwrap();
+            assert!(r.next_record().unwrap().is_some());
+            let e = r.next_record().expect_err(name);
+            assert!(e.to_string().contains("corrupt log"), "{name}: {e}");
+            assert!(e.to_string().contains("run.swlog"), "{name}: {e}");
+        }
     }
 
     #[test]
@@ -251,6 +447,9 @@ mod tests {
             e.to_string().contains("larger than a log reader accepts"),
             "{e}"
         );
+        assert_eq!(log.records(), 0);
+        assert!(log.append("", &[1]).is_err(), "an empty key is refused");
+        assert!(log.append(&"k".repeat(MAX_KEY + 1), &[1]).is_err());
         assert_eq!(log.records(), 0);
     }
 }
