@@ -475,7 +475,9 @@ def run_rabc(args):
     cfg = {"degraded": args.degraded, "chunk": args.chunk, "kappa": args.kappa, "hidden": args.hidden,
            "depth": args.depth, "steps": args.steps, "batch": args.batch, "lr": args.lr,
            "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed}
-    key = json.dumps({"episodes": args.episodes, "degraded": args.degraded, "seed": args.data_seed})
+    presets = ["--presets", args.presets] if args.presets else []
+    key = json.dumps({"episodes": args.episodes, "degraded": args.degraded, "seed": args.data_seed,
+                      "presets": args.presets})
     if args.reuse_data and (work / "data.key").exists() and (work / "data.key").read_text() == key:
         t_rec = float((work / "record_s").read_text())
         print(f"reusing {ds}")
@@ -484,8 +486,8 @@ def run_rabc(args):
             shutil.rmtree(work)
         work.mkdir(parents=True)
         rec_out, t_rec = sh(exe, "--log", "warn", "record", "--task", "pick-place", "--episodes", args.episodes,
-                            "--degraded", args.degraded, "--seed", args.data_seed, "--width", 32, "--height", 32,
-                            "--out", ds)
+                            "--degraded", args.degraded, *presets, "--seed", args.data_seed, "--width", 32,
+                            "--height", 32, "--out", ds)
         print(rec_out, end="")
         (work / "data.key").write_text(key)
         (work / "record_s").write_text(str(t_rec))
@@ -553,7 +555,7 @@ def run_rabc(args):
     label_summary = json.loads((work / "label.json").read_text())
     report = {
         "dataset": {"episodes": args.episodes, "degraded_fraction": args.degraded, "seed": args.data_seed,
-                    "demo_success_rate": demo_success, "record_s": t_rec},
+                    "presets": args.presets or "all", "demo_success_rate": demo_success, "record_s": t_rec},
         "label": {"model": MODEL, "chunk_size": args.chunk, "kappa": args.kappa, "label_wall_s": t_lab,
                   "rabc_summary": label_summary["rabc"]["summary"], "numpy_vs_label_max_abs_diff": check,
                   **weight_stats},
@@ -586,7 +588,7 @@ def run_rabc(args):
 
 Measured by `benches/bc_rabc.py` (one run, {report['wall_s'] / 60:.1f} min on this machine's shared CPU cores).
 
-- **Data:** `stagewise record --task pick-place --episodes {args.episodes} --degraded {args.degraded}`
+- **Data:** `stagewise record --task pick-place --episodes {args.episodes} --degraded {args.degraded}{' --presets ' + args.presets if args.presets else ''}`
   (seeds {args.data_seed}.., 32x32 images for the labeller): {ws['degraded_frames']} of {ws['frames']} training
   frames from degraded demonstrations, {ws['frames_of_failed_episodes']} from failed ones; {demo_success:.0%} of the
   demonstrations succeed. Every frame is trained on (failed episodes included).
@@ -672,6 +674,9 @@ def main():
     ap.add_argument("--exe", default=str(ROOT / "target/release/stagewise"))
     ap.add_argument("--episodes", type=int, default=1000)
     ap.add_argument("--degraded", type=float, default=0.75)
+    ap.add_argument("--presets", default=None,
+                    help="degradation presets of the degraded episodes (`stagewise record --presets`; default: all "
+                         "eight), e.g. miss-grasp,wrong-place,freeze,off-table for data where most attempts fail")
     ap.add_argument("--data-seed", type=int, default=4_000_000)
     ap.add_argument("--chunk", type=int, default=25, help="RA-BC chunk size (frames ahead)")
     ap.add_argument("--kappa", type=float, default=0.01)

@@ -44,6 +44,10 @@ pub struct RecordArgs {
     /// Share of episodes recorded with a degradation preset (failures and imperfect successes), in [0, 1].
     #[arg(long, default_value_t = 0.3)]
     pub degraded: f64,
+    /// Degradation presets cycled over the degraded episodes, comma-separated (e.g. only the failure modes,
+    /// `miss-grasp,wrong-place,freeze,off-table`, for data where most attempts fail).
+    #[arg(long, value_delimiter = ',', default_values_t = DEGRADED_PRESETS.map(String::from))]
+    pub presets: Vec<String>,
     /// Seed of the first episode; episode i uses seed + i.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -70,12 +74,13 @@ pub struct RecordArgs {
     pub out: PathBuf,
 }
 
-/// The degradation preset of episode `i` of `n` when a share `fraction` is degraded (spread evenly).
-pub fn preset_for(i: usize, fraction: f64) -> &'static str {
+/// The degradation preset of episode `i` when a share `fraction` is degraded (spread evenly, cycling through
+/// `presets`).
+pub fn preset_for<'p>(i: usize, fraction: f64, presets: &'p [String]) -> &'p str {
     let before = (i as f64 * fraction).floor() as usize;
     let after = ((i + 1) as f64 * fraction).floor() as usize;
-    if after > before {
-        DEGRADED_PRESETS[before % DEGRADED_PRESETS.len()]
+    if after > before && !presets.is_empty() {
+        &presets[before % presets.len()]
     } else {
         "none"
     }
@@ -179,6 +184,20 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     if !(0.0..=1.0).contains(&args.degraded) {
         bail!("--degraded is {}: it must be in [0, 1]", args.degraded);
     }
+    if args.presets.is_empty() {
+        bail!(
+            "--presets is empty: name at least one of {}",
+            DEGRADED_PRESETS.join(", ")
+        );
+    }
+    for p in &args.presets {
+        if p == "none" || Degradation::preset(p).is_none() {
+            bail!(
+                "--presets: unknown degradation preset '{p}' (one of {})",
+                DEGRADED_PRESETS.join(", ")
+            );
+        }
+    }
     if args.width == 0 || args.height == 0 {
         bail!("--width and --height must be positive");
     }
@@ -255,10 +274,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let (mut successes, mut degraded_count) = (0usize, 0usize);
     for chunk_start in (0..args.episodes).step_by(batch) {
         let ids: Vec<usize> = (chunk_start..(chunk_start + batch).min(args.episodes)).collect();
-        let recs: Vec<anyhow::Result<(usize, &'static str, EpisodeRecord)>> = pool.install(|| {
+        let recs: Vec<anyhow::Result<(usize, &str, EpisodeRecord)>> = pool.install(|| {
             ids.par_iter()
                 .map(|&i| {
-                    let preset = preset_for(i, args.degraded);
+                    let preset = preset_for(i, args.degraded, &args.presets);
                     let deg = Degradation::preset(preset)
                         .with_context(|| format!("unknown preset {preset}"))?;
                     let seed = args.seed + i as u64;
@@ -295,6 +314,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         "task": task.name(),
         "seed": args.seed,
         "degraded_fraction": args.degraded,
+        "degradation_presets": args.presets,
         "camera_jitter": args.camera_jitter,
         "random_colors": args.random_colors,
         "held_out_colors": args.held_out_colors,
@@ -327,12 +347,37 @@ mod tests {
 
     #[test]
     fn presets_are_spread() {
-        let n = (0..100).filter(|&i| preset_for(i, 0.3) != "none").count();
+        let all = DEGRADED_PRESETS.map(String::from);
+        let n = (0..100)
+            .filter(|&i| preset_for(i, 0.3, &all) != "none")
+            .count();
         assert_eq!(n, 30);
-        assert_eq!((0..10).filter(|&i| preset_for(i, 0.0) != "none").count(), 0);
         assert_eq!(
-            (0..10).filter(|&i| preset_for(i, 1.0) != "none").count(),
+            (0..10)
+                .filter(|&i| preset_for(i, 0.0, &all) != "none")
+                .count(),
+            0
+        );
+        assert_eq!(
+            (0..10)
+                .filter(|&i| preset_for(i, 1.0, &all) != "none")
+                .count(),
             10
+        );
+        let failures = ["miss-grasp", "freeze"].map(String::from);
+        let picked: Vec<&str> = (0..8).map(|i| preset_for(i, 0.5, &failures)).collect();
+        assert_eq!(
+            picked,
+            [
+                "none",
+                "miss-grasp",
+                "none",
+                "freeze",
+                "none",
+                "miss-grasp",
+                "none",
+                "freeze"
+            ]
         );
     }
 
