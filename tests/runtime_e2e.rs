@@ -739,3 +739,173 @@ fn run_binds_the_models_state_fields_by_name() {
     let out = run(&tiny3v_reading(tmp.path(), &fields));
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// SIGKILL mid-episode (issue 19 item 5): the episode log reads back to its last complete record without an
+/// error (a torn tail, when the kill cut a record, is reported and accounts for every remaining byte), every
+/// record decodes, and every episode that had ended before the kill is in the log whole: its episode message
+/// and all its transitions (the log is fsynced at every episode end; an episode counts as ended once the stream
+/// carried a transition of a later one, which the actor produces only after that fsync). `replay` of a log cut
+/// inside its last record replays every complete record and warns about the rest.
+#[test]
+fn a_run_killed_mid_episode_leaves_a_log_that_reads_to_its_last_complete_record() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.swlog");
+    let port = free_port();
+    let robot = "e2e-sigkill";
+    let keys = Keys::new(robot).unwrap();
+    let mut child = spawn_run(
+        robot,
+        port,
+        &log,
+        &[
+            "--envs",
+            "1",
+            "--episodes",
+            "1000",
+            "--max-steps",
+            "40",
+            "--wait-subscribers",
+            "30",
+        ],
+    );
+    let n = node(port);
+    // Episodes announced on the stream, and the highest episode index seen on a transition.
+    // (episode index, the episode message's bytes)
+    type Announced = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+    let announced: Announced = Arc::new(Mutex::new(Vec::new()));
+    let newest = Arc::new(AtomicUsize::new(0));
+    let later = Arc::new(AtomicUsize::new(0));
+    let (a, nw, lt) = (announced.clone(), newest.clone(), later.clone());
+    let (tkey, ekey) = (keys.transition(), keys.episode());
+    let _sub = n
+        .session()
+        .declare_subscriber(keys.all())
+        .callback(move |s| {
+            let bytes = s.payload().to_bytes().to_vec();
+            let key = s.key_expr().as_str();
+            if key == ekey {
+                let m: EpisodeMsg = decode(&bytes).expect("episode message");
+                a.lock().unwrap().push((m.episode, bytes));
+            } else if key == tkey {
+                let m: TransitionMsg = decode(&bytes).expect("transition");
+                nw.fetch_max(m.episode as usize, Ordering::AcqRel);
+                // transitions of an episode after the first announced one
+                let first_ended = a.lock().unwrap().first().map(|(e, _)| *e);
+                if first_ended.is_some_and(|e| m.episode > e) {
+                    lt.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        })
+        .wait()
+        .expect("subscriber");
+    // Kill once a few transitions of a later episode have gone out: mid-episode, after at least one fsync.
+    let mid = wait_until(Duration::from_secs(180), || {
+        later.load(Ordering::Acquire) >= 3 || child.try_wait().ok().flatten().is_some()
+    });
+    assert!(
+        mid && later.load(Ordering::Acquire) >= 3,
+        "the run never got past its first episode"
+    );
+    child.kill().expect("SIGKILL");
+    let status = child.wait().expect("wait");
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+    let ended: Vec<(u64, Vec<u8>)> = {
+        let newest = newest.load(Ordering::Acquire) as u64;
+        announced
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(e, _)| *e < newest)
+            .cloned()
+            .collect()
+    };
+    assert!(!ended.is_empty());
+
+    // The log reads to its last complete record.
+    let size = std::fs::metadata(&log).unwrap().len();
+    let mut r = LogReader::open(&log).unwrap();
+    let mut records = Vec::new();
+    while let Some(rec) = r
+        .next_record()
+        .expect("a killed run's log reads without an error")
+    {
+        records.push(rec);
+    }
+    match r.torn_tail() {
+        Some(t) => {
+            assert_eq!((t.offset, t.records), (r.offset(), records.len() as u64));
+            assert_eq!(t.offset + t.bytes, size, "{t}");
+        }
+        None => assert_eq!(r.offset(), size, "the log ends on a record boundary"),
+    }
+    eprintln!(
+        "killed: {} complete records, {} episodes ended before the kill, torn tail: {}",
+        records.len(),
+        ended.len(),
+        r.torn_tail()
+            .map_or_else(|| "none".to_string(), |t| t.to_string())
+    );
+    let mut logged_episodes = Vec::new();
+    let mut transitions_per_episode = std::collections::BTreeMap::<u64, u64>::new();
+    for rec in &records {
+        if rec.key == keys.transition() {
+            let m: TransitionMsg = decode(&rec.payload).expect("logged transition decodes");
+            *transitions_per_episode.entry(m.episode).or_default() += 1;
+        } else if rec.key == keys.episode() {
+            let m: EpisodeMsg = decode(&rec.payload).expect("logged episode decodes");
+            logged_episodes.push((m, rec.payload.clone()));
+        } else {
+            assert_eq!(rec.key, keys.progress(), "unexpected key");
+            decode::<stagewise_stream::ProgressMsg>(&rec.payload).expect("logged progress decodes");
+        }
+    }
+    for (episode, bytes) in &ended {
+        let (m, logged) = logged_episodes
+            .iter()
+            .find(|(m, _)| m.episode == *episode)
+            .unwrap_or_else(|| {
+                panic!("episode {episode} ended before the kill but is not in the log")
+            });
+        assert_eq!(logged, bytes, "episode {episode}: log and stream differ");
+        assert_eq!(
+            transitions_per_episode.get(episode).copied(),
+            Some(m.length),
+            "episode {episode}: all its transitions are in the log"
+        );
+    }
+
+    // `replay` of the log cut inside its last record: every complete record goes out, the cut one is reported.
+    let cut = dir.path().join("cut.swlog");
+    let end = r.offset();
+    let bytes = std::fs::read(&log).unwrap();
+    let last_len = records
+        .last()
+        .map_or(0, |l| 8 + l.key.len() + l.payload.len()) as u64;
+    assert!(last_len > 0);
+    std::fs::write(&cut, &bytes[..(end - last_len / 2) as usize]).unwrap();
+    let out = Command::new(exe())
+        .current_dir(root())
+        .args([
+            "--log",
+            "warn",
+            "replay",
+            "--robot",
+            robot,
+            "--wait",
+            "0",
+            "--listen",
+            &format!("tcp/127.0.0.1:{}", free_port()),
+        ])
+        .arg(&cut)
+        .output()
+        .expect("replay");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(
+        t.contains(&format!("replayed {} messages", records.len() - 1)),
+        "{t}"
+    );
+    assert!(t.contains("torn last record"), "{t}");
+}
