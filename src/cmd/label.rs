@@ -620,12 +620,10 @@ fn label(args: LabelArgs) -> anyhow::Result<()> {
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    // Write next to the target and rename, so a reader never sees half a file.
-    let tmp = out.with_extension("parquet.tmp");
-    sp.write(&tmp)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &out)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), out.display()))?;
+    // Durable: written under <name>.tmp beside the target, fsynced, renamed, directory fsynced (stagewise-dataset's
+    // `durable`), so a reader never sees half a file and a crash keeps the previous one.
+    sp.write(&out)
+        .with_context(|| format!("writing {}", out.display()))?;
 
     let episodes: Vec<Vec<f64>> = labelled
         .iter()
