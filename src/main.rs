@@ -50,6 +50,8 @@ enum Command {
     Label(Box<cmd::label::LabelArgs>),
     /// The reference firmware emulator over UDP with the simulator as its plant (the `stagewise-emulator` program).
     Emulator(stagewise_firmware::cli::EmulatorArgs),
+    /// Robot operator verbs: `robot keygen FILE` (a link key), `robot reset-estop --robot URL`.
+    Robot(cmd::robot::RobotArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,5 +79,6 @@ fn main() -> anyhow::Result<()> {
         Command::Eval(a) => cmd::eval::run(*a),
         Command::Label(a) => cmd::label::run(*a),
         Command::Emulator(a) => stagewise_firmware::cli::run(a),
+        Command::Robot(a) => cmd::robot::run(a),
     }
 }

@@ -4,6 +4,9 @@
 //! The same run on the simulator (same seed, policy and model) is the reference: same stream and log schema,
 //! the same first observation of every episode, and rewards that follow the same model.
 //!
+//! The firmware link is authenticated with a key file made by `stagewise robot keygen`; a run without a key is
+//! refused, and the operator verbs (`robot keygen`, `robot reset-estop`) run against the emulator.
+//!
 //! Loopback only, multicast off. Needs the ONNX Runtime library (ORT_DYLIB_PATH or the project's .venv) and
 //! the .venv's Python for the test policy, like tests/runtime_e2e.rs.
 
@@ -59,11 +62,26 @@ impl Drop for Emulator {
     }
 }
 
-/// `stagewise emulator` with the simulator plant and 32x32 views (the shipped model's input size), up and
-/// answering on its scene channel.
-fn spawn_emulator(port: u16, extra: &[&str]) -> Emulator {
+/// `stagewise robot keygen DIR/robot.key`: a fresh link key file.
+fn keygen(dir: &Path) -> PathBuf {
+    let path = dir.join("robot.key");
+    let out = Command::new(exe())
+        .args(["--log", "warn", "robot", "keygen"])
+        .arg(&path)
+        .output()
+        .expect("stagewise robot keygen");
+    assert!(out.status.success(), "{}", text(&out));
+    path
+}
+
+/// `stagewise emulator` with the simulator plant and 32x32 views (the shipped model's input size) and the link
+/// key `key`, up and answering on its scene channel.
+fn spawn_emulator(port: u16, key: &Path, extra: &[&str]) -> Emulator {
     let child = Command::new(exe())
         .args(["emulator", "--log", "warn"])
+        .arg("--link-key-file")
+        .arg(key)
+        .env_remove("STAGEWISE_LINK_KEY_FILE")
         .args(["--bind", &format!("127.0.0.1:{port}")])
         .args(["--task", "pick-place", "--width", "32", "--height", "32"])
         .args(extra)
@@ -109,6 +127,7 @@ fn make_policy(path: &Path) {
 fn run_cmd(log: &Path, policy: &Path, extra: &[&str]) -> Command {
     let mut cmd = Command::new(exe());
     cmd.current_dir(root())
+        .env_remove("STAGEWISE_LINK_KEY_FILE")
         .args(["--log", "info", "run", "--model", MODEL, "--policy"])
         .arg(policy)
         .args(["--episodes", "2", "--max-steps", &STEPS.to_string()])
@@ -299,8 +318,9 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
     assert!(out.status.success(), "{}", text(&out));
 
     // The robot: emulator + bridge + scene channel, streaming to a subscriber in this process.
+    let key = keygen(dir.path());
     let port = free_port();
-    let emu = spawn_emulator(port, &[]);
+    let emu = spawn_emulator(port, &key, &[]);
     let zport = free_port();
     let robot = "e2e-robot";
     let keys = Keys::new(robot).unwrap();
@@ -320,6 +340,8 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
             "30",
             // A bench on loopback: no learner pushes policies here (a real robot needs --policy-key).
             "--allow-unsigned-policies",
+            "--link-key-file",
+            key.to_str().unwrap(),
         ],
     )
     .stdout(Stdio::piped())
@@ -444,6 +466,7 @@ fn run_fails(args: &[&str], limit: Duration) -> String {
     let start = Instant::now();
     let child = Command::new(exe())
         .current_dir(root())
+        .env_remove("STAGEWISE_LINK_KEY_FILE")
         .args(["--log", "warn", "run", "--no-stream", "--episodes", "1"])
         .args(args)
         .stdout(Stdio::piped())
@@ -464,6 +487,8 @@ fn run_fails(args: &[&str], limit: Duration) -> String {
 
 #[test]
 fn a_robot_that_does_not_answer_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
     let port = free_port();
     let url = format!("udp://127.0.0.1:{port}");
     let t = run_fails(
@@ -474,6 +499,8 @@ fn a_robot_that_does_not_answer_is_a_clear_error() {
             "1",
             "--policy",
             "random",
+            "--link-key-file",
+            key.to_str().unwrap(),
         ],
         Duration::from_secs(20),
     );
@@ -483,8 +510,10 @@ fn a_robot_that_does_not_answer_is_a_clear_error() {
 
 #[test]
 fn an_emulator_without_its_scene_channel_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
     let port = free_port();
-    let _emu = spawn_emulator(port, &["--no-scene"]);
+    let _emu = spawn_emulator(port, &key, &["--no-scene"]);
     let t = run_fails(
         &[
             "--robot",
@@ -493,6 +522,8 @@ fn an_emulator_without_its_scene_channel_is_a_clear_error() {
             "1",
             "--policy",
             "random",
+            "--link-key-file",
+            key.to_str().unwrap(),
         ],
         Duration::from_secs(20),
     );
@@ -505,6 +536,8 @@ fn an_emulator_without_its_scene_channel_is_a_clear_error() {
 
 #[test]
 fn what_a_robot_cannot_give_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
     let url = "udp://127.0.0.1:9";
     let t = run_fails(
         &["--robot", url, "--model", "oracle"],
@@ -529,6 +562,8 @@ fn what_a_robot_cannot_give_is_refused() {
             "random",
             "--cameras",
             "v4l2:/dev/video0",
+            "--link-key-file",
+            key.to_str().unwrap(),
         ],
         Duration::from_secs(20),
     );
@@ -555,6 +590,7 @@ fn a_model_reading_object_poses_is_refused_over_a_robot() {
         ],
     );
     // Nothing listens on this port: the refusal must come first.
+    let key = keygen(tmp.path());
     let url = format!("udp://127.0.0.1:{}", free_port());
     let t = run_fails(
         &[
@@ -564,6 +600,8 @@ fn a_model_reading_object_poses_is_refused_over_a_robot() {
             "random",
             "--model",
             model.to_str().unwrap(),
+            "--link-key-file",
+            key.to_str().unwrap(),
         ],
         Duration::from_secs(20),
     );
@@ -574,4 +612,123 @@ fn a_model_reading_object_poses_is_refused_over_a_robot() {
         "{t}"
     );
     assert!(!t.contains("no answer from the firmware"), "{t}");
+}
+
+/// A robot run without a link key is refused before the robot is contacted; the opt-out is explicit and logged,
+/// and a host with the public key gets no answer from a firmware that has a real one.
+#[test]
+fn a_robot_run_needs_the_link_key() {
+    let url = format!("udp://127.0.0.1:{}", free_port());
+    let t = run_fails(
+        &["--robot", &url, "--policy", "random"],
+        Duration::from_secs(20),
+    );
+    assert!(
+        t.contains("refusing to drive the robot")
+            && t.contains("--link-key-file")
+            && t.contains(&url),
+        "{t}"
+    );
+    assert!(!t.contains("no answer from the firmware"), "{t}");
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
+    let port = free_port();
+    let _emu = spawn_emulator(port, &key, &[]);
+    let url = format!("udp://127.0.0.1:{port}");
+    let t = run_fails(
+        &[
+            "--robot",
+            &url,
+            "--policy",
+            "random",
+            "--robot-timeout",
+            "1",
+            "--allow-unauthenticated-link",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(t.contains("UNAUTHENTICATED FIRMWARE LINK"), "{t}");
+    assert!(
+        t.contains("no answer from the firmware") && t.contains("link key"),
+        "{t}"
+    );
+}
+
+/// The emulator, like a firmware, refuses to start without a key; `robot keygen` never overwrites a key file
+/// and writes it for the owner only; `robot reset-estop` clears nothing when nothing is latched, and cannot
+/// reach a firmware with another key.
+#[test]
+fn the_operator_verbs_and_the_emulator_need_keys() {
+    let out = Command::new(exe())
+        .args([
+            "--log",
+            "warn",
+            "emulator",
+            "--bind",
+            "127.0.0.1:0",
+            "--plant",
+            "kinematic",
+        ])
+        .env_remove("STAGEWISE_LINK_KEY_FILE")
+        .output()
+        .expect("stagewise emulator");
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("refusing to start without a link key"),
+        "{}",
+        text(&out)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let again = Command::new(exe())
+        .args(["--log", "warn", "robot", "keygen"])
+        .arg(&key)
+        .output()
+        .expect("keygen");
+    assert!(!again.status.success(), "{}", text(&again));
+    assert!(
+        text(&again).contains("never overwritten"),
+        "{}",
+        text(&again)
+    );
+    let port = free_port();
+    let _emu = spawn_emulator(port, &key, &["--no-scene"]);
+    let url = format!("udp://127.0.0.1:{port}");
+    let reset = |key: &Path| {
+        Command::new(exe())
+            .args([
+                "--log",
+                "warn",
+                "robot",
+                "reset-estop",
+                "--robot",
+                &url,
+                "--robot-timeout",
+                "1",
+            ])
+            .arg("--link-key-file")
+            .arg(key)
+            .env_remove("STAGEWISE_LINK_KEY_FILE")
+            .output()
+            .expect("stagewise robot reset-estop")
+    };
+    let out = reset(&key);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("no e-stop was latched"),
+        "{}",
+        text(&out)
+    );
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = keygen(other_dir.path());
+    let out = reset(&other);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("no answer from the firmware"),
+        "{}",
+        text(&out)
+    );
 }

@@ -8,6 +8,7 @@ pub mod ort_args;
 pub mod policy;
 pub mod record;
 pub mod replay;
+pub mod robot;
 pub mod run;
 pub mod score;
 pub mod serve;

@@ -4,6 +4,7 @@
 //! learners between episodes.
 
 use super::ort_args::OrtArgs;
+use super::robot::LinkKeyArgs;
 use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
 use super::zenoh_args::{Role, ZenohArgs};
 use anyhow::{bail, Context};
@@ -107,6 +108,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub policy_state: Option<PathBuf>,
     #[command(flatten)]
+    pub link_key: LinkKeyArgs,
+    #[command(flatten)]
     pub zenoh: ZenohArgs,
     #[command(flatten)]
     pub ort: OrtArgs,
@@ -177,7 +180,9 @@ fn connect_robot(a: &RunArgs, url: &str, model: Option<&Path>) -> anyhow::Result
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let mut cfg = RobotEnvConfig::sim_like(endpoint.clone(), task, stage_names);
+    // Before the robot is contacted: no link key, no run (unless the explicit, logged opt-out).
+    let key = a.link_key.key(url)?;
+    let mut cfg = RobotEnvConfig::sim_like(endpoint.clone(), task, stage_names, key);
     if let Some(path) = model {
         // Before anything runs: a model asking for a field the robot does not measure is refused by name.
         let manifest =

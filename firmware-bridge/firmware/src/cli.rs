@@ -2,8 +2,12 @@
 //! subcommand (the end-to-end tests start the latter: a binary of the package under test, no nested build).
 //!
 //! ```text
-//! stagewise-emulator --bind 127.0.0.1:9100 --task pick-place --seed 0
+//! stagewise-emulator --bind 127.0.0.1:9100 --task pick-place --seed 0 --link-key-file robot.key
 //! ```
+//!
+//! Like a robot's firmware it needs the pre-shared link key (`--link-key-file`, or the environment variable
+//! `STAGEWISE_LINK_KEY_FILE`; `stagewise robot keygen FILE` makes one); without one it refuses to start unless
+//! `--allow-unauthenticated-link` (the public all-zero key; logged as a warning).
 //!
 //! With the simulator plant it also serves the scene channel (camera frames, object state, scene resets;
 //! [`crate::scene`]) over TCP, by default on the same address and port number as the UDP link. This is a
@@ -15,8 +19,10 @@ use crate::{FirmwareConfig, KinematicPlant};
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use stagewise_core::Env;
+use stagewise_protocol::LinkKey;
 use std::format;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::prelude::rust_2021::*;
 use std::time::{Duration, Instant};
 
@@ -44,9 +50,20 @@ pub struct EmulatorArgs {
     /// Firmware control rate, Hz.
     #[arg(long, default_value_t = 1000)]
     pub control_hz: u16,
-    /// Link timeout (no valid frame -> hold), milliseconds.
+    /// Link timeout (no authentic frame of the session -> hold), milliseconds.
     #[arg(long, default_value_t = 50)]
     pub link_timeout_ms: u64,
+    /// Actor stall timeout (armed, and the host's step counter did not advance -> hold), milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub stall_timeout_ms: u64,
+    /// File with the pre-shared link key (64 hex digits; `stagewise robot keygen FILE` makes one). The host
+    /// (`stagewise run --robot URL --link-key-file FILE`) needs the same key.
+    #[arg(long, value_name = "FILE", env = "STAGEWISE_LINK_KEY_FILE")]
+    pub link_key_file: Option<PathBuf>,
+    /// Use the public all-zero key instead: no authentication at all. Only for a bench nobody else can reach;
+    /// logged as a warning. The host must opt out the same way.
+    #[arg(long)]
+    pub allow_unauthenticated_link: bool,
     /// Stop after this many seconds (0 = run until killed).
     #[arg(long, default_value_t = 0.0)]
     pub duration_s: f64,
@@ -64,15 +81,50 @@ pub struct EmulatorArgs {
     pub height: u32,
 }
 
+/// The link key of `--link-key-file` / `--allow-unauthenticated-link` (refused: neither, or both).
+pub fn link_key(args: &EmulatorArgs) -> anyhow::Result<LinkKey> {
+    match (&args.link_key_file, args.allow_unauthenticated_link) {
+        (Some(_), true) => anyhow::bail!(
+            "--link-key-file and --allow-unauthenticated-link contradict each other: pass one"
+        ),
+        (Some(path), false) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the link key file {}", path.display()))?;
+            let key = LinkKey::parse_hex(&text)
+                .map_err(|e| anyhow::anyhow!("link key file {}: {e}", path.display()))?;
+            let fp = key.fingerprint_hex();
+            tracing::info!(
+                fingerprint = std::str::from_utf8(&fp).unwrap_or("?"),
+                "link key loaded from {}",
+                path.display()
+            );
+            Ok(key)
+        }
+        (None, true) => {
+            tracing::warn!(
+                "UNAUTHENTICATED FIRMWARE LINK (--allow-unauthenticated-link): the emulator uses the public all-zero key, so anyone who can reach {} can arm it and send it commands",
+                args.bind
+            );
+            Ok(LinkKey::unauthenticated())
+        }
+        (None, false) => anyhow::bail!(
+            "refusing to start without a link key: pass --link-key-file FILE (64 hex digits; make one with `stagewise robot keygen FILE` and give the host the same file), or --allow-unauthenticated-link on a bench nobody else can reach"
+        ),
+    }
+}
+
 /// Runs the emulator until `--duration-s` has passed (or forever with 0), logging its counters every 5000 ticks.
 pub fn run(args: EmulatorArgs) -> anyhow::Result<()> {
+    let key = link_key(&args)?;
     let mut fw = FirmwareConfig::cartesian_1khz();
     fw.control_hz = args.control_hz;
     fw.link_timeout_us = args.link_timeout_ms * 1000;
+    fw.stall_timeout_us = args.stall_timeout_ms * 1000;
     let cfg = EmulatorConfig {
         firmware: fw,
         bind: args.bind,
         record_commands: false,
+        key,
     };
     let mut _scene_server = None;
     let emu = match args.plant {
@@ -120,7 +172,10 @@ pub fn run(args: EmulatorArgs) -> anyhow::Result<()> {
                 accepted = c.accepted_commands,
                 stale = c.stale_commands,
                 bad_frames = c.bad_frames,
+                rejected_frames = c.rejected(),
                 link_losses = c.link_losses,
+                actor_stalls = c.actor_stalls,
+                estops = c.estops,
                 late_ticks = log.late_ticks,
                 "status"
             );

@@ -1,6 +1,10 @@
 //! The firmware emulator: the no_std [`Firmware`] core on a host thread, talking UDP, with any [`Plant`] —
 //! normally an [`EnvPlant`] around the simulator, so the whole stack runs against "a robot" on one machine.
 //!
+//! Every frame is authenticated with the configured [`LinkKey`] (the core refuses the rest); the session's
+//! peer is the address whose frame opened the session, and frames of the session from any other address are
+//! dropped (counted in [`EmulatorLog::foreign_datagrams`]) before the core sees them. Telemetry goes to the peer.
+//!
 //! Timing: a control tick every `1 / control_hz` seconds on a deadline schedule (late ticks catch up). The
 //! firmware clock is `ticks * period`, like a microcontroller's tick timer; frames that arrive between two ticks
 //! are handled at once with the current firmware time, and telemetry leaves after each tick.
@@ -9,9 +13,11 @@ use std::format;
 use std::prelude::rust_2021::*;
 
 use crate::scene::SceneShared;
-use crate::{Counters, Drive, Firmware, FirmwareConfig, Plant, PlantState};
+use crate::{Counters, Drive, Firmware, FirmwareConfig, Outgoing, Plant, PlantState};
 use stagewise_core::{Env, EnvError, Observation};
-use stagewise_protocol::{encode_frame, Command, FirmwareState, FrameDecoder, Message, MAX_FRAME};
+use stagewise_protocol::{
+    Command, Direction, FirmwareState, FrameDecoder, LinkKey, Message, MAX_FRAME,
+};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,15 +71,23 @@ pub struct EmulatorLog {
     /// Every command the firmware accepted (acted on), in order.
     pub accepted: Vec<Command>,
     pub link_losses: Vec<LinkLoss>,
-    /// Firmware state changes: (firmware time, new state).
+    /// Holds for a stalled actor: (firmware time the actor's step counter last advanced, firmware time of the
+    /// tick that held).
+    pub stalls: Vec<(u64, u64)>,
+    /// Firmware state changes, on a message or a tick: (firmware time, new state).
     pub states: Vec<(u64, FirmwareState)>,
     /// Ticks in which the plant moved although the firmware was not armed.
     pub moved_while_not_armed: u64,
     /// Largest joint displacement of one such tick.
     pub max_unarmed_step: f32,
     pub datagrams: u64,
-    /// Datagrams from an address other than the session's peer (ignored unless they are a `Hello`).
+    /// Frames of the session from an address other than the session's peer (dropped before the core).
     pub foreign_datagrams: u64,
+    /// Largest tool-tip speed (norm of the first three joints' per-tick displacement / dt) while driving, m/s.
+    /// Per-tick finite differences: meaningful for plants that move every tick (the kinematic plant).
+    pub max_speed: f32,
+    /// Largest change of that velocity between two driven ticks, m/s^2 (same caveat).
+    pub max_accel: f32,
     pub counters: Counters,
     /// Ticks that started more than one period late (host scheduling).
     pub late_ticks: u64,
@@ -88,6 +102,35 @@ pub struct EmulatorConfig {
     pub bind: SocketAddr,
     /// Keep the full list of accepted commands (tests); off keeps memory flat for long runs.
     pub record_commands: bool,
+    /// The pre-shared link key every frame is authenticated with.
+    pub key: LinkKey,
+}
+
+/// Something done to the running emulator from outside (tests, fault injection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// A local disarm (an enable switch, a drive fault): `Armed` -> `Disarmed`.
+    Disarm,
+    /// A firmware reboot: a new core (`Idle`, no session, fresh boot entropy; a latched e-stop is lost with the
+    /// RAM, as on a microcontroller).
+    Reboot,
+}
+
+/// 16 bytes of boot entropy from the host (std's randomly keyed hasher, mixed with the time and a counter).
+pub fn boot_entropy() -> [u8; 16] {
+    use std::hash::{BuildHasher, Hasher};
+    static DRAWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut out = [0u8; 16];
+    for (i, chunk) in out.chunks_mut(8).enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(DRAWS.fetch_add(1, Ordering::Relaxed));
+        h.write_usize(i);
+        if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            h.write_u128(d.as_nanos());
+        }
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out
 }
 
 /// A running emulator thread.
@@ -95,6 +138,7 @@ pub struct Emulator {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     log: Arc<Mutex<EmulatorLog>>,
+    controls: Arc<Mutex<Vec<Control>>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -111,21 +155,31 @@ impl Emulator {
         let addr = socket.local_addr().map_err(EmulatorError::Socket)?;
         let stop = Arc::new(AtomicBool::new(false));
         let log = Arc::new(Mutex::new(EmulatorLog::default()));
-        let (s, l) = (stop.clone(), log.clone());
+        let controls = Arc::new(Mutex::new(Vec::new()));
+        let (s, l, c) = (stop.clone(), log.clone(), controls.clone());
         let thread = std::thread::Builder::new()
             .name("stagewise-emulator".into())
-            .spawn(move || run(socket, cfg, plant, &s, &l))
+            .spawn(move || run(socket, cfg, plant, &s, &l, &c))
             .map_err(EmulatorError::Socket)?;
         Ok(Self {
             addr,
             stop,
             log,
+            controls,
             thread: Some(thread),
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Applies `c` at the next control tick.
+    pub fn control(&self, c: Control) {
+        match self.controls.lock() {
+            Ok(mut g) => g.push(c),
+            Err(p) => p.into_inner().push(c),
+        }
     }
 
     /// A snapshot of the log so far.
@@ -162,21 +216,30 @@ impl Drop for Emulator {
 
 struct Loop<'a, P> {
     fw: Firmware,
+    key: LinkKey,
+    firmware_cfg: FirmwareConfig,
     plant: P,
     socket: UdpSocket,
     peer: Option<SocketAddr>,
     decoder: FrameDecoder,
     log: &'a Mutex<EmulatorLog>,
+    controls: &'a Mutex<Vec<Control>>,
     local: EmulatorLog,
     record: bool,
     /// Wall-clock arrival of the last frame that fed the firmware's link watchdog.
     last_rx_wall: Instant,
+    /// Tool-tip velocity of the previous tick (None: it was not driven).
+    prev_vel: Option<[f32; 3]>,
+    /// Counters of the firmware lifetimes before the last reboot.
+    rebooted: Counters,
+    /// The state last written to the log.
+    last_state: FirmwareState,
 }
 
 impl<P: Plant> Loop<'_, P> {
-    fn send(&mut self, msg: &Message, to: SocketAddr) {
+    fn send(&mut self, out: &Outgoing, to: SocketAddr) {
         let mut buf = [0u8; MAX_FRAME];
-        match encode_frame(msg, &mut buf) {
+        match self.fw.seal(out, &mut buf) {
             Ok(n) => {
                 if self.socket.send_to(&buf[..n], to).is_err() {
                     self.local.send_errors += 1;
@@ -189,38 +252,43 @@ impl<P: Plant> Loop<'_, P> {
     fn datagram(&mut self, bytes: &[u8], from: SocketAddr, now_us: u64) {
         self.local.datagrams += 1;
         self.decoder.reset();
-        let mut msgs: Vec<Result<Message, ()>> = Vec::new();
-        self.decoder.feed(bytes, |r| msgs.push(r.map_err(|_| ())));
+        let mut frames = Vec::new();
+        self.decoder.feed(bytes, |r| frames.push(r));
         if self.decoder.pending() > 0 {
             // A datagram must end on a delimiter; the unfinished tail is a malformed frame.
-            msgs.push(Err(()));
+            self.fw.bad_frame();
             self.decoder.reset();
         }
-        for m in msgs {
-            let Ok(m) = m else {
-                self.fw.bad_frame();
-                continue;
-            };
-            let is_hello = matches!(m, Message::Hello(_));
-            if !is_hello && self.peer != Some(from) {
-                self.local.foreign_datagrams += 1;
-                continue;
+        for r in frames {
+            if let Ok(f) = &r {
+                let s = f.header.session;
+                if s != 0 && s == self.fw.session() && self.peer != Some(from) {
+                    // The session belongs to its peer's address.
+                    self.local.foreign_datagrams += 1;
+                    continue;
+                }
             }
-            let h = self.fw.handle(&m, now_us);
-            // The firmware stamps `last_rx_us = now_us` exactly when a frame feeds its link watchdog.
-            if self.fw.last_rx_us() == now_us
-                && !matches!(m, Message::Telemetry(_) | Message::Ack(_))
-            {
+            let command = match &r {
+                Ok(f) => match &f.message {
+                    Message::Command(c) => Some(c.clone()),
+                    _ => None,
+                },
+                Err(_) => None,
+            };
+            let h = self.fw.receive(r, now_us);
+            self.note_state(now_us);
+            // The firmware stamps `last_rx_us = now_us` exactly when a frame of the session feeds its watchdog.
+            if self.fw.last_rx_us() == now_us {
                 self.last_rx_wall = Instant::now();
             }
-            if is_hello && matches!(h.reply, Some(Message::Hello(_))) {
+            if h.opened {
                 self.peer = Some(from);
             }
             if h.accepted {
-                if let Message::Command(c) = &m {
+                if let Some(c) = command {
                     self.plant.command_accepted();
                     if self.record {
-                        self.local.accepted.push(c.clone());
+                        self.local.accepted.push(c);
                     }
                 }
             }
@@ -230,16 +298,49 @@ impl<P: Plant> Loop<'_, P> {
         }
     }
 
+    /// Logs a state change since the last one logged.
+    fn note_state(&mut self, now_us: u64) {
+        let s = self.fw.state();
+        if s != self.last_state {
+            self.last_state = s;
+            self.local.states.push((now_us, s));
+        }
+    }
+
+    fn apply_controls(&mut self) {
+        let pending: Vec<Control> = match self.controls.lock() {
+            Ok(mut g) => g.drain(..).collect(),
+            Err(p) => p.into_inner().drain(..).collect(),
+        };
+        for c in pending {
+            match c {
+                Control::Disarm => self.fw.local_disarm(),
+                Control::Reboot => {
+                    // The counters live on in the log (cumulative), the state does not.
+                    let before = self.fw.counters();
+                    self.rebooted = add_counters(self.rebooted, before);
+                    self.fw =
+                        Firmware::new(self.firmware_cfg.clone(), self.key.clone(), boot_entropy());
+                    self.peer = None;
+                }
+            }
+        }
+    }
+
     fn tick(&mut self, now_us: u64) {
-        let before = self.fw.state();
+        self.apply_controls();
+        self.note_state(now_us);
         let last_rx = self.fw.last_rx_us();
         let losses = self.fw.counters().link_losses;
+        let stalls = self.fw.counters().actor_stalls;
+        let progress = self.fw.last_progress_us();
         let mut probe = PlantState::default();
         self.plant.read(&mut probe);
         let tel = self.fw.tick(now_us, &mut self.plant);
         let after = self.fw.state();
-        if after != before {
-            self.local.states.push((now_us, after));
+        self.note_state(now_us);
+        if self.fw.counters().actor_stalls > stalls {
+            self.local.stalls.push((progress, now_us));
         }
         if self.fw.counters().link_losses > losses {
             let cfg = self.fw.config();
@@ -258,6 +359,25 @@ impl<P: Plant> Loop<'_, P> {
                 wall_late_us,
             });
         }
+        let dt = self.fw.config().period_us() as f32 * 1e-6;
+        let now_pos = &self.fw.plant_state().positions;
+        if self.fw.driving() && probe.positions.len() >= 3 && now_pos.len() >= 3 {
+            let v = [
+                (now_pos[0] - probe.positions[0]) / dt,
+                (now_pos[1] - probe.positions[1]) / dt,
+                (now_pos[2] - probe.positions[2]) / dt,
+            ];
+            let speed = (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+            self.local.max_speed = self.local.max_speed.max(speed);
+            if let Some(p) = self.prev_vel {
+                let d = [v[0] - p[0], v[1] - p[1], v[2] - p[2]];
+                let acc = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt() / dt;
+                self.local.max_accel = self.local.max_accel.max(acc);
+            }
+            self.prev_vel = Some(v);
+        } else {
+            self.prev_vel = None;
+        }
         if after != FirmwareState::Armed {
             let moved = probe
                 .positions
@@ -271,12 +391,20 @@ impl<P: Plant> Loop<'_, P> {
             }
         }
         if let (Some(t), Some(peer)) = (tel, self.peer) {
-            self.send(&Message::Telemetry(t), peer);
+            let mut buf = [0u8; MAX_FRAME];
+            match self.fw.seal_telemetry(t, &mut buf) {
+                Ok(n) => {
+                    if self.socket.send_to(&buf[..n], peer).is_err() {
+                        self.local.send_errors += 1;
+                    }
+                }
+                Err(_) => self.local.send_errors += 1,
+            }
         }
     }
 
     fn publish(&mut self) {
-        self.local.counters = self.fw.counters();
+        self.local.counters = add_counters(self.rebooted, self.fw.counters());
         let mut g = match self.log.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -284,14 +412,41 @@ impl<P: Plant> Loop<'_, P> {
         // Move the accumulated vectors over; keep the scalars cumulative.
         g.accepted.append(&mut self.local.accepted);
         g.link_losses.append(&mut self.local.link_losses);
+        g.stalls.append(&mut self.local.stalls);
         g.states.append(&mut self.local.states);
         g.moved_while_not_armed = self.local.moved_while_not_armed;
         g.max_unarmed_step = self.local.max_unarmed_step;
         g.datagrams = self.local.datagrams;
         g.foreign_datagrams = self.local.foreign_datagrams;
+        g.max_speed = self.local.max_speed;
+        g.max_accel = self.local.max_accel;
         g.counters = self.local.counters;
         g.late_ticks = self.local.late_ticks;
         g.send_errors = self.local.send_errors;
+    }
+}
+
+/// Counters of two firmware lifetimes (before and after a reboot), added.
+fn add_counters(a: Counters, b: Counters) -> Counters {
+    Counters {
+        ticks: a.ticks + b.ticks,
+        accepted_commands: a.accepted_commands + b.accepted_commands,
+        stale_commands: a.stale_commands + b.stale_commands,
+        not_armed_commands: a.not_armed_commands + b.not_armed_commands,
+        bad_frames: a.bad_frames + b.bad_frames,
+        auth_failures: a.auth_failures + b.auth_failures,
+        replays: a.replays + b.replays,
+        foreign_sessions: a.foreign_sessions + b.foreign_sessions,
+        takeovers_refused: a.takeovers_refused + b.takeovers_refused,
+        sessions: a.sessions + b.sessions,
+        link_losses: a.link_losses + b.link_losses,
+        actor_stalls: a.actor_stalls + b.actor_stalls,
+        sensor_faults: a.sensor_faults + b.sensor_faults,
+        estops: a.estops + b.estops,
+        estop_resets: a.estop_resets + b.estop_resets,
+        protective_stops: a.protective_stops + b.protective_stops,
+        local_disarms: a.local_disarms + b.local_disarms,
+        version_refusals: a.version_refusals + b.version_refusals,
     }
 }
 
@@ -301,19 +456,26 @@ fn run<P: Plant>(
     plant: P,
     stop: &AtomicBool,
     log: &Mutex<EmulatorLog>,
+    controls: &Mutex<Vec<Control>>,
 ) {
     let period_us = cfg.firmware.period_us();
     let period = Duration::from_micros(period_us);
     let mut lp = Loop {
-        fw: Firmware::new(cfg.firmware),
+        fw: Firmware::new(cfg.firmware.clone(), cfg.key.clone(), boot_entropy()),
+        firmware_cfg: cfg.firmware,
+        decoder: FrameDecoder::new(cfg.key.clone(), Direction::HostToFirmware),
+        key: cfg.key,
         plant,
         socket,
         peer: None,
-        decoder: FrameDecoder::new(),
         log,
+        controls,
         local: EmulatorLog::default(),
         record: cfg.record_commands,
         last_rx_wall: Instant::now(),
+        prev_vel: None,
+        rebooted: Counters::default(),
+        last_state: FirmwareState::Idle,
     };
     let start = Instant::now();
     let mut k: u64 = 0;
@@ -352,9 +514,8 @@ fn run<P: Plant>(
         }
         k += 1;
         lp.tick(k * period_us);
-        if k.is_multiple_of(20) {
-            lp.publish();
-        }
+        // Every tick: a snapshot lags the firmware by at most one period.
+        lp.publish();
     }
     lp.publish();
 }

@@ -5,23 +5,14 @@
 //! On a real robot these come from cameras and a perception system, not from the firmware; here one small
 //! server stands in for all of them. The host side is `stagewise_bridge::scene::SceneClient`.
 //!
-//! Wire format (TCP, little-endian; strings are `u16` length + UTF-8):
-//!
-//! ```text
-//! server, on connect:  b"SWSC" u16 version(=1) str task
-//!                      u16 n_views  { str name, u32 width, u32 height } * n_views
-//!                      u16 n_state  { str name, f32 low, f32 high } * n_state      (extra state, after the robot's own)
-//! client -> server:    b'F'                   frame request
-//!                      b'R' u64 seed          scene reset (answered once the plant has applied it)
-//! server -> client:    b'F': u8 0, u64 plant_step, u64 resets, f32 * n_state, { u8 rgb[w*h*3] } * n_views
-//!                      b'R': u8 0 | u8 1 str error
-//!                      anything else: u8 2 str error, then the server closes the connection
-//! ```
+//! The wire format and its codec are [`stagewise_protocol::scene`] (one codec for both ends); this module
+//! holds the server: the shared newest scene and the TCP loop.
 
 use std::format;
 use std::prelude::rust_2021::*;
 
 use stagewise_core::{BoxSpec, Observation, ViewSpec};
+use stagewise_protocol::scene::{self as codec, Request, StateEntry, ViewEntry};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,8 +20,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub const SCENE_MAGIC: &[u8; 4] = b"SWSC";
-pub const SCENE_VERSION: u16 = 1;
+pub use codec::{SCENE_MAGIC, SCENE_VERSION};
 
 /// The newest rendered scene and pending resets, shared between the plant (firmware thread) and the server.
 pub struct SceneShared {
@@ -155,22 +145,26 @@ impl SceneShared {
     }
 
     fn header(&self) -> Vec<u8> {
+        let views: Vec<ViewEntry<'_>> = self
+            .views
+            .iter()
+            .map(|v| ViewEntry {
+                name: &v.name,
+                width: v.width,
+                height: v.height,
+            })
+            .collect();
+        let state: Vec<StateEntry<'_>> = (0..self.state.len())
+            .map(|i| StateEntry {
+                name: &self.state.names[i],
+                low: self.state.low[i],
+                high: self.state.high[i],
+            })
+            .collect();
         let mut b = Vec::new();
-        b.extend_from_slice(SCENE_MAGIC);
-        b.extend_from_slice(&SCENE_VERSION.to_le_bytes());
-        put_str(&mut b, &self.task);
-        b.extend_from_slice(&(self.views.len() as u16).to_le_bytes());
-        for v in &self.views {
-            put_str(&mut b, &v.name);
-            b.extend_from_slice(&v.width.to_le_bytes());
-            b.extend_from_slice(&v.height.to_le_bytes());
-        }
-        b.extend_from_slice(&(self.state.len() as u16).to_le_bytes());
-        for i in 0..self.state.len() {
-            put_str(&mut b, &self.state.names[i]);
-            b.extend_from_slice(&self.state.low[i].to_le_bytes());
-            b.extend_from_slice(&self.state.high[i].to_le_bytes());
-        }
+        codec::encode_header(&self.task, &views, &state, &mut |x: &[u8]| {
+            b.extend_from_slice(x)
+        });
         b
     }
 
@@ -182,11 +176,11 @@ impl SceneShared {
             && l.rgb
                 .iter()
                 .zip(&self.views)
-                .all(|(f, v)| f.len() == (v.width * v.height * 3) as usize);
+                .all(|(f, v)| codec::frame_bytes(v.width, v.height) == Some(f.len()));
+        let mut put = |x: &[u8]| out.extend_from_slice(x);
         if !sizes_ok {
-            out.push(2);
-            put_str(
-                out,
+            codec::encode_failure(
+                codec::STATUS_ERROR,
                 &format!(
                     "the plant published {} frames and {} state values; the scene has {} views and {} state values",
                     l.rgb.len(),
@@ -194,25 +188,15 @@ impl SceneShared {
                     self.views.len(),
                     self.state.len()
                 ),
+                &mut put,
             );
             return;
         }
-        out.push(0);
-        out.extend_from_slice(&l.plant_step.to_le_bytes());
-        out.extend_from_slice(&l.resets.to_le_bytes());
-        for x in &l.state {
-            out.extend_from_slice(&x.to_le_bytes());
-        }
+        codec::encode_frame_prefix(l.plant_step, l.resets, &l.state, &mut put);
         for f in &l.rgb {
-            out.extend_from_slice(f);
+            put(f);
         }
     }
-}
-
-fn put_str(b: &mut Vec<u8>, s: &str) {
-    let bytes = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
-    b.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-    b.extend_from_slice(bytes);
 }
 
 /// The TCP server of the scene channel: one thread accepting, one thread per client.
@@ -276,8 +260,8 @@ fn serve(mut stream: TcpStream, scene: &SceneShared, stop: &AtomicBool) {
     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
     let mut out = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        let mut op = [0u8; 1];
-        match stream.read(&mut op) {
+        let mut req = [0u8; 9];
+        match stream.read(&mut req[..1]) {
             Ok(0) => return,
             Ok(_) => {}
             Err(e)
@@ -290,28 +274,35 @@ fn serve(mut stream: TcpStream, scene: &SceneShared, stop: &AtomicBool) {
             }
             Err(_) => return,
         }
-        match op[0] {
-            b'F' => scene.frame(&mut out),
-            b'R' => {
-                let mut seed = [0u8; 8];
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                if stream.read_exact(&mut seed).is_err() {
-                    return;
-                }
-                let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-                out.clear();
-                match scene.request_reset(u64::from_le_bytes(seed), Duration::from_secs(5)) {
-                    Ok(()) => out.push(0),
-                    Err(e) => {
-                        out.push(1);
-                        put_str(&mut out, &e);
-                    }
+        out.clear();
+        let mut put = |x: &[u8]| out.extend_from_slice(x);
+        let Some(len) = Request::len_for(req[0]) else {
+            codec::encode_failure(
+                codec::STATUS_ERROR,
+                &format!("unknown request 0x{:02x}", req[0]),
+                &mut put,
+            );
+            let _ = stream.write_all(&out);
+            return;
+        };
+        if len > 1 {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            if stream.read_exact(&mut req[1..len]).is_err() {
+                return;
+            }
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+        }
+        match codec::decode_request(&req[..len]) {
+            Ok((Request::Frame, _)) => scene.frame(&mut out),
+            Ok((Request::Reset { seed }, _)) => {
+                match scene.request_reset(seed, Duration::from_secs(5)) {
+                    Ok(()) => put(&[codec::STATUS_OK]),
+                    Err(e) => codec::encode_failure(codec::STATUS_RESET_FAILED, &e, &mut put),
                 }
             }
-            other => {
-                out.clear();
-                out.push(2);
-                put_str(&mut out, &format!("unknown request 0x{other:02x}"));
+            // `len_for` accepted the op, so the request is whole; answered rather than assumed.
+            Err(e) => {
+                codec::encode_failure(codec::STATUS_ERROR, &e.to_string(), &mut put);
                 let _ = stream.write_all(&out);
                 return;
             }

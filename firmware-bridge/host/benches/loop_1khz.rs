@@ -3,8 +3,8 @@
 //! Reports (release build: `cargo bench -p stagewise-bridge --bench loop_1khz`):
 //! - command -> acknowledging telemetry latency (the firmware acknowledges a command in the telemetry of its next
 //!   1 ms control tick, so this includes up to one period of tick quantisation);
-//! - link round trip without the tick: a duplicate `Hello` is answered at once (encode, UDP, decode, firmware
-//!   handling, and back);
+//! - link round trip without the tick: a repeated `Hello` is answered at once (seal with the MAC, UDP, decode and
+//!   authenticate, firmware handling, and back);
 //! - jitter of the host's 1 kHz command sends and of the telemetry arrivals (interval standard deviation).
 //!
 //! `STAGEWISE_BENCH_SECONDS` (default 5) sets the length of the 1 kHz run.
@@ -42,12 +42,17 @@ fn summary(name: &str, v: &mut [f64]) {
     );
 }
 
+fn key() -> LinkKey {
+    LinkKey::new(&[0x5a; KEY_LEN])
+}
+
 fn emulator() -> Emulator {
     Emulator::spawn(
         EmulatorConfig {
             firmware: FirmwareConfig::cartesian_1khz(),
             bind: "127.0.0.1:0".parse().expect("addr"),
             record_commands: false,
+            key: key(),
         },
         KinematicPlant::new([0.0, 0.0, 0.2]),
     )
@@ -63,18 +68,20 @@ fn raw_round_trip(n: usize) -> Vec<f64> {
     let hello = Message::Hello(Hello {
         version: PROTOCOL_VERSION,
         role: Role::Host,
-        session: 77,
+        nonce: 77,
+        session: 0,
         capabilities: Capabilities(0),
         n_joints: 0,
         control_hz: 0,
     });
     let mut out = [0u8; MAX_FRAME];
-    let k = encode_frame(&hello, &mut out).expect("encode");
+    let mut tx = Sender::new(key(), Direction::HostToFirmware);
     let mut buf = [0u8; 2048];
     let mut rtts = Vec::with_capacity(n);
-    let mut dec = FrameDecoder::new();
+    let mut dec = FrameDecoder::new(key(), Direction::FirmwareToHost);
     for i in 0..n + 100 {
         let t = Instant::now();
+        let k = tx.seal(0, &hello, &mut out).expect("seal");
         sock.send(&out[..k]).expect("send");
         // Wait for the Hello answer (telemetry may arrive in between).
         'wait: loop {
@@ -83,7 +90,15 @@ fn raw_round_trip(n: usize) -> Vec<f64> {
             };
             let mut got = false;
             dec.reset();
-            dec.feed(&buf[..m], |r| got |= matches!(r, Ok(Message::Hello(_))));
+            dec.feed(&buf[..m], |r| {
+                got |= matches!(
+                    r,
+                    Ok(Frame {
+                        message: Message::Hello(_),
+                        ..
+                    })
+                )
+            });
             if got {
                 if i >= 100 {
                     rtts.push(t.elapsed().as_secs_f64() * 1e6);
@@ -111,7 +126,7 @@ fn main() {
         .expect("runtime");
     let (sends, tels) = rt.block_on(async {
         let bridge = std::sync::Arc::new(
-            Bridge::connect(&Endpoint::Udp(emu.local_addr()), BridgeConfig::default())
+            Bridge::connect(&Endpoint::Udp(emu.local_addr()), BridgeConfig::new(key()))
                 .await
                 .expect("connect"),
         );

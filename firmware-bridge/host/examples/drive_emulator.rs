@@ -1,8 +1,9 @@
 //! Drives a running firmware emulator as an `Env`: `cargo run -p stagewise-bridge --example drive_emulator --
-//! udp://127.0.0.1:9100` (start `stagewise-emulator --bind 127.0.0.1:9100` first). Moves +x for one second, then
-//! -x, printing the end-effector state.
+//! udp://127.0.0.1:9100 robot.key` (start `stagewise-emulator --bind 127.0.0.1:9100 --link-key-file robot.key`
+//! first; `stagewise robot keygen robot.key` makes the key). Moves +x for one second, then -x, printing the
+//! end-effector state.
 
-use stagewise_bridge::{Endpoint, RobotEnv, RobotEnvConfig};
+use stagewise_bridge::{link_key, Endpoint, RobotEnv, RobotEnvConfig};
 use stagewise_core::Env;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -10,8 +11,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .unwrap_or_else(|| "udp://127.0.0.1:9100".into())
         .parse()?;
+    let key_file = std::env::args()
+        .nth(2)
+        .ok_or("usage: drive_emulator udp://HOST:PORT KEY_FILE")?;
+    let key = link_key::load(std::path::Path::new(&key_file))?;
     let mut env = RobotEnv::connect(
-        RobotEnvConfig::sim_like(endpoint, "pick-place", Vec::new()),
+        RobotEnvConfig::sim_like(endpoint, "pick-place", Vec::new(), key),
         Vec::new(),
     )?;
     let obs = env.reset(0)?;

@@ -1,5 +1,8 @@
 //! Host-side limits, enforced on every command before it is encoded: joint position, velocity and acceleration,
-//! end-effector speed and acceleration, and a workspace box. The firmware enforces its own limits again.
+//! end-effector (tool-tip) speed and acceleration as vector norms, and a workspace box. Velocity and acceleration
+//! integrate over the time since the previous command, bounded by `max_dt` (a pause never allows a jump to full
+//! speed), and after `stopped_after` without a command the previous velocity counts as zero (the firmware's
+//! command timeout has stopped the robot). The firmware enforces its own limits again.
 
 use stagewise_protocol::{joints, Setpoint, Telemetry};
 
@@ -27,10 +30,17 @@ pub struct Limits {
     pub vel_max: Vec<f32>,
     /// Joint acceleration, units per second squared.
     pub acc_max: Vec<f32>,
-    /// End-effector speed per axis, m/s.
+    /// End-effector (tool-tip) speed, m/s: the norm of the velocity vector (for Cartesian joints also the norm
+    /// of the first three joints' velocity).
     pub ee_vel_max: f32,
-    /// End-effector acceleration per axis, m/s^2.
+    /// End-effector acceleration, m/s^2: the norm of the change of the velocity vector per second.
     pub ee_acc_max: f32,
+    /// Longest interval (s) the velocity and acceleration limits integrate over: a command after a pause may
+    /// change the velocity by at most `acc * max_dt`, and move a joint target by at most `vel * max_dt`.
+    pub max_dt: f32,
+    /// After this long (s) without a command the robot has stopped (the firmware's command timeout), so the next
+    /// command accelerates from rest.
+    pub stopped_after: f32,
     pub workspace: Option<WorkspaceBox>,
     /// The first three joints are the end-effector x, y, z (a Cartesian robot): the workspace box then applies
     /// to joint targets as well.
@@ -50,6 +60,8 @@ impl Limits {
             acc_max: vec![3.0; 3],
             ee_vel_max: 0.3,
             ee_acc_max: 3.0,
+            max_dt: 0.05,
+            stopped_after: 0.1,
             workspace: Some(WorkspaceBox { min: lo, max: hi }),
             cartesian_joints: true,
             mode: LimitMode::Clamp,
@@ -103,20 +115,30 @@ impl LimitState {
 }
 
 impl Limits {
-    /// Applies the limits to `setpoint` sent `dt` seconds after the previous command (clamped to at least 1 ms).
-    /// `telemetry` gives the current position (joint reference before any target was sent, end-effector
-    /// position for the workspace). Returns the command to send and the clamps applied.
+    /// Applies the limits to `setpoint` sent `dt` seconds after the previous command (`None`: the first one since
+    /// the history was reset, from rest over 1 ms). The interval counts at least 1 ms and at most `max_dt`; after
+    /// more than `stopped_after` the previous velocity is taken as zero. `telemetry` gives the current position
+    /// (joint reference before any target was sent, end-effector position for the workspace). Returns the
+    /// command to send and the clamps applied.
     pub fn apply(
         &self,
         state_out: &mut LimitState,
         setpoint: &Setpoint,
         gripper: f32,
         telemetry: Option<&Telemetry>,
-        dt: f32,
+        dt: Option<f32>,
     ) -> Result<(Setpoint, f32, Vec<LimitHit>), LimitError> {
-        let dt = dt.max(1e-3);
         let mut scratch = state_out.clone();
         let state = &mut scratch;
+        let (dt, from_rest) = match dt {
+            None => (1e-3, true),
+            Some(d) if !d.is_finite() || d > self.stopped_after => (self.max_dt.max(1e-3), true),
+            Some(d) => (d.clamp(1e-3, self.max_dt.max(1e-3)), false),
+        };
+        if from_rest {
+            state.last_joint_vel.iter_mut().for_each(|v| *v = 0.0);
+            state.last_ee_vel = [0.0; 3];
+        }
         let mut hits = Vec::new();
         if !gripper.is_finite() {
             return Err(LimitError::NotFinite {
@@ -160,7 +182,8 @@ impl Limits {
                 if state.last_joint_vel.len() != n {
                     state.last_joint_vel = vec![0.0; n];
                 }
-                let mut target = Vec::with_capacity(n);
+                // Position, then velocity per joint (and for Cartesian joints the tool tip's speed as a vector),
+                // then acceleration per joint (and as a vector).
                 let mut vels = Vec::with_capacity(n);
                 for i in 0..n {
                     let mut lo = self.pos_min[i];
@@ -171,27 +194,62 @@ impl Limits {
                     }
                     let p = clamp_hit(&mut hits, LimitKind::Position, i, q[i], lo, hi);
                     let v_req = (p - reference[i]) / dt;
-                    let v = clamp_hit(
+                    vels.push(clamp_hit(
                         &mut hits,
                         LimitKind::Velocity,
                         i,
                         v_req,
                         -self.vel_max[i],
                         self.vel_max[i],
+                    ));
+                }
+                let cart = self.cartesian_joints && n >= 3;
+                if cart {
+                    norm_hit(
+                        &mut hits,
+                        LimitKind::Velocity,
+                        &mut vels[..3],
+                        None,
+                        self.ee_vel_max,
                     );
+                }
+                for (i, v) in vels.iter_mut().enumerate() {
                     let prev = state.last_joint_vel[i];
                     let dv = self.acc_max[i] * dt;
-                    let v = clamp_hit(
+                    *v = clamp_hit(
                         &mut hits,
                         LimitKind::Acceleration,
                         i,
-                        v,
+                        *v,
                         prev - dv,
                         prev + dv,
                     );
-                    vels.push(v);
-                    target.push(reference[i] + v * dt);
                 }
+                if cart {
+                    let prev = [
+                        state.last_joint_vel[0],
+                        state.last_joint_vel[1],
+                        state.last_joint_vel[2],
+                    ];
+                    norm_hit(
+                        &mut hits,
+                        LimitKind::Acceleration,
+                        &mut vels[..3],
+                        Some(&prev),
+                        self.ee_acc_max * dt,
+                    );
+                }
+                if cart {
+                    // The speed limit is the hard one: per-joint acceleration clamps can turn the vector.
+                    norm_hit(
+                        &mut hits,
+                        LimitKind::Velocity,
+                        &mut vels[..3],
+                        None,
+                        self.ee_vel_max,
+                    );
+                }
+                let target: Vec<f32> = (0..n).map(|i| reference[i] + vels[i] * dt).collect();
                 state.last_joint_vel = vels;
                 state.last_joint_target = Some(target.clone());
                 // n == pos_min.len() and the Setpoint came in with n <= MAX_JOINTS values.
@@ -207,34 +265,31 @@ impl Limits {
                         value: *x,
                     });
                 }
-                let mut out = [0.0f32; 3];
-                for i in 0..3 {
-                    let x = clamp_hit(
-                        &mut hits,
-                        LimitKind::Velocity,
-                        i,
-                        v[i],
-                        -self.ee_vel_max,
-                        self.ee_vel_max,
-                    );
-                    let prev = state.last_ee_vel[i];
-                    let dv = self.ee_acc_max * dt;
-                    let mut x = clamp_hit(
-                        &mut hits,
-                        LimitKind::Acceleration,
-                        i,
-                        x,
-                        prev - dv,
-                        prev + dv,
-                    );
-                    if let (Some(ws), Some(t)) = (self.workspace, telemetry) {
+                // The tool tip's speed and acceleration as vectors (direction kept), then the workspace per axis.
+                let mut out = *v;
+                norm_hit(
+                    &mut hits,
+                    LimitKind::Velocity,
+                    &mut out,
+                    None,
+                    self.ee_vel_max,
+                );
+                let prev = state.last_ee_vel;
+                norm_hit(
+                    &mut hits,
+                    LimitKind::Acceleration,
+                    &mut out,
+                    Some(&prev),
+                    self.ee_acc_max * dt,
+                );
+                if let (Some(ws), Some(t)) = (self.workspace, telemetry) {
+                    for (i, x) in out.iter_mut().enumerate() {
                         // Never command a velocity that leaves the box within this period.
                         let p = t.ee[i];
                         let lo = ((ws.min[i] - p) / dt).min(0.0);
                         let hi = ((ws.max[i] - p) / dt).max(0.0);
-                        x = clamp_hit(&mut hits, LimitKind::Workspace, i, x, lo, hi);
+                        *x = clamp_hit(&mut hits, LimitKind::Workspace, i, *x, lo, hi);
                     }
-                    out[i] = x;
                 }
                 state.last_ee_vel = out;
                 Setpoint::EeVelocity(out)
@@ -269,4 +324,38 @@ fn clamp_hit(
         });
     }
     c
+}
+
+/// Limits the norm of `v - reference` (`reference` = 0 when `None`) to `max`, scaling that difference (its
+/// direction kept); records a hit for every component that changed.
+fn norm_hit(
+    hits: &mut Vec<LimitHit>,
+    kind: LimitKind,
+    v: &mut [f32],
+    reference: Option<&[f32]>,
+    max: f32,
+) {
+    let r = |i: usize| reference.map_or(0.0, |r| r[i]);
+    let n = v
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (x - r(i)) * (x - r(i)))
+        .sum::<f32>()
+        .sqrt();
+    if n <= max || n == 0.0 {
+        return;
+    }
+    let k = max.max(0.0) / n;
+    for (i, x) in v.iter_mut().enumerate() {
+        let allowed = r(i) + (*x - r(i)) * k;
+        if allowed != *x {
+            hits.push(LimitHit {
+                kind,
+                axis: i,
+                requested: *x,
+                allowed,
+            });
+        }
+        *x = allowed;
+    }
 }

@@ -4,7 +4,7 @@ use crate::bridge::{Bridge, BridgeConfig, BridgeError};
 use crate::camera::{CameraError, CameraSource};
 use crate::transport::Endpoint;
 use stagewise_core::{BoxSpec, Env, EnvError, EnvSpec, Observation, StepInfo, StepResult};
-use stagewise_protocol::{joints, FirmwareState, Setpoint, Telemetry};
+use stagewise_protocol::{joints, FirmwareState, LinkKey, Setpoint, StopReason, Telemetry};
 use std::time::{Duration, Instant};
 
 /// How an action maps to a command.
@@ -41,11 +41,16 @@ pub struct RobotEnvConfig {
 
 impl RobotEnvConfig {
     /// The emulated 3-axis robot with the simulator's action and state layout (`[dx, dy, dz, gripper]`;
-    /// state `[ee_x, ee_y, ee_z, gripper_width]`), 50 Hz, 400 steps.
-    pub fn sim_like(endpoint: Endpoint, task: &str, stage_names: Vec<String>) -> Self {
+    /// state `[ee_x, ee_y, ee_z, gripper_width]`), 50 Hz, 400 steps, link key `key`.
+    pub fn sim_like(
+        endpoint: Endpoint,
+        task: &str,
+        stage_names: Vec<String>,
+        key: LinkKey,
+    ) -> Self {
         Self {
             endpoint,
-            bridge: BridgeConfig::default(),
+            bridge: BridgeConfig::new(key),
             task: task.to_string(),
             stage_names,
             control_hz: 50.0,
@@ -84,9 +89,11 @@ pub trait SceneReset: Send {
 }
 
 /// A robot as an [`Env`]. It owns a small tokio runtime for the bridge; `reset` arms the firmware (and clears a
-/// latched host fault), `step` sends one command through the host limits, waits for the control period, and
-/// returns the newest telemetry (plus one frame per camera) as the observation. Rewards come from the reward
-/// model, so `reward` is 0 and episodes end only by `max_steps` (truncation).
+/// latched host fault; never a latched e-stop: that needs an operator's `stagewise robot reset-estop`), `step`
+/// sends one command through the host limits, waits for the control period, and returns the newest telemetry
+/// (plus one frame per camera) as the observation. A firmware that stopped on its own (link loss, a stalled
+/// actor, a sensor fault, a local disarm) ends the episode with an error naming its state and faults. Rewards
+/// come from the reward model, so `reward` is 0 and episodes end only by `max_steps` (truncation).
 pub struct RobotEnv {
     rt: tokio::runtime::Runtime,
     bridge: Bridge,
@@ -198,7 +205,8 @@ impl RobotEnv {
         self.late_steps
     }
 
-    /// Emergency stop now (the next `reset` re-arms).
+    /// Emergency stop now: latched in the firmware (and repeated until telemetry shows it); `reset` cannot
+    /// re-arm until an operator clears it (`stagewise robot reset-estop`, [`Bridge::reset_estop`]).
     pub fn estop(&mut self) -> Result<(), BridgeError> {
         self.done = true;
         self.rt.block_on(self.bridge.estop())
@@ -417,6 +425,13 @@ impl Env for RobotEnv {
             self.done = true;
             return Err(backend(format!("robot stopped: {f:?}; reset to re-arm")));
         }
+        if let Some(stop) = self.bridge.firmware_stop() {
+            self.done = true;
+            return Err(backend(format!(
+                "the robot at {} stopped on its own: {stop}; reset to re-arm",
+                self.cfg.endpoint
+            )));
+        }
         if matches!(t.state, FirmwareState::Hold | FirmwareState::EStopped) {
             self.done = true;
             return Err(backend(format!(
@@ -445,10 +460,18 @@ impl Env for RobotEnv {
 
 impl Drop for RobotEnv {
     fn drop(&mut self) {
-        // Best effort: tell the firmware we are gone so it brakes at once rather than at its link timeout.
+        // Best effort: tell the firmware we are gone so it brakes at once rather than at its link timeout. A
+        // protective stop (the next run arms again), not a latched e-stop.
         let bridge = &self.bridge;
         self.rt.block_on(async {
-            let _ = tokio::time::timeout(Duration::from_millis(100), bridge.estop()).await;
+            let _ = tokio::time::timeout(Duration::from_millis(100), async {
+                if bridge.stop(StopReason::Shutdown).await.is_ok() {
+                    bridge
+                        .wait_stop_acknowledged(Duration::from_millis(100))
+                        .await;
+                }
+            })
+            .await;
         });
     }
 }

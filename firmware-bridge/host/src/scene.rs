@@ -1,6 +1,6 @@
 //! The host side of a scene channel: camera frames, the state of the objects in the scene and scene resets from
-//! a TCP server (the firmware emulator serves one from its simulator plant; the wire format is documented in
-//! `stagewise_firmware::scene` and in firmware-bridge/README.md). One request fetches every view and the state
+//! a TCP server (the firmware emulator serves one from its simulator plant; the wire format and its codec are
+//! [`stagewise_protocol::scene`], shared with the server, and in firmware-bridge/README.md). One request fetches every view and the state
 //! from the same instant, so the views of one observation are always of one plant state.
 //!
 //! [`SceneClient::cameras`] gives one [`CameraSource`] per view, [`SceneClient::state_source`] a
@@ -9,16 +9,15 @@
 use crate::camera::{CameraError, CameraSource};
 use crate::robot_env::{SceneReset, StateSource};
 use stagewise_core::{BoxSpec, View, ViewSpec};
+use stagewise_protocol::scene::{self as codec, Request, SceneError};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// What a scene server's header announces: task, camera views, state layout.
-type SceneHeader = (String, Vec<ViewSpec>, BoxSpec);
-
-const MAGIC: &[u8; 4] = b"SWSC";
-const VERSION: u16 = 1;
+/// Largest scene header the client reads (names of views and state values): protects against a corrupt or
+/// hostile server.
+const MAX_HEADER_BYTES: usize = 256 << 10;
 
 struct Conn {
     stream: TcpStream,
@@ -50,38 +49,65 @@ fn err(addr: &str, message: impl std::fmt::Display) -> CameraError {
     }
 }
 
-fn read_u16(r: &mut impl Read) -> std::io::Result<u16> {
-    let mut b = [0u8; 2];
-    r.read_exact(&mut b)?;
-    Ok(u16::from_le_bytes(b))
-}
-
-fn read_u32(r: &mut impl Read) -> std::io::Result<u32> {
-    let mut b = [0u8; 4];
-    r.read_exact(&mut b)?;
-    Ok(u32::from_le_bytes(b))
-}
-
-fn read_u64(r: &mut impl Read) -> std::io::Result<u64> {
-    let mut b = [0u8; 8];
-    r.read_exact(&mut b)?;
-    Ok(u64::from_le_bytes(b))
-}
-
-fn read_f32(r: &mut impl Read) -> std::io::Result<f32> {
-    Ok(f32::from_bits(read_u32(r)?))
-}
-
-fn read_str(r: &mut impl Read) -> std::io::Result<String> {
-    let n = read_u16(r)? as usize;
+fn read_exact(r: &mut impl Read, n: usize) -> std::io::Result<Vec<u8>> {
     let mut b = vec![0u8; n];
     r.read_exact(&mut b)?;
-    String::from_utf8(b)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "string is not UTF-8"))
+    Ok(b)
 }
 
-/// Largest frame the client accepts (a 4K RGB frame); protects against a corrupt header.
-const MAX_PIXELS: u64 = 3840 * 2160;
+/// Reads a failure reply's string (after its status byte).
+fn read_message(r: &mut impl Read) -> std::io::Result<String> {
+    let len = read_exact(r, 2)?;
+    let n = usize::from(u16::from_le_bytes([len[0], len[1]]));
+    let mut framed = len;
+    framed.extend(read_exact(r, n)?);
+    Ok(codec::Reader::new(&framed)
+        .str()
+        .map(str::to_string)
+        .unwrap_or_else(|_| "(a message that is not UTF-8)".into()))
+}
+
+/// Reads a whole header from `stream`: as many bytes as the decoder asks for, at most [`MAX_HEADER_BYTES`].
+fn read_header(stream: &mut impl Read) -> Result<(String, Vec<ViewSpec>, BoxSpec), String> {
+    let mut buf = Vec::new();
+    let mut need = 4;
+    loop {
+        if buf.len() + need > MAX_HEADER_BYTES {
+            return Err(format!("scene header larger than {MAX_HEADER_BYTES} bytes"));
+        }
+        let start = buf.len();
+        buf.resize(start + need, 0);
+        stream
+            .read_exact(&mut buf[start..])
+            .map_err(|e| format!("reading the scene header: {e}"))?;
+        let mut views = Vec::new();
+        let mut state = BoxSpec {
+            names: Vec::new(),
+            low: Vec::new(),
+            high: Vec::new(),
+        };
+        let r = codec::decode_header(
+            &buf,
+            |v| {
+                views.push(ViewSpec {
+                    name: v.name.to_string(),
+                    width: v.width,
+                    height: v.height,
+                })
+            },
+            |s| {
+                state.names.push(s.name.to_string());
+                state.low.push(s.low);
+                state.high.push(s.high);
+            },
+        );
+        match r {
+            Ok((task, _)) => return Ok((task.to_string(), views, state)),
+            Err(SceneError::Incomplete { need: more }) => need = more,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
 
 impl SceneClient {
     /// Connects to `addr` (`HOST:PORT`) and reads the server's description. Every later request waits at most
@@ -105,54 +131,7 @@ impl SceneClient {
             .and_then(|_| stream.set_write_timeout(Some(timeout)))
             .and_then(|_| stream.set_nodelay(true))
             .map_err(|e| err(addr, e))?;
-        let mut magic = [0u8; 4];
-        stream
-            .read_exact(&mut magic)
-            .map_err(|e| err(addr, format!("no scene header within {timeout:?}: {e}")))?;
-        if &magic != MAGIC {
-            return Err(err(
-                addr,
-                format!("not a scene server (header {magic:02x?}, expected \"SWSC\")"),
-            ));
-        }
-        let header = (|| -> std::io::Result<Result<SceneHeader, String>> {
-            let version = read_u16(&mut stream)?;
-            if version != VERSION {
-                return Ok(Err(format!(
-                    "scene protocol version {version}, this host speaks {VERSION}"
-                )));
-            }
-            let task = read_str(&mut stream)?;
-            let n = read_u16(&mut stream)?;
-            let mut views = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                let name = read_str(&mut stream)?;
-                let width = read_u32(&mut stream)?;
-                let height = read_u32(&mut stream)?;
-                if u64::from(width) * u64::from(height) > MAX_PIXELS || width == 0 || height == 0 {
-                    return Ok(Err(format!("view {name} is {width}x{height}")));
-                }
-                views.push(ViewSpec {
-                    name,
-                    width,
-                    height,
-                });
-            }
-            let n = read_u16(&mut stream)?;
-            let mut state = BoxSpec {
-                names: Vec::new(),
-                low: Vec::new(),
-                high: Vec::new(),
-            };
-            for _ in 0..n {
-                state.names.push(read_str(&mut stream)?);
-                state.low.push(read_f32(&mut stream)?);
-                state.high.push(read_f32(&mut stream)?);
-            }
-            Ok(Ok((task, views, state)))
-        })()
-        .map_err(|e| err(addr, format!("reading the scene header: {e}")))?;
-        let (task, views, state) = header.map_err(|m| err(addr, m))?;
+        let (task, views, state) = read_header(&mut stream).map_err(|m| err(addr, m))?;
         let n = views.len();
         Ok(Self {
             shared: Arc::new(Shared {
@@ -267,22 +246,25 @@ impl SceneClient {
     fn fetch(&self, c: &mut Conn) -> Result<(), CameraError> {
         let s = &self.shared;
         let io = |e: std::io::Error| err(&s.addr, format!("frame request failed: {e}"));
-        c.stream.write_all(b"F").map_err(io)?;
-        let mut status = [0u8; 1];
-        c.stream.read_exact(&mut status).map_err(io)?;
-        if status[0] != 0 {
-            let m = read_str(&mut c.stream).map_err(io)?;
+        let mut req = Vec::with_capacity(1);
+        codec::encode_request(Request::Frame, &mut |b: &[u8]| req.extend_from_slice(b));
+        c.stream.write_all(&req).map_err(io)?;
+        let status = read_exact(&mut c.stream, 1).map_err(io)?[0];
+        let ok = codec::reply_status(Request::Frame, status).map_err(|e| err(&s.addr, e))?;
+        if !ok {
+            let m = read_message(&mut c.stream).map_err(io)?;
             return Err(err(&s.addr, format!("refused the frame request: {m}")));
         }
-        c.plant_step = read_u64(&mut c.stream).map_err(io)?;
-        let _resets = read_u64(&mut c.stream).map_err(io)?;
-        let mut state = Vec::with_capacity(s.state.len());
-        for _ in 0..s.state.len() {
-            state.push(read_f32(&mut c.stream).map_err(io)?);
-        }
+        let prefix =
+            read_exact(&mut c.stream, codec::frame_prefix_len(s.state.len())).map_err(io)?;
+        let mut state = vec![0.0f32; s.state.len()];
+        let (plant_step, _resets) =
+            codec::decode_frame_prefix(&prefix, &mut state).map_err(|e| err(&s.addr, e))?;
+        c.plant_step = plant_step;
         for (i, v) in s.views.iter().enumerate() {
-            let mut rgb = vec![0u8; (v.width * v.height * 3) as usize];
-            c.stream.read_exact(&mut rgb).map_err(io)?;
+            let n = codec::frame_bytes(v.width, v.height)
+                .ok_or_else(|| err(&s.addr, format!("view {} has no valid size", v.name)))?;
+            let rgb = read_exact(&mut c.stream, n).map_err(io)?;
             let img = image::RgbImage::from_raw(v.width, v.height, rgb)
                 .ok_or_else(|| err(&s.addr, format!("view {} has a wrong frame size", v.name)))?;
             c.frames[i] = Some(View::new(v.name.clone(), img));
@@ -318,14 +300,16 @@ impl SceneClient {
         let mut c = self.lock()?;
         let s = &self.shared;
         let io = |e: std::io::Error| err(&s.addr, format!("scene reset failed: {e}"));
-        let mut req = [0u8; 9];
-        req[0] = b'R';
-        req[1..].copy_from_slice(&seed.to_le_bytes());
+        let mut req = Vec::with_capacity(9);
+        codec::encode_request(Request::Reset { seed }, &mut |b: &[u8]| {
+            req.extend_from_slice(b)
+        });
         c.stream.write_all(&req).map_err(io)?;
-        let mut status = [0u8; 1];
-        c.stream.read_exact(&mut status).map_err(io)?;
-        if status[0] != 0 {
-            let m = read_str(&mut c.stream).map_err(io)?;
+        let status = read_exact(&mut c.stream, 1).map_err(io)?[0];
+        let ok =
+            codec::reply_status(Request::Reset { seed }, status).map_err(|e| err(&s.addr, e))?;
+        if !ok {
+            let m = read_message(&mut c.stream).map_err(io)?;
             return Err(err(&s.addr, format!("refused the scene reset: {m}")));
         }
         for f in &mut c.frames {

@@ -1,33 +1,46 @@
 //! The bridge against the firmware emulator over UDP loopback: RobotEnv on the simulator plant, watchdog,
-//! e-stop, handshake refusals, and limits checked on the wire.
+//! e-stop latch and operator reset, handshake refusals, session ownership, a stalled actor, non-finite sensor
+//! values, a firmware that stops or reboots on its own, and limits checked on the wire.
 
 use stagewise_bridge::protocol::*;
 use stagewise_bridge::*;
 use stagewise_core::{Env, View, ViewSpec};
-use stagewise_firmware::emulator::{sim_plant, Emulator, EmulatorConfig};
-use stagewise_firmware::{FirmwareConfig, KinematicPlant};
+use stagewise_firmware::emulator::{sim_plant, Control, Emulator, EmulatorConfig};
+use stagewise_firmware::{Drive, FirmwareConfig, KinematicPlant, Plant, PlantState};
 use std::net::UdpSocket;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub fn key() -> LinkKey {
+    LinkKey::new(&[0x24; KEY_LEN])
+}
 
 /// The firmware's link timeout in these tests: generous, so that a loaded test machine never trips it (the
 /// fault-injection tests exercise the real 50 ms).
 fn relaxed_firmware() -> FirmwareConfig {
     FirmwareConfig {
         link_timeout_us: 250_000,
+        stall_timeout_us: 1_000_000,
         ..FirmwareConfig::cartesian_1khz()
     }
 }
 
-fn kinematic_emulator() -> Emulator {
+fn emulator_with<P: Plant + Send + 'static>(firmware: FirmwareConfig, plant: P) -> Emulator {
     Emulator::spawn(
         EmulatorConfig {
-            firmware: relaxed_firmware(),
+            firmware,
             bind: "127.0.0.1:0".parse().expect("addr"),
             record_commands: true,
+            key: key(),
         },
-        KinematicPlant::new([0.0, 0.0, 0.2]),
+        plant,
     )
     .expect("emulator")
+}
+
+fn kinematic_emulator() -> Emulator {
+    emulator_with(relaxed_firmware(), KinematicPlant::new([0.0, 0.0, 0.2]))
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -38,6 +51,18 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
+/// Waits until `cond` holds (checked every 2 ms), at most `limit`.
+async fn until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    cond()
+}
+
 #[test]
 fn robot_env_drives_the_simulator_through_the_emulator() {
     let plant = sim_plant(stagewise_sim::Task::PickPlace, 1000, 3).expect("sim plant");
@@ -46,6 +71,7 @@ fn robot_env_drives_the_simulator_through_the_emulator() {
             firmware: relaxed_firmware(),
             bind: "127.0.0.1:0".parse().expect("addr"),
             record_commands: false,
+            key: key(),
         },
         plant,
     )
@@ -66,6 +92,7 @@ fn robot_env_drives_the_simulator_through_the_emulator() {
         Endpoint::Udp(emu.local_addr()),
         "pick-place",
         stages.clone(),
+        key(),
     );
     cfg.max_steps = 30;
     let mut env = RobotEnv::connect(cfg, vec![Box::new(cam)]).expect("connects");
@@ -122,6 +149,7 @@ fn robot_env_drives_the_simulator_through_the_emulator() {
     let log = emu.stop().expect("stops");
     assert!(log.counters.accepted_commands >= 30);
     assert_eq!(log.moved_while_not_armed, 0);
+    assert_eq!(log.counters.rejected(), 0);
 }
 
 /// Object poses from a state source travel on the observation, after the robot's own state, and are not
@@ -138,7 +166,12 @@ fn appended_state_is_not_proprioception() {
         }
     }
     let emu = kinematic_emulator();
-    let cfg = RobotEnvConfig::sim_like(Endpoint::Udp(emu.local_addr()), "pick-place", Vec::new());
+    let cfg = RobotEnvConfig::sim_like(
+        Endpoint::Udp(emu.local_addr()),
+        "pick-place",
+        Vec::new(),
+        key(),
+    );
     let own = ["ee_x", "ee_y", "ee_z", "gripper_width"];
     assert_eq!(cfg.proprio_names(), own);
     let env = RobotEnv::connect(cfg, Vec::new()).expect("connects");
@@ -175,7 +208,7 @@ fn watchdog_stops_and_faults_when_telemetry_stops() {
     rt.block_on(async {
         let cfg = BridgeConfig {
             watchdog: Duration::from_millis(100),
-            ..BridgeConfig::default()
+            ..BridgeConfig::new(key())
         };
         let bridge = Bridge::connect(&Endpoint::Udp(emu.local_addr()), cfg)
             .await
@@ -194,6 +227,9 @@ fn watchdog_stops_and_faults_when_telemetry_stops() {
             bridge.fault()
         );
         assert_eq!(bridge.stats().watchdog_trips, 1);
+        // The protective stop is repeated (nobody answers) until telemetry shows it.
+        assert_eq!(bridge.stop_pending(), Some(StopReason::HostWatchdog));
+        assert!(bridge.stats().stop_frames > 5, "{:?}", bridge.stats());
         let e = bridge
             .command(&Setpoint::EeVelocity([0.01, 0.0, 0.0]), 1.0)
             .await
@@ -206,11 +242,11 @@ fn watchdog_stops_and_faults_when_telemetry_stops() {
 }
 
 #[test]
-fn estop_latches_until_re_armed() {
+fn the_estop_latches_until_an_operator_reset_never_an_arm() {
     let rt = runtime();
     let emu = kinematic_emulator();
     rt.block_on(async {
-        let bridge = Bridge::connect(&Endpoint::Udp(emu.local_addr()), BridgeConfig::default())
+        let bridge = Bridge::connect(&Endpoint::Udp(emu.local_addr()), BridgeConfig::new(key()))
             .await
             .expect("connect");
         bridge.arm().await.expect("arm");
@@ -224,49 +260,297 @@ fn estop_latches_until_re_armed() {
             .await
             .unwrap_err();
         assert!(matches!(e, BridgeError::Faulted(HostFault::EStop)));
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            let s = bridge
-                .next_telemetry(0, Duration::from_secs(1))
-                .await
-                .expect("telemetry");
-            if s.telemetry.state == FirmwareState::EStopped {
-                assert!(s.telemetry.faults.has(Faults::ESTOP));
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "firmware never reported EStopped"
-            );
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        bridge.arm().await.expect("re-arm");
+        assert!(
+            bridge.wait_stop_acknowledged(Duration::from_secs(2)).await,
+            "telemetry shows the e-stop"
+        );
+        let s = bridge.telemetry().expect("telemetry");
+        assert_eq!(s.telemetry.state, FirmwareState::EStopped);
+        assert!(s.telemetry.faults.has(Faults::ESTOP));
+        // An arm (what every env reset sends) is refused, and says how to clear it.
+        let e = bridge.arm().await.unwrap_err();
+        assert!(matches!(e, BridgeError::EStopLatched { .. }), "{e}");
+        assert!(e.to_string().contains("stagewise robot reset-estop"), "{e}");
+        assert_eq!(bridge.fault(), Some(HostFault::EStop));
+        // The operator's reset, then an arm: moves again.
+        bridge.reset_estop().await.expect("reset");
         assert!(bridge.fault().is_none());
+        bridge.arm().await.expect("re-arm after the reset");
         let r = bridge
             .command(&Setpoint::EeVelocity([0.05, 0.0, 0.0]), 1.0)
             .await
             .expect("moves again");
-        let deadline = Instant::now() + Duration::from_secs(2);
-        loop {
-            let s = bridge
-                .next_telemetry(0, Duration::from_secs(1))
-                .await
-                .expect("telemetry");
-            if s.telemetry.last_command_seq >= r.seq {
-                assert_eq!(s.telemetry.state, FirmwareState::Armed);
-                break;
-            }
-            assert!(Instant::now() < deadline);
-        }
+        assert!(
+            until(Duration::from_secs(2), || bridge
+                .telemetry()
+                .is_some_and(|s| s.telemetry.last_command_seq >= r.seq
+                    && s.telemetry.state == FirmwareState::Armed))
+            .await
+        );
+        bridge.close().await;
     });
     let log = emu.stop().expect("stop");
-    assert_eq!(log.counters.estops, 5, "the e-stop is repeated 5 times");
+    assert!(
+        log.counters.estops >= 5,
+        "the e-stop burst: {}",
+        log.counters.estops
+    );
+    assert_eq!(log.counters.estop_resets, 1);
 }
 
-/// A fake firmware on a raw socket: answers a Hello with `reply`, then records every command frame it gets.
+#[test]
+fn robot_env_reset_never_clears_an_estop() {
+    let emu = kinematic_emulator();
+    let endpoint = Endpoint::Udp(emu.local_addr());
+    let cfg = RobotEnvConfig::sim_like(endpoint.clone(), "pick-place", Vec::new(), key());
+    let mut env = RobotEnv::connect(cfg.clone(), Vec::new()).expect("connects");
+    env.reset(0).expect("arms");
+    env.step(&[0.5, 0.0, 0.0, 1.0]).expect("steps");
+    env.estop().expect("estop");
+    let e = env.reset(1).unwrap_err();
+    assert!(e.to_string().contains("reset-estop"), "{e}");
+    drop(env);
+    // The operator's verb (its own session), then a new run arms again.
+    let r = operator::reset_estop(&endpoint, BridgeConfig::new(key())).expect("reset");
+    assert_eq!(r.before, FirmwareState::EStopped);
+    assert_ne!(r.after, FirmwareState::EStopped);
+    let mut env = RobotEnv::connect(cfg, Vec::new()).expect("connects again");
+    env.reset(2).expect("arms after the operator reset");
+    drop(env);
+    emu.stop().expect("stops");
+}
+
+#[test]
+fn an_armed_session_is_not_taken_over_by_another_host() {
+    let rt = runtime();
+    let emu = kinematic_emulator();
+    rt.block_on(async {
+        let ep = Endpoint::Udp(emu.local_addr());
+        let first = Bridge::connect(&ep, BridgeConfig::new(key()))
+            .await
+            .expect("connect");
+        first.arm().await.expect("arm");
+        let cfg = BridgeConfig {
+            retries: 3,
+            ..BridgeConfig::new(key())
+        };
+        let e = Bridge::connect(&ep, cfg).await.err().expect("refused");
+        assert!(matches!(e, BridgeError::SessionBusy { .. }), "{e}");
+        // The first host still drives it.
+        let r = first
+            .command(&Setpoint::EeVelocity([0.02, 0.0, 0.0]), 1.0)
+            .await
+            .expect("command");
+        assert!(
+            until(Duration::from_secs(2), || first
+                .telemetry()
+                .is_some_and(|s| s.telemetry.last_command_seq >= r.seq))
+            .await
+        );
+        assert!(first.fault().is_none());
+        assert_eq!(first.firmware_stop(), None);
+    });
+    let log = emu.stop().expect("stop");
+    assert!(log.counters.takeovers_refused >= 1, "{:?}", log.counters);
+    assert_eq!(log.counters.sessions, 1);
+}
+
+#[test]
+fn a_host_with_another_key_gets_no_session() {
+    let rt = runtime();
+    let emu = kinematic_emulator();
+    rt.block_on(async {
+        let cfg = BridgeConfig {
+            retries: 3,
+            reply_timeout: Duration::from_millis(30),
+            ..BridgeConfig::new(LinkKey::new(&[0x77; KEY_LEN]))
+        };
+        let e = Bridge::connect(&Endpoint::Udp(emu.local_addr()), cfg)
+            .await
+            .err()
+            .expect("refused");
+        assert!(matches!(e, BridgeError::NoAnswer { .. }), "{e}");
+        assert!(e.to_string().contains("link key"), "{e}");
+    });
+    let log = emu.stop().expect("stop");
+    assert_eq!(log.counters.auth_failures, 3, "{:?}", log.counters);
+    assert_eq!(log.counters.sessions, 0);
+}
+
+#[test]
+fn a_stalled_actor_holds_the_robot_and_the_host_reports_it() {
+    let rt = runtime();
+    let fw = FirmwareConfig {
+        stall_timeout_us: 150_000,
+        ..relaxed_firmware()
+    };
+    let emu = emulator_with(fw, KinematicPlant::new([0.0, 0.0, 0.2]));
+    rt.block_on(async {
+        let bridge = Bridge::connect(&Endpoint::Udp(emu.local_addr()), BridgeConfig::new(key()))
+            .await
+            .expect("connect");
+        bridge.arm().await.expect("arm");
+        for _ in 0..20 {
+            bridge
+                .command(&Setpoint::EeVelocity([0.02, 0.0, 0.0]), 1.0)
+                .await
+                .expect("command");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // The actor stops; the bridge's heartbeat task keeps running (the link is fine).
+        let hb = bridge.stats().heartbeats_sent;
+        assert!(
+            until(Duration::from_secs(3), || bridge.firmware_stop().is_some()).await,
+            "the host notices"
+        );
+        let stop = bridge.firmware_stop().expect("reported");
+        assert_eq!(stop.state, FirmwareState::Hold);
+        assert!(stop.faults.has(Faults::ACTOR_STALLED), "{stop}");
+        assert!(stop.to_string().contains("ACTOR_STALLED"), "{stop}");
+        assert!(
+            bridge.stats().heartbeats_sent > hb + 5,
+            "heartbeats went on"
+        );
+        assert_eq!(bridge.stats().firmware_stops, 1);
+        bridge.arm().await.expect("re-arm");
+        assert_eq!(bridge.firmware_stop(), None);
+    });
+    let log = emu.stop().expect("stop");
+    assert_eq!(log.counters.actor_stalls, 1);
+    assert_eq!(log.counters.link_losses, 0);
+}
+
+/// A kinematic plant whose velocity reading turns NaN while `nan` is set.
+struct NanPlant {
+    inner: KinematicPlant,
+    nan: Arc<AtomicBool>,
+}
+
+impl Plant for NanPlant {
+    fn apply(&mut self, d: &Drive, g: f32, dt: f32) {
+        self.inner.apply(d, g, dt)
+    }
+    fn read(&mut self, out: &mut PlantState) {
+        self.inner.read(out);
+        if self.nan.load(Ordering::Relaxed) {
+            out.velocities[1] = f32::NAN;
+        }
+    }
+}
+
+#[test]
+fn non_finite_sensor_values_are_refused_on_both_sides() {
+    let rt = runtime();
+    let nan = Arc::new(AtomicBool::new(false));
+    let emu = emulator_with(
+        relaxed_firmware(),
+        NanPlant {
+            inner: KinematicPlant::new([0.0, 0.0, 0.2]),
+            nan: nan.clone(),
+        },
+    );
+    rt.block_on(async {
+        let bridge = Bridge::connect(&Endpoint::Udp(emu.local_addr()), BridgeConfig::new(key()))
+            .await
+            .expect("connect");
+        bridge.arm().await.expect("arm");
+        nan.store(true, Ordering::Relaxed);
+        assert!(
+            until(Duration::from_secs(2), || bridge.fault().is_some()).await,
+            "the host refuses the telemetry"
+        );
+        assert!(
+            matches!(
+                bridge.fault(),
+                Some(HostFault::TelemetryNotFinite {
+                    field: "velocities",
+                    index: 1,
+                    ..
+                })
+            ),
+            "{:?}",
+            bridge.fault()
+        );
+        assert!(bridge.stats().telemetry_not_finite > 0);
+        let e = bridge
+            .command(&Setpoint::EeVelocity([0.02, 0.0, 0.0]), 1.0)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BridgeError::Faulted(_)), "{e}");
+        // The firmware holds and refuses to arm while the reading is bad.
+        let e = bridge.arm().await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BridgeError::Refused {
+                    status: AckStatus::SensorFault,
+                    ..
+                } | BridgeError::NoAnswer { .. }
+            ),
+            "{e}"
+        );
+        nan.store(false, Ordering::Relaxed);
+        bridge
+            .arm()
+            .await
+            .expect("arms once the sensors read finite values");
+        assert!(bridge.fault().is_none());
+    });
+    let log = emu.stop().expect("stop");
+    assert_eq!(log.counters.sensor_faults, 1);
+    assert_eq!(log.moved_while_not_armed, 0);
+}
+
+#[test]
+fn a_firmware_that_disarms_or_reboots_on_its_own_is_reported() {
+    let emu = kinematic_emulator();
+    let endpoint = Endpoint::Udp(emu.local_addr());
+    let cfg = RobotEnvConfig::sim_like(endpoint.clone(), "pick-place", Vec::new(), key());
+    let mut env = RobotEnv::connect(cfg.clone(), Vec::new()).expect("connects");
+    env.reset(0).expect("arms");
+    env.step(&[0.2, 0.0, 0.0, 1.0]).expect("steps");
+    emu.control(Control::Disarm);
+    let mut err = None;
+    for _ in 0..50 {
+        match env.step(&[0.2, 0.0, 0.0, 1.0]) {
+            Ok(_) => {}
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+        }
+    }
+    let e = err.expect("the step after the disarm fails");
+    assert!(
+        e.to_string().contains("stopped on its own") && e.to_string().contains("Disarmed"),
+        "{e}"
+    );
+    let stop = env.bridge().firmware_stop().expect("reported");
+    assert_eq!(stop.state, FirmwareState::Disarmed);
+    // An env reset arms again.
+    env.reset(1).expect("re-arms");
+    env.step(&[0.2, 0.0, 0.0, 1.0]).expect("steps again");
+    // A reboot loses the session: the host learns it from the firmware's answer, not from silence.
+    emu.control(Control::Reboot);
+    let rt = runtime();
+    let lost = rt.block_on(until(Duration::from_secs(2), || {
+        env.bridge().fault() == Some(HostFault::SessionLost)
+    }));
+    assert!(lost, "{:?}", env.bridge().fault());
+    let e = env.step(&[0.2, 0.0, 0.0, 1.0]).unwrap_err();
+    assert!(e.to_string().contains("SessionLost"), "{e}");
+    drop(env);
+    let log = emu.stop().expect("stops");
+    assert_eq!(log.counters.local_disarms, 1);
+}
+
+/// A fake firmware on a raw socket (with the link key): answers a Hello with `reply` (a firmware Hello gets
+/// session 0x5e55), acks arms, records every command frame it gets, and sends telemetry (NaN positions if `nan`).
 fn fake_firmware(
     reply: Option<Message>,
+    nan: bool,
 ) -> (std::net::SocketAddr, std::thread::JoinHandle<Vec<Command>>) {
+    const SESSION: u32 = 0x5e55;
     let sock = UdpSocket::bind("127.0.0.1:0").expect("bind");
     sock.set_read_timeout(Some(Duration::from_millis(300)))
         .expect("timeout");
@@ -275,49 +559,54 @@ fn fake_firmware(
         let mut cmds = Vec::new();
         let mut buf = [0u8; 2048];
         let mut out = [0u8; MAX_FRAME];
+        let mut tx = Sender::new(key(), Direction::FirmwareToHost);
         let mut tel_seq = 0;
         while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let mut dec = FrameDecoder::new();
-            let mut msgs = Vec::new();
-            dec.feed(&buf[..n], |r| msgs.push(r));
-            for m in msgs.into_iter().flatten() {
-                match m {
+            let mut dec = FrameDecoder::new(key(), Direction::HostToFirmware);
+            let mut frames = Vec::new();
+            dec.feed(&buf[..n], |r| frames.push(r));
+            for f in frames.into_iter().flatten() {
+                let send = |tx: &mut Sender, out: &mut [u8], session: u32, m: &Message| {
+                    let k = tx.seal(session, m, out).expect("seal");
+                    let _ = sock.send_to(&out[..k], from);
+                };
+                match f.message {
                     Message::Hello(h) => {
                         let r = match &reply {
                             Some(Message::Hello(x)) => Message::Hello(Hello {
-                                session: h.session,
+                                nonce: h.nonce,
+                                session: SESSION,
                                 ..*x
                             }),
+                            Some(Message::Ack(a)) => Message::Ack(Ack { seq: h.nonce, ..*a }),
                             Some(other) => other.clone(),
                             None => continue,
                         };
-                        let k = encode_frame(&r, &mut out).expect("encode");
-                        sock.send_to(&out[..k], from).expect("send");
+                        send(&mut tx, &mut out, 0, &r);
                     }
-                    Message::Arm(a) => {
-                        let k = encode_frame(
-                            &Message::Ack(Ack {
-                                seq: a.seq,
-                                kind: MessageKind::Arm,
-                                status: AckStatus::Ok,
-                            }),
-                            &mut out,
-                        )
-                        .expect("encode");
-                        sock.send_to(&out[..k], from).expect("send");
-                    }
+                    Message::Arm(a) => send(
+                        &mut tx,
+                        &mut out,
+                        SESSION,
+                        &Message::Ack(Ack {
+                            seq: a.seq,
+                            kind: MessageKind::Arm,
+                            status: AckStatus::Ok,
+                        }),
+                    ),
                     Message::Command(c) => cmds.push(c),
                     _ => {}
                 }
             }
             // Telemetry on every datagram so the host has a position and a fresh seq to arm with.
             tel_seq += 1;
+            let p = if nan { f32::NAN } else { 0.0 };
             let t = Telemetry {
                 seq: tel_seq,
                 time_us: 0,
                 state: FirmwareState::Armed,
                 last_command_seq: 0,
-                positions: joints(&[0.0, 0.0, 0.2]).expect("fits"),
+                positions: joints(&[p, 0.0, 0.2]).expect("fits"),
                 velocities: joints(&[0.0; 3]).expect("fits"),
                 efforts: joints(&[0.0; 3]).expect("fits"),
                 ee: [0.0, 0.0, 0.2],
@@ -325,8 +614,11 @@ fn fake_firmware(
                 faults: Faults(0),
                 bad_frames: 0,
                 stale_commands: 0,
+                rejected_frames: 0,
             };
-            let k = encode_frame(&Message::Telemetry(t), &mut out).expect("encode");
+            let k = tx
+                .seal(SESSION, &Message::Telemetry(t), &mut out)
+                .expect("seal");
             let _ = sock.send_to(&out[..k], from);
         }
         cmds
@@ -338,6 +630,7 @@ fn firmware_hello(version: u16) -> Message {
     Message::Hello(Hello {
         version,
         role: Role::Firmware,
+        nonce: 0,
         session: 0,
         capabilities: Capabilities(Capabilities::EE_VELOCITY | Capabilities::JOINT_POSITION),
         n_joints: 3,
@@ -349,12 +642,15 @@ fn firmware_hello(version: u16) -> Message {
 fn handshake_refusals_are_clear() {
     let rt = runtime();
     rt.block_on(async {
-        let (addr, _h) = fake_firmware(Some(Message::Ack(Ack {
-            seq: 0,
-            kind: MessageKind::Hello,
-            status: AckStatus::VersionMismatch { ours: 7 },
-        })));
-        let e = Bridge::connect(&Endpoint::Udp(addr), BridgeConfig::default())
+        let (addr, _h) = fake_firmware(
+            Some(Message::Ack(Ack {
+                seq: 0,
+                kind: MessageKind::Hello,
+                status: AckStatus::VersionMismatch { ours: 7 },
+            })),
+            false,
+        );
+        let e = Bridge::connect(&Endpoint::Udp(addr), BridgeConfig::new(key()))
             .await
             .err()
             .expect("refused");
@@ -362,32 +658,68 @@ fn handshake_refusals_are_clear() {
             matches!(e, BridgeError::FirmwareRefusedVersion { theirs: 7, .. }),
             "{e}"
         );
-        let (addr, _h) = fake_firmware(Some(firmware_hello(PROTOCOL_VERSION + 1)));
-        let e = Bridge::connect(&Endpoint::Udp(addr), BridgeConfig::default())
+        let (addr, _h) = fake_firmware(Some(firmware_hello(PROTOCOL_VERSION + 1)), false);
+        let e = Bridge::connect(&Endpoint::Udp(addr), BridgeConfig::new(key()))
             .await
             .err()
             .expect("refused");
         assert!(e.to_string().contains("version mismatch"), "{e}");
-        let (addr, _h) = fake_firmware(None);
+        let (addr, _h) = fake_firmware(None, false);
         let cfg = BridgeConfig {
             retries: 2,
             reply_timeout: Duration::from_millis(30),
-            ..BridgeConfig::default()
+            ..BridgeConfig::new(key())
         };
         let e = Bridge::connect(&Endpoint::Udp(addr), cfg)
             .await
             .err()
             .expect("no answer");
         assert!(matches!(e, BridgeError::NoAnswer { tries: 2, .. }), "{e}");
+        // A firmware whose frames do not verify (another key) is named as that: this fake sends telemetry to
+        // every sender, authentic or not.
+        let (addr, _h) = fake_firmware(Some(firmware_hello(PROTOCOL_VERSION)), false);
+        let cfg = BridgeConfig {
+            retries: 2,
+            reply_timeout: Duration::from_millis(30),
+            ..BridgeConfig::new(LinkKey::new(&[0x99; KEY_LEN]))
+        };
+        let e = Bridge::connect(&Endpoint::Udp(addr), cfg)
+            .await
+            .err()
+            .expect("refused");
+        // Its telemetry arrives but does not verify: named as a key mismatch, with our key's fingerprint.
+        assert!(matches!(e, BridgeError::WrongKey { .. }), "{e}");
+        assert!(e.to_string().contains("different keys"), "{e}");
+    });
+}
+
+#[test]
+fn telemetry_with_non_finite_values_is_refused() {
+    let rt = runtime();
+    let (addr, _h) = fake_firmware(Some(firmware_hello(PROTOCOL_VERSION)), true);
+    rt.block_on(async {
+        let cfg = BridgeConfig {
+            retries: 3,
+            reply_timeout: Duration::from_millis(50),
+            ..BridgeConfig::new(key())
+        };
+        let e = Bridge::connect(&Endpoint::Udp(addr), cfg)
+            .await
+            .err()
+            .expect("no usable telemetry");
+        assert!(
+            matches!(e, BridgeError::NoAnswer { what, .. } if what.contains("telemetry")),
+            "{e}"
+        );
     });
 }
 
 #[test]
 fn limits_hold_on_the_wire() {
     let rt = runtime();
-    let (addr, h) = fake_firmware(Some(firmware_hello(PROTOCOL_VERSION)));
+    let (addr, h) = fake_firmware(Some(firmware_hello(PROTOCOL_VERSION)), false);
     rt.block_on(async {
-        let bridge = Bridge::connect(&Endpoint::Udp(addr), BridgeConfig::default())
+        let bridge = Bridge::connect(&Endpoint::Udp(addr), BridgeConfig::new(key()))
             .await
             .expect("connect");
         bridge.arm().await.expect("arm");
@@ -424,22 +756,22 @@ fn limits_hold_on_the_wire() {
     let cmds = h.join().expect("fake firmware");
     assert!(cmds.len() >= 290, "{} commands arrived", cmds.len());
     let l = Limits::cartesian_default();
+    let norm = |v: [f32; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
     let mut prev_v = [0.0f32; 3];
     let mut prev_t: Option<u64> = None;
     for c in &cmds {
         assert!((0.0..=1.0).contains(&c.gripper));
         match &c.setpoint {
             Setpoint::EeVelocity(v) => {
-                for i in 0..3 {
-                    assert!(v[i].abs() <= l.ee_vel_max + 1e-6, "{v:?}");
-                    if let Some(t) = prev_t {
-                        let dt = ((c.time_us - t) as f32 * 1e-6).max(1e-3);
-                        // The limiter times commands with its own clock; allow 0.5 ms of difference.
-                        assert!(
-                            (v[i] - prev_v[i]).abs() <= l.ee_acc_max * (dt + 5e-4) + 1e-5,
-                            "accel {v:?} after {prev_v:?}"
-                        );
-                    }
+                assert!(norm(*v) <= l.ee_vel_max + 1e-6, "tool-tip speed {v:?}");
+                if let Some(t) = prev_t {
+                    let dt = ((c.time_us - t) as f32 * 1e-6).clamp(1e-3, l.max_dt);
+                    let dv = [v[0] - prev_v[0], v[1] - prev_v[1], v[2] - prev_v[2]];
+                    // The limiter times commands with its own clock; allow 0.5 ms of difference.
+                    assert!(
+                        norm(dv) <= l.ee_acc_max * (dt + 5e-4) + 1e-5,
+                        "accel {v:?} after {prev_v:?}"
+                    );
                 }
                 prev_v = *v;
                 prev_t = Some(c.time_us);

@@ -17,6 +17,7 @@ fn tel(ee: [f32; 3]) -> Telemetry {
         faults: Faults(0),
         bad_frames: 0,
         stale_commands: 0,
+        rejected_frames: 0,
     }
 }
 
@@ -46,7 +47,7 @@ fn velocity_and_acceleration_are_clamped() {
             &Setpoint::EeVelocity([1.0, 0.0, 0.0]),
             0.5,
             Some(&t),
-            0.02,
+            Some(0.02),
         )
         .expect("clamps");
     assert!((ee(&sp)[0] - 0.06).abs() < 1e-6, "{sp:?}");
@@ -61,7 +62,7 @@ fn velocity_and_acceleration_are_clamped() {
                 &Setpoint::EeVelocity([1.0, 0.0, 0.0]),
                 0.5,
                 Some(&t),
-                0.02,
+                Some(0.02),
             )
             .expect("ok");
         let x = ee(&sp)[0];
@@ -82,11 +83,11 @@ fn workspace_box_stops_outward_motion() {
             &Setpoint::EeVelocity([0.0, 0.0, -0.05]),
             0.5,
             Some(&t),
-            0.1,
+            Some(0.05),
         )
         .expect("clamps");
-    // In 100 ms it may go down at most 1 mm: 0.01 m/s.
-    assert!((ee(&sp)[2] + 0.01).abs() < 1e-4, "{sp:?}");
+    // In 50 ms it may go down at most 1 mm: 0.02 m/s.
+    assert!((ee(&sp)[2] + 0.02).abs() < 1e-4, "{sp:?}");
     assert!(hits.iter().any(|h| h.kind == LimitKind::Workspace));
 }
 
@@ -97,15 +98,18 @@ fn joint_targets_are_clamped_to_position_and_speed() {
     let t = tel([0.0, 0.0, 0.2]);
     let target = Setpoint::Joints(joints(&[9.0, 0.0, 0.2]).expect("fits"));
     let (sp, _, hits) = l
-        .apply(&mut st, &target, 0.5, Some(&t), 0.01)
+        .apply(&mut st, &target, 0.5, Some(&t), Some(0.01))
         .expect("clamps");
     // Acceleration from rest: 3 m/s^2 * 10 ms = 0.03 m/s -> 0.3 mm this period.
     assert!((q(&sp)[0] - 0.0003).abs() < 1e-6, "{sp:?}");
     assert!(hits.iter().any(|h| h.kind == LimitKind::Position));
     for _ in 0..1000 {
-        l.apply(&mut st, &target, 0.5, Some(&t), 0.01).expect("ok");
+        l.apply(&mut st, &target, 0.5, Some(&t), Some(0.01))
+            .expect("ok");
     }
-    let (sp, _, _) = l.apply(&mut st, &target, 0.5, Some(&t), 0.01).expect("ok");
+    let (sp, _, _) = l
+        .apply(&mut st, &target, 0.5, Some(&t), Some(0.01))
+        .expect("ok");
     assert!(
         (q(&sp)[0] - 0.52).abs() < 1e-4,
         "ends at the position limit: {sp:?}"
@@ -124,7 +128,7 @@ fn reject_mode_refuses_and_keeps_history() {
             &Setpoint::EeVelocity([0.5, 0.0, 0.0]),
             0.5,
             Some(&t),
-            0.02,
+            Some(0.02),
         )
         .unwrap_err();
     assert!(
@@ -143,7 +147,7 @@ fn reject_mode_refuses_and_keeps_history() {
             &Setpoint::EeVelocity([0.05, 0.0, 0.0]),
             0.5,
             Some(&t),
-            0.02,
+            Some(0.02),
         )
         .expect("ok");
     assert!(hits.is_empty());
@@ -160,7 +164,7 @@ fn non_finite_and_wrong_sizes_are_errors() {
             &Setpoint::EeVelocity([f32::NAN, 0.0, 0.0]),
             0.5,
             None,
-            0.02,
+            Some(0.02),
         )
         .unwrap_err();
     assert!(e.to_string().contains("finite"), "{e}");
@@ -170,7 +174,7 @@ fn non_finite_and_wrong_sizes_are_errors() {
             &Setpoint::Joints(joints(&[0.0; 2]).expect("fits")),
             0.5,
             None,
-            0.02,
+            Some(0.02),
         )
         .unwrap_err();
     assert_eq!(
@@ -186,9 +190,106 @@ fn non_finite_and_wrong_sizes_are_errors() {
             &Setpoint::EeVelocity([0.0; 3]),
             f32::INFINITY,
             None,
-            0.02
+            Some(0.02)
         )
         .is_err());
+}
+
+#[test]
+fn tool_tip_speed_and_acceleration_are_vector_norms() {
+    let l = Limits::cartesian_default();
+    let mut st = LimitState::default();
+    let t = tel([0.0, 0.0, 0.2]);
+    let norm = |v: [f32; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    let mut prev = [0.0f32; 3];
+    let mut last = prev;
+    for _ in 0..50 {
+        let (sp, _, _) = l
+            .apply(
+                &mut st,
+                &Setpoint::EeVelocity([1.0, 1.0, -1.0]),
+                0.5,
+                Some(&t),
+                Some(0.02),
+            )
+            .expect("clamps");
+        let v = ee(&sp);
+        let dv = [v[0] - prev[0], v[1] - prev[1], v[2] - prev[2]];
+        assert!(norm(dv) <= 3.0 * 0.02 + 1e-5, "acceleration {dv:?}");
+        assert!(norm(v) <= 0.3 + 1e-5, "speed {v:?}");
+        prev = v;
+        last = v;
+    }
+    // Full speed along the diagonal: 0.3 m/s in total, not 0.3 per axis (0.52).
+    assert!((norm(last) - 0.3).abs() < 1e-5, "{last:?}");
+    assert!((last[0] - last[1]).abs() < 1e-6 && (last[0] + last[2]).abs() < 1e-6);
+    // Cartesian joints: the same speed limit on the first three joints' velocity.
+    let mut st = LimitState::default();
+    let target = Setpoint::Joints(joints(&[0.5, 0.5, 0.35]).expect("fits"));
+    let mut p = [0.0, 0.0, 0.2];
+    for _ in 0..50 {
+        let (sp, _, _) = l
+            .apply(&mut st, &target, 0.5, Some(&t), Some(0.02))
+            .expect("clamps");
+        let q = q(&sp);
+        let d = [q[0] - p[0], q[1] - p[1], q[2] - p[2]];
+        assert!(norm(d) <= 0.3 * 0.02 + 1e-5, "joint step {d:?}");
+        p = [q[0], q[1], q[2]];
+    }
+}
+
+#[test]
+fn a_pause_never_allows_a_jump_to_full_speed() {
+    let l = Limits::cartesian_default();
+    let mut st = LimitState::default();
+    let t = tel([0.0, 0.0, 0.2]);
+    for _ in 0..20 {
+        l.apply(
+            &mut st,
+            &Setpoint::EeVelocity([0.3, 0.0, 0.0]),
+            0.5,
+            Some(&t),
+            Some(0.02),
+        )
+        .expect("ok");
+    }
+    // Ten seconds of nothing, then full speed the other way: the robot stopped meanwhile (command timeout),
+    // and the interval counts at most max_dt.
+    let (sp, _, hits) = l
+        .apply(
+            &mut st,
+            &Setpoint::EeVelocity([-0.3, 0.0, 0.0]),
+            0.5,
+            Some(&t),
+            Some(10.0),
+        )
+        .expect("clamps");
+    assert!(
+        (ee(&sp)[0] + l.ee_acc_max * l.max_dt).abs() < 1e-5,
+        "from rest, at most acc * max_dt: {sp:?}"
+    );
+    assert!(hits.iter().any(|h| h.kind == LimitKind::Acceleration));
+    // The first command after a reset (no interval) starts from rest over 1 ms.
+    let mut st = LimitState::default();
+    let (sp, _, _) = l
+        .apply(
+            &mut st,
+            &Setpoint::EeVelocity([0.3, 0.0, 0.0]),
+            0.5,
+            Some(&t),
+            None,
+        )
+        .expect("clamps");
+    assert!((ee(&sp)[0] - 3.0e-3).abs() < 1e-6, "{sp:?}");
+    // Joint targets after a pause move at most vel * max_dt.
+    let mut st = LimitState::default();
+    let target = Setpoint::Joints(joints(&[0.5, 0.0, 0.2]).expect("fits"));
+    l.apply(&mut st, &target, 0.5, Some(&t), Some(0.02))
+        .expect("ok");
+    let (sp, _, _) = l
+        .apply(&mut st, &target, 0.5, Some(&t), Some(30.0))
+        .expect("ok");
+    assert!(q(&sp)[0] <= 0.3 * l.max_dt + 1e-4, "{sp:?}");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use nix::pty::openpty;
 use stagewise_bridge::protocol::{
-    encode_frame, FirmwareState, FrameDecoder, Message, Setpoint, MAX_FRAME,
+    Direction, FirmwareState, FrameDecoder, LinkKey, Setpoint, KEY_LEN, MAX_FRAME,
 };
 use stagewise_bridge::{Bridge, BridgeConfig, Endpoint};
 use stagewise_firmware::{Firmware, FirmwareConfig, KinematicPlant};
@@ -12,6 +12,10 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+fn key() -> LinkKey {
+    LinkKey::new(&[0x33; KEY_LEN])
+}
 
 /// Runs the firmware on the pty master until `stop`; every 7th telemetry frame is preceded by line noise.
 fn firmware_on_master(master: OwnedFd, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u32> {
@@ -24,13 +28,18 @@ fn firmware_on_master(master: OwnedFd, stop: Arc<AtomicBool>) -> std::thread::Jo
         .expect("nonblocking master");
         // This test is about the serial transport, not the watchdog (firmware/tests/core.rs and the fault suite
         // cover that): timeouts long enough that a loaded machine's scheduling gaps do not trip `Hold`.
-        let mut fw = Firmware::new(FirmwareConfig {
-            link_timeout_us: 2_000_000,
-            command_timeout_us: 2_000_000,
-            ..FirmwareConfig::cartesian_1khz()
-        });
+        let mut fw = Firmware::new(
+            FirmwareConfig {
+                link_timeout_us: 2_000_000,
+                command_timeout_us: 2_000_000,
+                stall_timeout_us: 2_000_000,
+                ..FirmwareConfig::cartesian_1khz()
+            },
+            key(),
+            [9; 16],
+        );
         let mut plant = KinematicPlant::new([0.0, 0.0, 0.2]);
-        let mut dec = FrameDecoder::new();
+        let mut dec = FrameDecoder::new(key(), Direction::HostToFirmware);
         let t0 = Instant::now();
         let mut k = 0u64;
         let mut buf = [0u8; 1024];
@@ -44,12 +53,8 @@ fn firmware_on_master(master: OwnedFd, stop: Arc<AtomicBool>) -> std::thread::Jo
                 let mut frames = Vec::new();
                 dec.feed(&buf[..n], |r| frames.push(r));
                 for r in frames {
-                    let Ok(m) = r else {
-                        fw.bad_frame();
-                        continue;
-                    };
-                    if let Some(r) = fw.handle(&m, now_us).reply {
-                        if let Ok(n) = encode_frame(&r, &mut out) {
+                    if let Some(r) = fw.receive(r, now_us).reply {
+                        if let Ok(n) = fw.seal(&r, &mut out) {
                             let _ = f.write_all(&out[..n]);
                         }
                     }
@@ -60,7 +65,7 @@ fn firmware_on_master(master: OwnedFd, stop: Arc<AtomicBool>) -> std::thread::Jo
                 if t.seq % 7 == 0 {
                     let _ = f.write_all(&[0x42, 0x13, 0x00, 0x99, 0x01]);
                 }
-                if let Ok(n) = encode_frame(&Message::Telemetry(t), &mut out) {
+                if let Ok(n) = fw.seal_telemetry(t, &mut out) {
                     let _ = f.write_all(&out[..n]);
                 }
             }
@@ -80,7 +85,7 @@ async fn bridge_over_a_pty_pair() {
         path,
         baud: 921_600,
     };
-    let bridge = Bridge::connect(&endpoint, BridgeConfig::default())
+    let bridge = Bridge::connect(&endpoint, BridgeConfig::new(key()))
         .await
         .expect("handshake over serial");
     assert_eq!(bridge.firmware().n_joints, 3);

@@ -13,24 +13,40 @@ pub use stagewise_firmware as firmware;
 pub use stagewise_protocol as protocol;
 
 use firmware::{Firmware, FirmwareConfig, KinematicPlant};
-use protocol::{encode_frame, FrameDecoder, Heartbeat, Message, MAX_FRAME};
+use protocol::{Direction, FrameDecoder, Heartbeat, LinkKey, Message, Sender, KEY_LEN, MAX_FRAME};
 
-/// Encodes a heartbeat into a stack buffer and decodes it back with the streaming decoder.
+/// Seals a heartbeat (HMAC-SHA256 tag, frame counter) into a stack buffer and decodes and authenticates it
+/// back with the streaming decoder; a decoder with another key must refuse it.
 pub fn roundtrip(seq: u32) -> bool {
-    let msg = Message::Heartbeat(Heartbeat { seq, time_us: 7 });
+    let key = LinkKey::new(&[7u8; KEY_LEN]);
+    let msg = Message::Heartbeat(Heartbeat {
+        seq,
+        time_us: 7,
+        actor_step: 1,
+    });
     let mut buf = [0u8; MAX_FRAME];
-    let Ok(n) = encode_frame(&msg, &mut buf) else {
+    let mut tx = Sender::new(key.clone(), Direction::HostToFirmware);
+    let Ok(n) = tx.seal(9, &msg, &mut buf) else {
         return false;
     };
-    let mut dec = FrameDecoder::new();
+    let mut dec = FrameDecoder::new(key, Direction::HostToFirmware);
     let mut ok = false;
-    dec.feed(&buf[..n], |r| ok = matches!(r, Ok(ref m) if *m == msg));
-    ok
+    dec.feed(&buf[..n], |r| {
+        ok = matches!(r, Ok(ref f) if f.message == msg)
+    });
+    let mut other = FrameDecoder::new(LinkKey::new(&[8u8; KEY_LEN]), Direction::HostToFirmware);
+    let mut refused = false;
+    other.feed(&buf[..n], |r| refused = r.is_err());
+    ok && refused
 }
 
 /// Runs one firmware control tick on the kinematic plant; returns the telemetry state (None: no session yet).
 pub fn one_tick() -> Option<protocol::FirmwareState> {
-    let mut fw = Firmware::new(FirmwareConfig::cartesian_1khz());
+    let mut fw = Firmware::new(
+        FirmwareConfig::cartesian_1khz(),
+        LinkKey::new(&[7u8; KEY_LEN]),
+        [1; 16],
+    );
     let mut plant = KinematicPlant::new([0.0, 0.0, 0.1]);
     fw.tick(1000, &mut plant).map(|t| t.state)
 }

@@ -1,7 +1,19 @@
-//! Round trips, corruption detection, resynchronisation, handshake, and a proptest fuzz of the decoder.
+//! Round trips, corruption detection, resynchronisation, handshake, the size budget, and a proptest fuzz of the
+//! decoder. Frames are sealed with a test key; tests/auth.rs covers the MAC and the replay window.
 
 use proptest::prelude::*;
 use stagewise_protocol::*;
+
+const KEY: [u8; KEY_LEN] = [0x42; KEY_LEN];
+const DIR: Direction = Direction::HostToFirmware;
+const HEADER: Header = Header {
+    session: 0x1234_5678,
+    counter: 7,
+};
+
+fn key() -> LinkKey {
+    LinkKey::new(&KEY)
+}
 
 fn full_telemetry() -> Message {
     let j = joints(&[f32::MAX; MAX_JOINTS]).expect("8 joints fit");
@@ -18,6 +30,7 @@ fn full_telemetry() -> Message {
         faults: Faults(u16::MAX),
         bad_frames: u32::MAX,
         stale_commands: u32::MAX,
+        rejected_frames: u32::MAX,
     })
 }
 
@@ -26,6 +39,7 @@ fn samples() -> Vec<Message> {
         Message::Hello(Hello {
             version: PROTOCOL_VERSION,
             role: Role::Host,
+            nonce: 99,
             session: 42,
             capabilities: Capabilities(Capabilities::EE_VELOCITY | Capabilities::GRIPPER),
             n_joints: 0,
@@ -44,7 +58,11 @@ fn samples() -> Vec<Message> {
             gripper: 0.0,
         }),
         full_telemetry(),
-        Message::Heartbeat(Heartbeat { seq: 3, time_us: 9 }),
+        Message::Heartbeat(Heartbeat {
+            seq: 3,
+            time_us: 9,
+            actor_step: 11,
+        }),
         Message::EStop(EStop {
             seq: 4,
             reason: StopReason::HostWatchdog,
@@ -59,19 +77,32 @@ fn samples() -> Vec<Message> {
             kind: MessageKind::Hello,
             status: AckStatus::VersionMismatch { ours: 1 },
         }),
+        Message::ResetEStop(ResetEStop {
+            seq: 6,
+            seen_telemetry: 10,
+        }),
     ]
 }
 
 fn encode(msg: &Message) -> Vec<u8> {
+    encode_with(HEADER, msg)
+}
+
+fn encode_with(header: Header, msg: &Message) -> Vec<u8> {
     let mut buf = [0u8; MAX_FRAME];
-    let n = encode_frame(msg, &mut buf).expect("encodes");
+    let n = encode_frame(&key(), DIR, header, msg, &mut buf).expect("encodes");
     buf[..n].to_vec()
 }
 
 fn decode_all(bytes: &[u8]) -> Vec<Result<Message, FrameError>> {
-    let mut d = FrameDecoder::new();
+    let mut d = FrameDecoder::new(key(), DIR);
     let mut out = Vec::new();
-    d.feed(bytes, |r| out.push(r));
+    d.feed(bytes, |r| {
+        out.push(r.map(|f| {
+            assert_eq!(f.header, HEADER);
+            f.message
+        }))
+    });
     out
 }
 
@@ -104,7 +135,7 @@ fn largest_message_is_well_under_the_limit() {
 #[test]
 fn small_output_buffer_is_an_error_not_a_panic() {
     let mut buf = [0u8; 8];
-    let e = encode_frame(&full_telemetry(), &mut buf).unwrap_err();
+    let e = encode_frame(&key(), DIR, HEADER, &full_telemetry(), &mut buf).unwrap_err();
     assert!(
         matches!(e, FrameError::BufferTooSmall { have: 8, .. }),
         "{e}"
@@ -174,16 +205,43 @@ fn leading_delimiter_flushes_a_partial_frame() {
     assert_eq!(got[1], Ok(m[4].clone()));
 }
 
-#[test]
-fn corrupted_payload_with_crc_fixed_is_a_decode_error_not_a_panic() {
-    // A well-framed, CRC-valid body that is not a message (bad enum tag).
-    let body = [0x63u8, 1, 2, 3];
-    let mut raw = body.to_vec();
-    raw.extend(CRC.checksum(&body).to_le_bytes());
-    let mut enc = vec![0u8; 64];
+/// A frame body made by hand: `payload ++ tag(payload) ++ crc`, COBS-framed by the test's own encoder.
+fn hand_made(payload: &[u8], tag: [u8; TAG_LEN]) -> Vec<u8> {
+    let mut raw = payload.to_vec();
+    raw.extend(tag);
+    raw.extend(CRC.checksum(&raw).to_le_bytes());
+    let mut enc = vec![0u8; raw.len() + raw.len() / 254 + 2];
     let n = corncobs_encode(&raw, &mut enc);
-    let got = decode_all(&enc[..n]);
+    enc.truncate(n);
+    enc
+}
+
+#[test]
+fn authentic_payload_that_is_not_a_message_is_a_decode_error_not_a_panic() {
+    // Header (session 1, counter 1), then a bad enum tag: authentic (right tag), CRC-valid, not a message.
+    let payload = [1u8, 1, 0x63, 1, 2, 3];
+    let f = hand_made(&payload, key().tag(DIR, &payload));
+    let mut d = FrameDecoder::new(key(), DIR);
+    let mut got = Vec::new();
+    d.feed(&f, |r| got.push(r));
     assert!(matches!(got[0], Err(FrameError::Decode(_))), "{got:?}");
+}
+
+#[test]
+fn a_crc_is_not_authentication() {
+    // What an attacker without the key can do: take a real frame, change the command, fix the CRC.
+    let m = samples()[2].clone();
+    let mut raw = encode(&m);
+    raw.pop();
+    let n = corncobs::decode_in_place(&mut raw).expect("cobs");
+    raw.truncate(n - 4);
+    let payload_len = raw.len() - TAG_LEN;
+    raw[payload_len - 5] ^= 0x40; // inside the gripper/velocity floats
+    let (payload, tag) = raw.split_at(payload_len);
+    let mut t = [0u8; TAG_LEN];
+    t.copy_from_slice(tag);
+    let forged = hand_made(payload, t);
+    assert_eq!(decode_all(&forged), vec![Err(FrameError::BadMac)]);
 }
 
 fn corncobs_encode(raw: &[u8], out: &mut [u8]) -> usize {
@@ -219,6 +277,7 @@ fn handshake_refuses_other_versions() {
     let mut h = Hello {
         version: PROTOCOL_VERSION,
         role: Role::Firmware,
+        nonce: 3,
         session: 1,
         capabilities: Capabilities(0),
         n_joints: 3,
@@ -277,18 +336,26 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 faults: Faults(fl),
                 bad_frames: 1,
                 stale_commands: 2,
+                rejected_frames: 3,
             })
         ),
-        (any::<u32>(), any::<u64>())
-            .prop_map(|(seq, t)| Message::Heartbeat(Heartbeat { seq, time_us: t })),
+        (any::<u32>(), any::<u64>(), any::<u32>()).prop_map(|(seq, t, a)| Message::Heartbeat(
+            Heartbeat {
+                seq,
+                time_us: t,
+                actor_step: a
+            }
+        )),
+        (any::<u32>(), any::<u32>()).prop_map(|(seq, s)| Message::ResetEStop(ResetEStop {
+            seq,
+            seen_telemetry: s
+        })),
     ]
 }
 
 /// Compares messages bitwise (NaN payloads must survive too).
 fn same(a: &Message, b: &Message) -> bool {
-    let (mut x, mut y) = ([0u8; MAX_FRAME], [0u8; MAX_FRAME]);
-    let (n, m) = (encode_frame(a, &mut x), encode_frame(b, &mut y));
-    matches!((n, m), (Ok(n), Ok(m)) if x[..n] == y[..m])
+    encode(a) == encode(b)
 }
 
 proptest! {
@@ -297,17 +364,28 @@ proptest! {
     /// The decoder never panics or hangs on arbitrary bytes, and its memory stays bounded.
     #[test]
     fn decoder_survives_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
-        let mut d = FrameDecoder::new();
+        let mut d = FrameDecoder::new(key(), DIR);
         let mut frames = 0usize;
         d.feed(&bytes, |_| frames += 1);
         prop_assert!(frames <= bytes.len());
         prop_assert!(d.pending() < MAX_FRAME);
     }
 
-    /// Arbitrary frame bodies fed straight to `decode_frame` never panic.
+    /// Arbitrary frame bodies fed straight to `decode_frame` never panic, and (without the key) never
+    /// authenticate.
     #[test]
     fn decode_frame_survives_arbitrary_bodies(mut bytes in proptest::collection::vec(1u8..=255, 0..300)) {
-        let _ = decode_frame(&mut bytes);
+        prop_assert!(decode_frame(&key(), DIR, &mut bytes).is_err());
+    }
+
+    /// Every message's encoding stays within its kind's computed maximum and the frame within MAX_FRAME.
+    #[test]
+    fn encodings_stay_within_the_size_budget(m in arb_message(), session in any::<u32>(), counter in any::<u64>()) {
+        let f = encode_with(Header { session, counter }, &m);
+        prop_assert!(f.len() <= MAX_FRAME);
+        let mut buf = [0u8; MAX_PAYLOAD];
+        let n = postcard::to_slice(&m, &mut buf).expect("fits").len();
+        prop_assert!(n <= MAX_MESSAGE, "{n} > {MAX_MESSAGE}");
     }
 
     /// Any message survives a round trip, and is found again after arbitrary garbage plus one delimiter.
@@ -347,10 +425,106 @@ fn wire_sizes() {
         setpoint: Setpoint::EeVelocity([0.1, 0.2, 0.3]),
         gripper: 1.0,
     });
-    let sizes = (encode(&cmd).len(), encode(&full_telemetry()).len());
+    // A typical header: a random session id (5 varint bytes) and an hour of frames at ~2 kHz (3 bytes).
+    let header = Header {
+        session: 0xdead_beef,
+        counter: 7_000_000,
+    };
+    let with = |m: &Message| encode_with(header, m).len();
+    let mut plain = [0u8; MAX_PAYLOAD];
+    let cmd_plain = postcard::to_slice(&cmd, &mut plain).expect("fits").len();
+    let sizes = (with(&cmd), with(&full_telemetry()));
     println!(
-        "command {} bytes, largest telemetry {} bytes",
-        sizes.0, sizes.1
+        "command {} bytes on the wire ({cmd_plain} bytes of message, {} bytes of header + MAC tag), largest telemetry {} bytes",
+        sizes.0,
+        sizes.0 - cmd_plain - 4 - 2,
+        sizes.1
     );
-    assert!(sizes.0 <= 32 && sizes.1 <= 160, "{sizes:?}");
+    assert!(sizes.0 <= 57 && sizes.1 <= 190, "{sizes:?}");
+}
+
+/// The size budget is honest: the largest message of every kind encodes to exactly the maximum computed from
+/// its field types (MAX_* in message.rs), which the compile-time assertion in frame.rs checks against
+/// MAX_PAYLOAD; with the largest header the frame fits MAX_FRAME.
+#[test]
+fn computed_maximum_sizes_are_exact() {
+    let j = joints(&[f32::MAX; MAX_JOINTS]).expect("fits");
+    let biggest = [
+        (
+            Message::Hello(Hello {
+                version: u16::MAX,
+                role: Role::Firmware,
+                nonce: u32::MAX,
+                session: u32::MAX,
+                capabilities: Capabilities(u32::MAX),
+                n_joints: u8::MAX,
+                control_hz: u16::MAX,
+            }),
+            MAX_HELLO,
+        ),
+        (
+            Message::Command(Command {
+                seq: u32::MAX,
+                time_us: u64::MAX,
+                setpoint: Setpoint::Joints(j.clone()),
+                gripper: 1.0,
+            }),
+            MAX_COMMAND,
+        ),
+        (full_telemetry(), MAX_TELEMETRY),
+        (
+            Message::Heartbeat(Heartbeat {
+                seq: u32::MAX,
+                time_us: u64::MAX,
+                actor_step: u32::MAX,
+            }),
+            MAX_HEARTBEAT,
+        ),
+        (
+            Message::EStop(EStop {
+                seq: u32::MAX,
+                reason: StopReason::Shutdown,
+            }),
+            MAX_ESTOP,
+        ),
+        (
+            Message::Arm(Arm {
+                seq: u32::MAX,
+                seen_telemetry: u32::MAX,
+                command_floor: u32::MAX,
+            }),
+            MAX_ARM,
+        ),
+        (
+            Message::Ack(Ack {
+                seq: u32::MAX,
+                kind: MessageKind::ResetEStop,
+                status: AckStatus::VersionMismatch { ours: u16::MAX },
+            }),
+            MAX_ACK,
+        ),
+        (
+            Message::ResetEStop(ResetEStop {
+                seq: u32::MAX,
+                seen_telemetry: u32::MAX,
+            }),
+            MAX_RESET_ESTOP,
+        ),
+    ];
+    let mut buf = [0u8; MAX_PAYLOAD];
+    let mut largest = 0;
+    for (m, max) in &biggest {
+        let n = postcard::to_slice(m, &mut buf).expect("fits").len();
+        assert_eq!(n, 1 + max, "{m:?}: {n} bytes, computed 1 + {max}");
+        largest = largest.max(n);
+        let f = encode_with(
+            Header {
+                session: u32::MAX,
+                counter: u64::MAX,
+            },
+            m,
+        );
+        assert!(f.len() <= MAX_FRAME);
+    }
+    assert_eq!(largest, MAX_MESSAGE);
 }

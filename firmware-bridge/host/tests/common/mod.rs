@@ -1,9 +1,11 @@
-//! Test support: a fault-injecting UDP proxy between the host bridge and the firmware emulator.
+//! Test support: a fault-injecting UDP proxy between the host bridge and the firmware emulator. It also plays an
+//! attacker on the path: it records what it forwarded (to replay it later from the same address), injects
+//! datagrams of its own, and can cut one direction only.
 #![allow(dead_code)]
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,6 +50,25 @@ pub struct ProxyStats {
     pub reordered: u64,
     pub spikes: u64,
     pub blackout_dropped: u64,
+    /// Dropped by a one-direction cut toward the emulator.
+    pub cut_to_emulator: u64,
+    pub injected: u64,
+}
+
+/// Datagrams forwarded in one direction, newest last (at most [`RECORDED`]); `true` = the proxy corrupted it.
+pub type Recorded = VecDeque<(Vec<u8>, bool)>;
+
+/// How many forwarded datagrams per direction the proxy keeps for replays.
+pub const RECORDED: usize = 512;
+
+#[derive(Default)]
+struct Tape {
+    to_emulator: Recorded,
+    to_host: Recorded,
+    /// The first datagram forwarded to the emulator (the host's first Hello).
+    first_to_emulator: Option<Vec<u8>>,
+    /// Datagrams to send as they are (replays, forgeries): (to the emulator?, bytes).
+    inject: Vec<(bool, Vec<u8>)>,
 }
 
 #[derive(PartialEq, Eq)]
@@ -55,6 +76,7 @@ struct Pending {
     at: Instant,
     n: u64,
     to_emulator: bool,
+    corrupted: bool,
     data: Vec<u8>,
 }
 
@@ -74,8 +96,10 @@ impl PartialOrd for Pending {
 pub struct Proxy {
     front: SocketAddr,
     blackout: Arc<AtomicBool>,
+    cut_to_emulator: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<ProxyStats>>,
+    tape: Arc<Mutex<Tape>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -93,9 +117,17 @@ impl Proxy {
         back.set_nonblocking(true)?;
         let addr = front.local_addr()?;
         let blackout = Arc::new(AtomicBool::new(false));
+        let cut_to_emulator = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(ProxyStats::default()));
-        let (b, s, st) = (blackout.clone(), stop.clone(), stats.clone());
+        let tape = Arc::new(Mutex::new(Tape::default()));
+        let (b, c, s, st, tp) = (
+            blackout.clone(),
+            cut_to_emulator.clone(),
+            stop.clone(),
+            stats.clone(),
+            tape.clone(),
+        );
         let thread = std::thread::spawn(move || {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let mut host: Option<SocketAddr> = None;
@@ -110,6 +142,10 @@ impl Proxy {
                 while let Ok((len, from)) = front.recv_from(&mut buf) {
                     idle = false;
                     host = Some(from);
+                    if c.load(Ordering::Relaxed) {
+                        local.cut_to_emulator += 1;
+                        continue;
+                    }
                     inject(
                         &mut rng,
                         &to_emu,
@@ -138,15 +174,37 @@ impl Proxy {
                     );
                 }
                 let now = Instant::now();
+                let mut t = tp.lock().unwrap_or_else(|p| p.into_inner());
                 while heap.peek().is_some_and(|p: &Pending| p.at <= now) {
                     let Some(p) = heap.pop() else { break };
                     local.forwarded += 1;
-                    if p.to_emulator {
+                    let tape = if p.to_emulator {
                         let _ = back.send(&p.data);
+                        if t.first_to_emulator.is_none() {
+                            t.first_to_emulator = Some(p.data.clone());
+                        }
+                        &mut t.to_emulator
+                    } else {
+                        if let Some(h) = host {
+                            let _ = front.send_to(&p.data, h);
+                        }
+                        &mut t.to_host
+                    };
+                    if tape.len() == RECORDED {
+                        tape.pop_front();
+                    }
+                    tape.push_back((p.data, p.corrupted));
+                }
+                for (to_emulator, data) in std::mem::take(&mut t.inject) {
+                    idle = false;
+                    local.injected += 1;
+                    if to_emulator {
+                        let _ = back.send(&data);
                     } else if let Some(h) = host {
-                        let _ = front.send_to(&p.data, h);
+                        let _ = front.send_to(&data, h);
                     }
                 }
+                drop(t);
                 if let Ok(mut g) = st.lock() {
                     *g = local;
                 }
@@ -158,10 +216,40 @@ impl Proxy {
         Ok(Self {
             front: addr,
             blackout,
+            cut_to_emulator,
             stop,
             stats,
+            tape,
             thread: Some(thread),
         })
+    }
+
+    /// Cuts (true) or restores (false) only the direction toward the emulator.
+    pub fn set_cut_to_emulator(&self, on: bool) {
+        self.cut_to_emulator.store(on, Ordering::SeqCst);
+    }
+
+    /// The datagrams forwarded so far in one direction (the newest [`RECORDED`]).
+    pub fn recorded(&self, to_emulator: bool) -> Recorded {
+        let t = self.tape.lock().unwrap_or_else(|p| p.into_inner());
+        if to_emulator {
+            t.to_emulator.clone()
+        } else {
+            t.to_host.clone()
+        }
+    }
+
+    /// The first datagram forwarded to the emulator (the host's first Hello).
+    pub fn first_to_emulator(&self) -> Option<Vec<u8>> {
+        let t = self.tape.lock().unwrap_or_else(|p| p.into_inner());
+        t.first_to_emulator.clone()
+    }
+
+    /// Sends `data` as it is, from the proxy's address toward the emulator (as if the host sent it) or toward
+    /// the host (as if the emulator did), without faults.
+    pub fn inject(&self, to_emulator: bool, data: Vec<u8>) {
+        let mut t = self.tape.lock().unwrap_or_else(|p| p.into_inner());
+        t.inject.push((to_emulator, data));
     }
 
     /// Where the host should connect.
@@ -215,7 +303,8 @@ fn inject(
     }
     let mut at = now.max(*hold_until);
     let mut data = data.to_vec();
-    if rng.random_bool(f.corrupt) && !data.is_empty() {
+    let corrupted = rng.random_bool(f.corrupt) && !data.is_empty();
+    if corrupted {
         st.corrupted += 1;
         for _ in 0..rng.random_range(1..=3) {
             let i = rng.random_range(0..data.len());
@@ -233,6 +322,7 @@ fn inject(
             at: at + Duration::from_micros(rng.random_range(0..5_000)),
             n: *n,
             to_emulator,
+            corrupted,
             data: data.clone(),
         });
     }
@@ -241,6 +331,7 @@ fn inject(
         at,
         n: *n,
         to_emulator,
+        corrupted,
         data,
     });
 }
