@@ -7,6 +7,30 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
 python="${PYTHON:-python3}"
 
+# ffmpeg (LeRobot video features: crates/dataset decodes and encodes MP4 through it) from the distribution's
+# packages; skipped when one is on PATH. Debian 12's ffmpeg 5.1 has libdav1d (AV1 decoding), libsvtav1 and
+# libaom-av1 (AV1 encoding) and libx264. STAGEWISE_SKIP_FFMPEG=1 skips this step (video datasets then fail with
+# an error that says what to install).
+if [ "${STAGEWISE_SKIP_FFMPEG:-0}" != 1 ] && ! command -v ffmpeg >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null && sudo="sudo -n"; }
+  if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || [ -n "$sudo" ]; }; then
+    echo "setup: installing ffmpeg (apt-get)"
+    if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+        --no-install-recommends ffmpeg >/dev/null; }; then
+      echo "setup: apt-get could not install ffmpeg (see above); install it by hand or set STAGEWISE_SKIP_FFMPEG=1" >&2
+      exit 1
+    fi
+  else
+    echo "setup: ffmpeg is not installed and cannot be installed here (needs apt-get as root or passwordless" \
+      "sudo): install the distribution's ffmpeg package (e.g. 'apt-get install ffmpeg', 'dnf install ffmpeg')," \
+      "or set STAGEWISE_SKIP_FFMPEG=1 to go on without video datasets" >&2
+    exit 1
+  fi
+  command -v ffmpeg >/dev/null 2>&1 || { echo "setup: ffmpeg still not on PATH after installing it" >&2; exit 1; }
+fi
+if command -v ffmpeg >/dev/null 2>&1; then echo "setup: $(ffmpeg -hide_banner -version | sed -n 1p)"; fi
+
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating $venv"
   "$python" -m venv "$venv"

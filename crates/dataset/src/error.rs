@@ -62,15 +62,27 @@ pub enum DatasetError {
         #[source]
         source: Box<image::ImageError>,
     },
-    #[error(
-        "column `{column}` is stored as video (dtype \"video\"): reading it needs stagewise-dataset's cargo feature \
-         `video` (an ffmpeg subprocess); rebuild with `--features video` or drop the column"
-    )]
-    VideoFeatureOff { column: String },
+    /// The ffmpeg program that video features need is missing or broken.
+    #[error("video features need ffmpeg: `{}` {reason}", program.display())]
+    VideoTool { program: PathBuf, reason: String },
     #[error("{}: video column `{column}`: {reason}", path.display())]
     Video {
         path: PathBuf,
         column: String,
+        reason: String,
+    },
+    /// A row whose video frame is missing or too far from its timestamp (LeRobot's tolerance rule).
+    #[error(
+        "{}: video column `{column}`, episode {episode}, frame {frame}: no frame at {timestamp:.6} s: {reason}",
+        path.display()
+    )]
+    VideoFrame {
+        path: PathBuf,
+        column: String,
+        episode: usize,
+        frame: usize,
+        /// Seconds in the video file (`from_timestamp` + the row's `timestamp`).
+        timestamp: f64,
         reason: String,
     },
     #[error("{}: episode {episode}: {reason}", path.display())]

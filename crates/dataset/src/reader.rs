@@ -1,5 +1,5 @@
 //! [`Dataset`]: reads a LeRobot v3 dataset from disk (info.json, tasks, episode metadata, data parquet files,
-//! image columns, SARM annotation columns; video columns with the `video` feature).
+//! image columns, SARM annotation columns, video columns through ffmpeg).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -134,6 +134,8 @@ pub struct Dataset {
     proportions: Option<Vec<(String, f64)>>,
     /// Parsed parquet footers of the data files, read once: an episode read parses only its row groups.
     footers: Arc<Mutex<HashMap<PathBuf, ArrowReaderMetadata>>>,
+    /// How far a video frame may be from its row's timestamp (LeRobot's `tolerance_s`).
+    video_tolerance_s: f64,
 }
 
 fn read_all(path: &Path) -> Result<Vec<RecordBatch>> {
@@ -151,14 +153,6 @@ impl Dataset {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let root = dir.as_ref().to_owned();
         let info = InfoJson::read(&root)?;
-        #[cfg(not(feature = "video"))]
-        {
-            if let Some((key, _)) = info.features.iter().find(|(_, f)| f.dtype == "video") {
-                return Err(DatasetError::VideoFeatureOff {
-                    column: key.to_owned(),
-                });
-            }
-        }
         let tasks = read_tasks(&root.join(TASKS_PATH))?;
         let episodes = read_episodes(&root, &info, &tasks)?;
         let stats_path = root.join(STATS_PATH);
@@ -187,7 +181,54 @@ impl Dataset {
             stats,
             proportions,
             footers: Default::default(),
+            video_tolerance_s: crate::video::VIDEO_TOLERANCE_S,
         })
+    }
+
+    /// How far the decoded frame of a video feature may be from its row's `from_timestamp + timestamp`
+    /// (LeRobot's `tolerance_s`; default [`crate::video::VIDEO_TOLERANCE_S`], 1e-4 s).
+    pub fn with_video_tolerance(mut self, seconds: f64) -> Self {
+        self.video_tolerance_s = seconds;
+        self
+    }
+
+    /// The video feature keys, in info.json order.
+    pub fn video_keys(&self) -> Vec<&str> {
+        self.info
+            .features
+            .iter()
+            .filter(|(_, f)| f.dtype == "video")
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    /// Path of the MP4 file that holds episode `ep`'s frames of video feature `key`.
+    pub fn video_file(&self, ep: usize, key: &str) -> Result<PathBuf> {
+        let meta = self.episode_meta(ep)?;
+        let template = self
+            .info
+            .video_path
+            .as_deref()
+            .ok_or_else(|| self.info_field("video_path", "is null".into()))?;
+        let vref =
+            meta.videos
+                .iter()
+                .find(|v| v.key == key)
+                .ok_or_else(|| DatasetError::Episode {
+                    path: self.root.clone(),
+                    episode: ep,
+                    reason: format!("episode metadata lacks the videos/{key}/* columns"),
+                })?;
+        let rel = format_template(
+            template,
+            &[
+                ("video_key", key, 0),
+                ("chunk_index", "", vref.chunk_index),
+                ("file_index", "", vref.file_index),
+            ],
+        )
+        .map_err(|reason| self.info_field("video_path", reason))?;
+        Ok(self.root.join(rel))
     }
 
     pub fn root(&self) -> &Path {
@@ -506,19 +547,24 @@ impl Dataset {
             };
             out.images.push(((*key).to_owned(), decoded?));
         }
-        #[cfg(feature = "video")]
-        {
-            if images != Images::Skip {
-                for (key, ft) in self
-                    .info
-                    .features
-                    .iter()
-                    .filter(|(_, f)| f.dtype == "video")
-                {
-                    let frames = self.read_video(&meta, key, ft, out.len())?;
-                    out.images.push((key.to_owned(), frames));
-                }
-            }
+        if images != Images::Skip {
+            let videos: Vec<(&str, &crate::info::Feature)> = self
+                .info
+                .features
+                .iter()
+                .filter(|(_, f)| f.dtype == "video")
+                .collect();
+            let read = |(key, ft): &(&str, &crate::info::Feature)| {
+                self.read_video(&meta, key, ft, &out.timestamp)
+                    .map(|frames| ((*key).to_owned(), frames))
+            };
+            let decoded: Result<Vec<(String, Vec<RgbImage>)>> =
+                if images == Images::DecodeOnThisThread {
+                    videos.iter().map(read).collect()
+                } else {
+                    videos.par_iter().map(read).collect()
+                };
+            out.images.extend(decoded?);
         }
         out.extras = extra_keys
             .iter()
@@ -528,19 +574,16 @@ impl Dataset {
         Ok(out)
     }
 
-    #[cfg(feature = "video")]
+    /// The frames of video feature `key` for the rows with `timestamps` (LeRobot: the frame nearest
+    /// `from_timestamp + timestamp`, within the tolerance).
     fn read_video(
         &self,
         meta: &EpisodeMeta,
         key: &str,
         ft: &crate::info::Feature,
-        frames: usize,
+        timestamps: &[f32],
     ) -> Result<Vec<RgbImage>> {
-        let template = self
-            .info
-            .video_path
-            .as_deref()
-            .ok_or_else(|| self.info_field("video_path", "is null".into()))?;
+        let path = self.video_file(meta.episode_index, key)?;
         let vref =
             meta.videos
                 .iter()
@@ -550,19 +593,22 @@ impl Dataset {
                     episode: meta.episode_index,
                     reason: format!("episode metadata lacks the videos/{key}/* columns"),
                 })?;
-        let rel = format_template(
-            template,
-            &[
-                ("video_key", key, 0),
-                ("chunk_index", "", vref.chunk_index),
-                ("file_index", "", vref.file_index),
-            ],
-        )
-        .map_err(|reason| self.info_field("video_path", reason))?;
         let (h, w, _) = ft.image_hwc().ok_or_else(|| {
             self.info_field(&format!("features.{key}.shape"), "not [h, w, 3]".into())
         })?;
-        crate::video::decode_frames(&self.root.join(rel), key, vref.from_timestamp, frames, w, h)
+        crate::video::decode_frames(
+            &path,
+            &crate::video::FrameQuery {
+                column: key,
+                episode: meta.episode_index,
+                from_timestamp: vref.from_timestamp,
+                timestamps,
+                fps: self.info.fps,
+                width: w,
+                height: h,
+                tolerance_s: self.video_tolerance_s,
+            },
+        )
     }
 }
 

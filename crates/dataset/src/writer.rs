@@ -14,8 +14,8 @@ use arrow_array::builder::{
     BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
 };
 use arrow_array::{
-    ArrayRef, BinaryArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
-    StructArray,
+    ArrayRef, BinaryArray, FixedSizeListArray, Float32Array, Float64Array, Int64Array, RecordBatch,
+    StringArray, StructArray,
 };
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
 use image::{ImageDecoder, ImageEncoder, RgbImage};
@@ -30,10 +30,11 @@ use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
 use crate::info::{
     format_template, write_proportions_json, Feature, InfoJson, OrderedMap, CODEBASE_VERSION,
     DEFAULT_CHUNK_SIZE, DEFAULT_DATA_FILE_SIZE_IN_MB, DEFAULT_DATA_PATH,
-    DEFAULT_VIDEO_FILE_SIZE_IN_MB, EPISODES_PATH, INFO_PATH, STATS_PATH, TASKS_PATH,
-    TEMPORAL_PROPORTIONS_SPARSE_PATH,
+    DEFAULT_VIDEO_FILE_SIZE_IN_MB, DEFAULT_VIDEO_PATH, EPISODES_PATH, INFO_PATH, STATS_PATH,
+    TASKS_PATH, TEMPORAL_PROPORTIONS_SPARSE_PATH,
 };
 use crate::stats::FeatureStats;
+use crate::video::{choose_encoding, VideoEncoder, VideoEncoding, VideoSettings};
 
 mod meta;
 
@@ -99,6 +100,9 @@ pub struct DatasetInfo {
     pub data_files_size_in_mb: u64,
     /// Frames encoded and written at a time; also the largest parquet row group.
     pub frames_per_row_group: usize,
+    /// `Some`: every camera is a LeRobot `video` feature (MP4 under `videos/`, encoded by ffmpeg), not an image
+    /// column. Frame `i` of an episode must then have the timestamp `i / fps` (a video has one frame per `1/fps`).
+    pub video: Option<VideoSettings>,
 }
 
 impl Default for DatasetInfo {
@@ -114,6 +118,7 @@ impl Default for DatasetInfo {
             stage_names: None,
             data_files_size_in_mb: DEFAULT_DATA_FILE_SIZE_IN_MB,
             frames_per_row_group: 256,
+            video: None,
         }
     }
 }
@@ -247,8 +252,18 @@ pub struct DatasetSummary {
     pub stage_proportions: Option<Vec<(String, f64)>>,
 }
 
-/// One frame's PNG bytes per view, and image statistics for the views sampled for stats.
-type EncodedFrame = (Vec<Vec<u8>>, Vec<Option<FeatureStats>>);
+/// One frame of one view, ready to be written.
+enum ViewOut {
+    /// PNG bytes for the image column.
+    Png(Vec<u8>),
+    /// For a video camera: the input frame as it is (already RGB).
+    Same,
+    /// For a video camera: the input PNG, decoded.
+    Decoded(RgbImage),
+}
+
+/// One frame's output per view, and image statistics for the views sampled for stats.
+type EncodedFrame = (Vec<ViewOut>, Vec<Option<FeatureStats>>);
 
 struct EpisodeRecord {
     index: usize,
@@ -261,6 +276,21 @@ struct EpisodeRecord {
     success: bool,
     /// Per numeric feature (same order as `DatasetWriter::numeric`).
     stats: Vec<FeatureStats>,
+    /// Per video camera: (chunk, file, from_timestamp, to_timestamp).
+    videos: Vec<(u64, u64, f64, f64)>,
+}
+
+/// The MP4 files of one video camera.
+struct VideoTrack {
+    key: String,
+    width: u32,
+    height: u32,
+    encoding: VideoEncoding,
+    open: Option<VideoEncoder>,
+    /// (chunk, file) of the file being written, or of the next one.
+    current: (u64, u64),
+    /// Directories holding this camera's files.
+    chunks: Vec<u64>,
 }
 
 struct OpenFile {
@@ -290,6 +320,8 @@ pub struct DatasetWriter {
     numeric: Vec<(String, usize)>,
     stats_numeric: Vec<FeatureStats>,
     stats_images: Vec<FeatureStats>,
+    /// One per view when the cameras are video features (empty otherwise).
+    tracks: Vec<VideoTrack>,
 }
 
 fn image_struct_fields() -> Fields {
@@ -372,6 +404,14 @@ impl DatasetWriter {
                 )));
             }
         }
+        // Video cameras: the encoder of each, chosen before anything is written (ffmpeg missing, odd sizes).
+        let mut encodings = Vec::new();
+        if let Some(settings) = info.video {
+            for v in &info.views {
+                encodings.push(choose_encoding(settings, v.width, v.height)?);
+            }
+        }
+        let mut encodings = encodings.into_iter();
         if root.exists() {
             let mut entries = std::fs::read_dir(&root).map_err(io_err(&root))?;
             if entries.next().is_some() {
@@ -388,14 +428,42 @@ impl DatasetWriter {
         let mut features = Vec::new();
         let mut fields = Vec::new();
         let mut numeric = Vec::new();
+        let mut tracks = Vec::new();
         for v in &info.views {
             let key = image_key(&v.name);
+            let names = names_json(&["height".into(), "width".into(), "channels".into()]);
+            let shape = vec![v.height as usize, v.width as usize, 3];
+            if let Some(encoding) = encodings.next() {
+                // A LeRobot video feature: no parquet column, frames in videos/<key>/chunk-NNN/file-NNN.mp4.
+                if let Some(note) = &encoding.note {
+                    tracing::warn!(view = %v.name, "{note}");
+                }
+                features.push((
+                    key.clone(),
+                    Feature {
+                        dtype: "video".into(),
+                        shape,
+                        names,
+                        info: Some(encoding.info(v.width, v.height, info.fps)),
+                    },
+                ));
+                tracks.push(VideoTrack {
+                    key,
+                    width: v.width,
+                    height: v.height,
+                    encoding,
+                    open: None,
+                    current: (0, 0),
+                    chunks: vec![0],
+                });
+                continue;
+            }
             features.push((
                 key.clone(),
                 Feature {
                     dtype: "image".into(),
-                    shape: vec![v.height as usize, v.width as usize, 3],
-                    names: names_json(&["height".into(), "width".into(), "channels".into()]),
+                    shape,
+                    names,
                     info: None,
                 },
             ));
@@ -476,6 +544,7 @@ impl DatasetWriter {
             numeric,
             stats_numeric,
             stats_images,
+            tracks,
         })
     }
 
@@ -563,6 +632,20 @@ impl DatasetWriter {
             }
             if (d - dt).abs() > 1e-4 {
                 off_rate += 1;
+            }
+        }
+        if self.info.video.is_some() {
+            // One video frame per 1/fps: a row whose timestamp is not i/fps would find no frame (LeRobot's
+            // tolerance rule), so such an episode is refused rather than written unreadable.
+            for (i, f) in ep.frames.iter().enumerate() {
+                let want = i as f64 * dt;
+                if (f.timestamp as f64 - want).abs() > crate::video::VIDEO_TOLERANCE_S {
+                    return bad(format!(
+                        "frame {i}: timestamp {} s, but a video dataset stores frame {i} at {want} s (i / fps,                          tolerance {} s)",
+                        f.timestamp,
+                        crate::video::VIDEO_TOLERANCE_S
+                    ));
+                }
             }
         }
         if off_rate > 0 {
@@ -686,18 +769,28 @@ impl DatasetWriter {
             let f = self.open_file()?;
             (f.chunk, f.file)
         };
+        // Where this episode starts in each camera's current video file (LeRobot's from_timestamp: the duration
+        // of the file before it; one frame per 1/fps).
+        let fps = f64::from(self.info.fps);
+        let video_from: Vec<f64> = self
+            .tracks
+            .iter()
+            .map(|t| t.open.as_ref().map_or(0.0, |e| e.frames as f64 / fps))
+            .collect();
 
         for start in (0..len).step_by(per_group) {
             let end = (start + per_group).min(len);
             let frames = &ep.frames[start..end];
-            // Encode PNGs (and gather sampled image stats) in parallel: one task per frame.
+            // Encode PNGs (or, for video cameras, decode PNG input to RGB) and gather sampled image stats in
+            // parallel: one task per frame.
+            let video = !self.tracks.is_empty();
             let encoded: Vec<Result<EncodedFrame>> = frames
                 .par_iter()
                 .enumerate()
                 .map(|(j, f)| {
                     let fi = start + j;
                     let sample = fi % stride == 0;
-                    let mut pngs = Vec::with_capacity(nviews);
+                    let mut outs = Vec::with_capacity(nviews);
                     let mut stats = Vec::with_capacity(nviews);
                     for (v, img) in f.views.iter().enumerate() {
                         let ctx = |e: image::ImageError| {
@@ -706,42 +799,57 @@ impl DatasetWriter {
                                 self.info.views[v].name
                             ))
                         };
-                        let (png, rgb_for_stats) = match img {
-                            FrameImage::Rgb(im) => {
-                                (encode_png(im).map_err(ctx)?, sample.then_some(None))
-                            }
-                            FrameImage::Png(b) => (b.clone(), sample.then_some(Some(b))),
+                        let decode = |bytes: &[u8]| {
+                            image::load_from_memory_with_format(bytes, image::ImageFormat::Png)
+                                .map(|im| im.to_rgb8())
+                                .map_err(ctx)
                         };
-                        let st = match rgb_for_stats {
-                            None => None,
-                            Some(None) => match img {
-                                FrameImage::Rgb(im) => Some(image_stats(im)),
-                                FrameImage::Png(_) => None,
-                            },
-                            Some(Some(bytes)) => {
-                                let im = image::load_from_memory_with_format(
-                                    bytes,
-                                    image::ImageFormat::Png,
-                                )
-                                .map_err(ctx)?
-                                .to_rgb8();
-                                Some(image_stats(&im))
+                        let (out, st) = match (img, video) {
+                            (FrameImage::Rgb(im), false) => (
+                                ViewOut::Png(encode_png(im).map_err(ctx)?),
+                                sample.then(|| image_stats(im)),
+                            ),
+                            (FrameImage::Rgb(im), true) => {
+                                (ViewOut::Same, sample.then(|| image_stats(im)))
+                            }
+                            (FrameImage::Png(b), false) => (
+                                ViewOut::Png(b.clone()),
+                                if sample {
+                                    Some(image_stats(&decode(b)?))
+                                } else {
+                                    None
+                                },
+                            ),
+                            (FrameImage::Png(b), true) => {
+                                let im = decode(b)?;
+                                let st = sample.then(|| image_stats(&im));
+                                (ViewOut::Decoded(im), st)
                             }
                         };
-                        pngs.push(png);
+                        outs.push(out);
                         stats.push(st);
                     }
-                    Ok((pngs, stats))
+                    Ok((outs, stats))
                 })
                 .collect();
-            let mut per_view_png: Vec<Vec<Vec<u8>>> =
-                vec![Vec::with_capacity(frames.len()); nviews];
-            for r in encoded {
-                let (pngs, stats) = r?;
-                for (v, (png, st)) in pngs.into_iter().zip(stats).enumerate() {
-                    per_view_png[v].push(png);
+            let mut per_view_png: Vec<Vec<Vec<u8>>> = if video {
+                Vec::new()
+            } else {
+                vec![Vec::with_capacity(frames.len()); nviews]
+            };
+            for (j, r) in encoded.into_iter().enumerate() {
+                let (outs, stats) = r?;
+                for (v, (out, st)) in outs.into_iter().zip(stats).enumerate() {
                     if let Some(st) = st {
                         self.stats_images[v].merge(&st);
+                    }
+                    match (out, &frames[j].views[v]) {
+                        (ViewOut::Png(png), _) => per_view_png[v].push(png),
+                        (ViewOut::Decoded(im), _) => self.track_encoder(v)?.write(&im)?,
+                        (ViewOut::Same, FrameImage::Rgb(im)) => self.track_encoder(v)?.write(im)?,
+                        (ViewOut::Same, FrameImage::Png(_)) => {
+                            return Err(DatasetError::Input("internal: undecoded PNG".into()))
+                        }
                     }
                 }
             }
@@ -848,6 +956,23 @@ impl DatasetWriter {
         for (g, e) in self.stats_numeric.iter_mut().zip(&ep_stats) {
             g.merge(e);
         }
+        // Video files: this episode's place in each, and a new file once one passes video_files_size_in_mb.
+        let video_limit = DEFAULT_VIDEO_FILE_SIZE_IN_MB * 1024 * 1024;
+        let mut videos = Vec::with_capacity(self.tracks.len());
+        for (v, from_ts) in video_from.into_iter().enumerate() {
+            let enc = self.track_encoder(v)?;
+            let big = enc.bytes_written() >= video_limit;
+            let t = &mut self.tracks[v];
+            videos.push((
+                t.current.0,
+                t.current.1,
+                from_ts,
+                from_ts + len as f64 / fps,
+            ));
+            if big {
+                self.close_track(v)?;
+            }
+        }
         self.episodes.push(EpisodeRecord {
             index: episode_index,
             length: len,
@@ -858,8 +983,61 @@ impl DatasetWriter {
             stages: ep.stages.clone(),
             success: ep.success,
             stats: ep_stats,
+            videos,
         });
         self.total_frames += len as u64;
+        Ok(())
+    }
+
+    /// The running encoder of video camera `v`, started on first use.
+    fn track_encoder(&mut self, v: usize) -> Result<&mut VideoEncoder> {
+        let fps = self.info.fps;
+        let t = self
+            .tracks
+            .get_mut(v)
+            .ok_or_else(|| DatasetError::Input(format!("internal: no video camera {v}")))?;
+        if t.open.is_none() {
+            let (chunk, file) = t.current;
+            let rel = format_template(
+                DEFAULT_VIDEO_PATH,
+                &[
+                    ("video_key", &t.key, 0),
+                    ("chunk_index", "", chunk),
+                    ("file_index", "", file),
+                ],
+            )
+            .map_err(DatasetError::Input)?;
+            let path = self.root.join(rel);
+            t.open = Some(VideoEncoder::start(
+                &t.encoding,
+                &t.key,
+                &path,
+                t.width,
+                t.height,
+                fps,
+            )?);
+        }
+        t.open
+            .as_mut()
+            .ok_or_else(|| DatasetError::Input("internal: no video encoder".into()))
+    }
+
+    /// Finishes camera `v`'s current video file; the next frame starts the next file.
+    fn close_track(&mut self, v: usize) -> Result<()> {
+        let t = &mut self.tracks[v];
+        if let Some(enc) = t.open.take() {
+            tracing::debug!(path = %enc.path.display(), frames = enc.frames, "closing video file");
+            enc.finish()?;
+            let (chunk, file) = t.current;
+            t.current = if file + 1 >= DEFAULT_CHUNK_SIZE {
+                (chunk + 1, 0)
+            } else {
+                (chunk, file + 1)
+            };
+            if !t.chunks.contains(&t.current.0) {
+                t.chunks.push(t.current.0);
+            }
+        }
         Ok(())
     }
 

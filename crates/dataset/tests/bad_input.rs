@@ -1,5 +1,5 @@
 //! Errors name the file and the field or column: malformed info.json, missing columns, wrong dtypes, corrupt
-//! PNG bytes, video columns without the `video` feature, and bad writer input.
+//! PNG bytes and bad writer input (video errors: tests/video.rs).
 
 use crate::common;
 
@@ -257,22 +257,6 @@ fn image_column_with_wrong_struct() {
     assert!(
         msg.contains("observation.images.top") && msg.contains("struct<bytes"),
         "{msg}"
-    );
-}
-
-#[cfg(not(feature = "video"))]
-#[test]
-fn video_feature_off_names_feature_and_column() {
-    let (_t, dir) = fresh();
-    edit_info(&dir, |v| {
-        v["features"]["observation.images.top"]["dtype"] = "video".into();
-        v["video_path"] =
-            "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4".into();
-    });
-    let e = open_err(&dir);
-    assert!(
-        e.contains("`video`") && e.contains("observation.images.top"),
-        "{e}"
     );
 }
 

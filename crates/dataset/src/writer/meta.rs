@@ -8,6 +8,9 @@ impl DatasetWriter {
     /// when any episode is annotated, temporal_proportions_sparse.json.
     pub fn finish(mut self) -> Result<DatasetSummary> {
         self.close_file()?;
+        for v in 0..self.tracks.len() {
+            self.close_track(v)?;
+        }
         tracing::debug!(
             root = %self.root.display(),
             episodes = self.episodes.len(),
@@ -66,7 +69,7 @@ impl DatasetWriter {
             fps: self.info.fps,
             splits: OrderedMap(vec![("train".into(), format!("0:{n}"))]),
             data_path: DEFAULT_DATA_PATH.into(),
-            video_path: None,
+            video_path: (!self.tracks.is_empty()).then(|| DEFAULT_VIDEO_PATH.to_string()),
             features: self.features.clone(),
         };
         // info.json last: a dataset whose info.json is on disk is complete. The directories the writer created
@@ -108,6 +111,19 @@ impl DatasetWriter {
         )
         .map_err(DatasetError::Input)?);
         add(INFO_PATH.to_string());
+        for t in &self.tracks {
+            for &chunk in &t.chunks {
+                add(format_template(
+                    DEFAULT_VIDEO_PATH,
+                    &[
+                        ("video_key", &t.key, 0),
+                        ("chunk_index", "", chunk),
+                        ("file_index", "", 0),
+                    ],
+                )
+                .map_err(DatasetError::Input)?);
+            }
+        }
         Ok(dirs.into_iter().filter(|d| d.is_dir()).collect())
     }
 
@@ -186,6 +202,27 @@ impl DatasetWriter {
             "dataset_to_index",
             i64col(&|e| (e.from + e.length as u64) as i64),
         );
+        // LeRobot v3 video columns: where each episode's frames are (`_save_episode_video`).
+        for (v, t) in self.tracks.iter().enumerate() {
+            push(
+                &format!("videos/{}/chunk_index", t.key),
+                i64col(&|e| e.videos[v].0 as i64),
+            );
+            push(
+                &format!("videos/{}/file_index", t.key),
+                i64col(&|e| e.videos[v].1 as i64),
+            );
+            let from: Vec<f64> = eps.iter().map(|e| e.videos[v].2).collect();
+            let to: Vec<f64> = eps.iter().map(|e| e.videos[v].3).collect();
+            push(
+                &format!("videos/{}/from_timestamp", t.key),
+                Arc::new(Float64Array::from(from)),
+            );
+            push(
+                &format!("videos/{}/to_timestamp", t.key),
+                Arc::new(Float64Array::from(to)),
+            );
+        }
         let mut success = BooleanBuilder::new();
         for e in eps {
             success.append_value(e.success);
