@@ -7,6 +7,9 @@
 //! `>= k`) for every episode that reached the last stage. `meta/stagewise_record.json` lists each episode's seed,
 //! degradation preset and outcome.
 //!
+//! `--video` stores the cameras as LeRobot video features (MP4 under `videos/`, AV1 by default, as LeRobot
+//! writes them; `--video-codec h264`) instead of PNG image columns.
+//!
 //! Rollouts run in parallel (rayon, one episode per task); episodes are written in order, so the same seeds give
 //! the same dataset for any thread count.
 
@@ -15,7 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use stagewise_dataset::{
     ColumnValues, DatasetInfo, DatasetWriter, EpisodeData, ExtraColumnSpec, ExtraDtype, FrameData,
-    FrameImage, StageAnnotation, ViewSpec,
+    FrameImage, StageAnnotation, VideoCodec, VideoSettings, ViewSpec,
 };
 use stagewise_sim::{rollout_with, Degradation, EpisodeRecord, SimConfig, Task};
 use std::path::PathBuf;
@@ -66,6 +69,16 @@ pub struct RecordArgs {
     /// Block and table colours from the simulator's held-out palette (no shipped model was trained on them).
     #[arg(long)]
     pub held_out_colors: bool,
+    /// Store the cameras as LeRobot video features (MP4 under videos/<key>/, encoded by ffmpeg) instead of PNG
+    /// image columns.
+    #[arg(long)]
+    pub video: bool,
+    /// Codec of `--video`: av1 (LeRobot's default: libsvtav1, or libaom-av1 for frames under 64x64) or h264.
+    #[arg(long, default_value = "av1", value_name = "CODEC")]
+    pub video_codec: VideoCodec,
+    /// Constant-quality factor of `--video` (LeRobot's default 30; lower is better and larger).
+    #[arg(long, default_value_t = 30, value_name = "CRF")]
+    pub video_crf: u32,
     /// Worker threads for the rollouts (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -76,7 +89,7 @@ pub struct RecordArgs {
 
 /// The degradation preset of episode `i` when a share `fraction` is degraded (spread evenly, cycling through
 /// `presets`).
-pub fn preset_for<'p>(i: usize, fraction: f64, presets: &'p [String]) -> &'p str {
+pub fn preset_for(i: usize, fraction: f64, presets: &[String]) -> &str {
     let before = (i as f64 * fraction).floor() as usize;
     let after = ((i + 1) as f64 * fraction).floor() as usize;
     if after > before && !presets.is_empty() {
@@ -115,7 +128,12 @@ pub fn monotone_annotation(stages: &[usize], names: &[String]) -> Option<StageAn
     })
 }
 
-fn to_episode(rec: &EpisodeRecord, views: usize, degraded: bool) -> anyhow::Result<EpisodeData> {
+fn to_episode(
+    rec: &EpisodeRecord,
+    views: usize,
+    degraded: bool,
+    fps: u32,
+) -> anyhow::Result<EpisodeData> {
     let frames = rec
         .frames
         .as_ref()
@@ -132,7 +150,6 @@ fn to_episode(rec: &EpisodeRecord, views: usize, degraded: bool) -> anyhow::Resu
         );
     }
     let action_len = rec.actions.first().map_or(4, |a| a.len());
-    let fps = 50.0f32;
     let mut out = Vec::with_capacity(n);
     for (t, f) in frames.iter().enumerate() {
         if f.len() != views {
@@ -151,7 +168,7 @@ fn to_episode(rec: &EpisodeRecord, views: usize, degraded: bool) -> anyhow::Resu
                 .get(t)
                 .cloned()
                 .unwrap_or_else(|| vec![0.0; action_len]),
-            timestamp: t as f32 / fps,
+            timestamp: (t as f64 / f64::from(fps)) as f32,
         });
     }
     Ok(EpisodeData {
@@ -250,11 +267,33 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
             },
         ],
         stage_names: Some(task.stage_names().iter().map(|s| s.to_string()).collect()),
+        video: args.video.then_some(VideoSettings {
+            codec: args.video_codec,
+            crf: args.video_crf,
+            ..VideoSettings::default()
+        }),
         ..Default::default()
     };
     let views = info.views.len();
+    let fps = info.fps;
     let mut writer = DatasetWriter::create(&args.out, info)
         .with_context(|| format!("creating dataset {}", args.out.display()))?;
+    // What encoded the cameras, once per encoder (and why, when it is not what was asked for).
+    let mut video_note: Vec<(String, Vec<String>)> = Vec::new();
+    for (key, enc) in writer.video_encodings() {
+        let what = match &enc.note {
+            Some(note) => format!("{} via {} ({note})", enc.codec, enc.encoder),
+            None => format!("{} via {}", enc.codec, enc.encoder),
+        };
+        let view = key
+            .strip_prefix("observation.images.")
+            .unwrap_or(key)
+            .to_string();
+        match video_note.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, views)) => views.push(view),
+            None => video_note.push((what, vec![view])),
+        }
+    }
 
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads)
@@ -291,7 +330,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         for r in recs {
             let (i, preset, rec) = r?;
             let degraded = preset != "none";
-            let ep = to_episode(&rec, views, degraded)?;
+            let ep = to_episode(&rec, views, degraded, fps)?;
             writer
                 .add_episode(&ep)
                 .with_context(|| format!("writing episode {i}"))?;
@@ -318,6 +357,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         "camera_jitter": args.camera_jitter,
         "random_colors": args.random_colors,
         "held_out_colors": args.held_out_colors,
+        "video": args.video.then(|| serde_json::json!({
+            "codec": args.video_codec.to_string(),
+            "crf": args.video_crf,
+        })),
         "width": args.width,
         "height": args.height,
         "episodes": log,
@@ -334,6 +377,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         summary.frames,
         summary.data_files
     );
+    for (what, views) in &video_note {
+        println!("videos ({}): {what}", views.join(", "));
+    }
     if let Some(p) = summary.stage_proportions {
         let s: Vec<String> = p.iter().map(|(n, a)| format!("{n} {a:.3}")).collect();
         println!("stage proportions: {}", s.join(", "));

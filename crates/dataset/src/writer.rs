@@ -436,7 +436,7 @@ impl DatasetWriter {
             if let Some(encoding) = encodings.next() {
                 // A LeRobot video feature: no parquet column, frames in videos/<key>/chunk-NNN/file-NNN.mp4.
                 if let Some(note) = &encoding.note {
-                    tracing::warn!(view = %v.name, "{note}");
+                    tracing::info!(view = %v.name, "{note}");
                 }
                 features.push((
                     key.clone(),
@@ -558,6 +558,14 @@ impl DatasetWriter {
 
     pub fn num_frames(&self) -> u64 {
         self.total_frames
+    }
+
+    /// The encoder of each video camera (feature key, encoding), empty for image datasets.
+    pub fn video_encodings(&self) -> Vec<(&str, &VideoEncoding)> {
+        self.tracks
+            .iter()
+            .map(|t| (t.key.as_str(), &t.encoding))
+            .collect()
     }
 
     fn validate(&self, ep: &EpisodeData) -> Result<()> {
