@@ -52,6 +52,8 @@ enum Command {
     Emulator(stagewise_firmware::cli::EmulatorArgs),
     /// Robot operator verbs: `robot keygen FILE` (a link key), `robot reset-estop --robot URL`.
     Robot(cmd::robot::RobotArgs),
+    /// Train a progress model from a LeRobot v3 dataset (image or video cameras, SARM stage annotations).
+    Train(Box<cmd::train::TrainArgs>),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -80,5 +82,6 @@ fn main() -> anyhow::Result<()> {
         Command::Label(a) => cmd::label::run(*a),
         Command::Emulator(a) => stagewise_firmware::cli::run(a),
         Command::Robot(a) => cmd::robot::run(a),
+        Command::Train(a) => cmd::train::run(*a),
     }
 }

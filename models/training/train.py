@@ -427,7 +427,9 @@ def progress_balanced_p(phi: np.ndarray, bins: int):
     return w / w.sum()
 
 
-def train_progress(args, train, val, proportions, names):
+def train_progress(args, train, val, proportions, names, on_step=None):
+    """Trains a ProgressNet. `on_step(step, steps, loss)`, when given, is called after every optimiser step
+    (`stagewise train` draws its progress bar from it)."""
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
     V = train.images.shape[1]
@@ -476,6 +478,8 @@ def train_progress(args, train, val, proportions, names):
             opt.step()
             sched.step()
             tot += float(loss.detach()) * len(g)
+            if on_step is not None:
+                on_step(ep * (len(order) // args.batch) + b // args.batch + 1, steps, float(loss.detach()))
         msg = f"epoch {ep + 1}/{args.epochs} loss {tot / max(len(order), 1):.4f} ({time.time() - t0:.0f}s)"
         if val is not None and (ep + 1 == args.epochs or (ep + 1) % args.eval_every == 0):
             mae, acc = evaluate_progress(model, val, args.frames, args.stride, P, a)

@@ -14,4 +14,5 @@ pub mod score;
 pub mod serve;
 pub mod sim;
 pub mod sim_args;
+pub mod train;
 pub mod zenoh_args;

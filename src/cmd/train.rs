@@ -1,0 +1,923 @@
+//! `stagewise train`: from any LeRobot v3 dataset (image or video cameras, views and state fields chosen by name,
+//! SARM stage annotations) to a model directory: single-graph ONNX, two-part form (encoder + head), manifest and
+//! training record, with validation metrics and a progress bar.
+//!
+//! This side reads the dataset (stagewise-dataset: PNG or MP4 cameras, LeRobot's timestamp rule), picks the
+//! views and the proprioception by name, computes the targets from the annotations (DESIGN.md:
+//! stage `k` of frame `t` and `tau = clip((t - s_k) / (e_k - s_k), 0, 1)`) and writes them as numpy arrays; the
+//! PyTorch pipeline in `models/training` (`train_dataset.py`, on train.py's network, augmentation, loss and export)
+//! trains and exports the model. No simulator column is read. Datasets without any stage annotation are refused
+//! with an error that says what to add.
+//!
+//! Targets per episode: its `sparse_subtask_*` annotation (LeRobot's SARM columns); an episode without one, in a
+//! dataset with `meta/temporal_proportions_sparse.json`, gets stage boundaries at those proportions of its length
+//! (time-linear progress: right for a clean demonstration, so episodes marked unsuccessful are skipped). Frames
+//! between two annotated stages keep the earlier stage at tau 1, frames before the first stage stage 0 at tau 0,
+//! and the last frame of a successful episode whose last stage ends with it has tau 1 (as train.py does).
+
+use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+use stagewise_core::StageProportions;
+use stagewise_dataset::{Dataset, Images, StageAnnotation};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct TrainArgs {
+    /// LeRobot v3 dataset directory to train on (image or video cameras); repeat for more.
+    #[arg(long = "dataset", required = true, value_name = "DIR")]
+    pub datasets: Vec<PathBuf>,
+    /// Held-out dataset for the validation metrics; repeat for more. Default: every `--val-every`-th usable
+    /// episode of the training datasets is held out.
+    #[arg(long = "val-dataset", value_name = "DIR")]
+    pub val_datasets: Vec<PathBuf>,
+    /// Without `--val-dataset`: hold out every N-th usable episode (0: no validation).
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub val_every: usize,
+    /// Camera views the model reads, by name, comma-separated: `front` means `observation.images.front` (or the
+    /// one camera key ending in `.front`); full feature keys work too.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub views: Vec<String>,
+    /// State fields the model reads, by name from `observation.state`'s names, comma-separated: the robot's
+    /// proprioception (never object or target poses).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub state: Vec<String>,
+    /// Output model directory (created).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// File stem of the model (default: `<out directory name>-progress`).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Model input size WIDTHxHEIGHT; frames are resized (triangle filter, as the runtime does). Default: the
+    /// cameras' size.
+    #[arg(long, value_name = "WxH")]
+    pub image_size: Option<String>,
+    /// Frames per window and control steps between them.
+    #[arg(long, default_value_t = 2)]
+    pub frames: usize,
+    #[arg(long, default_value_t = 4)]
+    pub stride: usize,
+    #[arg(long, default_value_t = 20)]
+    pub epochs: usize,
+    /// Training samples (windows) per epoch.
+    #[arg(long, default_value_t = 8192)]
+    pub samples_per_epoch: usize,
+    /// Torch threads (1 on shared cores: torch's thread pool spins badly under contention).
+    #[arg(long, default_value_t = 1)]
+    pub torch_threads: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Python with torch, onnx and onnxruntime (default: the project's `.venv`, set up by scripts/setup.sh).
+    #[arg(long, env = "STAGEWISE_PYTHON", value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// The training pipeline directory (default: `models/training` of the checkout the executable was built in).
+    #[arg(long, env = "STAGEWISE_TRAINING_DIR", value_name = "DIR")]
+    pub training_dir: Option<PathBuf>,
+    /// Keep the prepared arrays (`<out>/<name>.train-data/`) after training.
+    #[arg(long)]
+    pub keep_data: bool,
+    /// Replace a model of the same name in `--out`.
+    #[arg(long)]
+    pub force: bool,
+    /// Decoder threads for reading the datasets (0 = one per core).
+    #[arg(long, default_value_t = 0)]
+    pub read_threads: usize,
+    /// More arguments for models/training/train_dataset.py, after `--` (e.g. `-- --colour 0 --lr 1e-3`).
+    #[arg(last = true)]
+    pub extra: Vec<String>,
+}
+
+/// Simulator-only state fields (sim/src/env.rs `state_spec`): object and target poses and the grasp flag. A reward
+/// model never reads them (DESIGN.md: it sees what a real robot sees).
+fn privileged(name: &str) -> bool {
+    name == "grasped"
+        || name.starts_with("target_")
+        || name.strip_prefix("block").is_some_and(|r| {
+            r.split('_')
+                .next()
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
+/// Stage `k` and `tau` of every frame of an episode of `len` frames (module doc).
+pub fn frame_targets(
+    ann: &StageAnnotation,
+    len: usize,
+    success: Option<bool>,
+) -> (Vec<i64>, Vec<f32>) {
+    let k = ann.names.len();
+    let mut stage = vec![0i64; len];
+    let mut tau = vec![0f32; len];
+    for t in 0..len {
+        let ti = t as i64;
+        let (s, tt) = match ann.stage_at(ti) {
+            Some(s) => {
+                let (a, b) = (ann.start_frames[s], ann.end_frames[s]);
+                (s, ((ti - a) as f64 / (b - a).max(1) as f64).clamp(0.0, 1.0))
+            }
+            None => match (0..k).rev().find(|&s| ann.end_frames[s] <= ti) {
+                Some(s) => (s, 1.0),
+                None => (0, 0.0),
+            },
+        };
+        stage[t] = s as i64;
+        tau[t] = tt as f32;
+    }
+    if len > 0 && success != Some(false) && ann.end_frames.last() == Some(&(len as i64)) {
+        tau[len - 1] = 1.0;
+    }
+    (stage, tau)
+}
+
+/// Stage boundaries at `proportions` of an episode of `len` frames (time-linear progress).
+pub fn annotation_from_proportions(
+    names: &[String],
+    proportions: &[f64],
+    len: usize,
+) -> StageAnnotation {
+    let total: f64 = proportions.iter().sum::<f64>().max(1e-12);
+    let mut acc = 0.0;
+    let mut starts = Vec::with_capacity(names.len());
+    let mut ends = Vec::with_capacity(names.len());
+    for (i, p) in proportions.iter().enumerate() {
+        let s = (acc / total * len as f64).round() as i64;
+        acc += p;
+        let e = if i + 1 == proportions.len() {
+            len as i64
+        } else {
+            (acc / total * len as f64).round() as i64
+        };
+        starts.push(s);
+        ends.push(e.max(s));
+    }
+    StageAnnotation {
+        names: names.to_vec(),
+        start_frames: starts,
+        end_frames: ends,
+    }
+}
+
+fn check_annotation(ann: &StageAnnotation, len: usize) -> Result<(), String> {
+    let k = ann.names.len();
+    if k == 0 || ann.start_frames.len() != k || ann.end_frames.len() != k {
+        return Err(format!(
+            "{k} stage names, {} start frames, {} end frames",
+            ann.start_frames.len(),
+            ann.end_frames.len()
+        ));
+    }
+    let mut prev = 0;
+    for i in 0..k {
+        let (s, e) = (ann.start_frames[i], ann.end_frames[i]);
+        if s < prev || e < s || e > len as i64 {
+            return Err(format!(
+                "stage {i} ({:?}) spans frames {s}..{e}: stages must be ordered, non-overlapping and within \
+                 0..{len}",
+                ann.names[i]
+            ));
+        }
+        prev = e;
+    }
+    Ok(())
+}
+
+/// One episode that goes into the training set.
+struct Use {
+    /// Index into the opened datasets.
+    ds: usize,
+    episode: usize,
+    len: usize,
+    ann: StageAnnotation,
+    from_proportions: bool,
+    success: Option<bool>,
+    val: bool,
+}
+
+/// The `.npy` header (format 1.0) of a C-order array.
+fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    // magic (6) + version (2) + length (2) + header, padded with spaces to a multiple of 64, ending in '\n'.
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    out.extend_from_slice(h.as_bytes());
+    out
+}
+
+fn write_npy(path: &Path, descr: &str, shape: &[usize], bytes: &[u8]) -> anyhow::Result<()> {
+    let mut f = BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+    );
+    f.write_all(&npy_header(descr, shape))?;
+    f.write_all(bytes)?;
+    f.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
+    let (w, h) = s
+        .split_once(['x', 'X'])
+        .with_context(|| format!("--image-size {s:?}: expected WIDTHxHEIGHT, e.g. 32x32"))?;
+    let w: u32 = w
+        .trim()
+        .parse()
+        .with_context(|| format!("--image-size {s:?}"))?;
+    let h: u32 = h
+        .trim()
+        .parse()
+        .with_context(|| format!("--image-size {s:?}"))?;
+    if w < 8 || h < 8 {
+        bail!("--image-size {s:?}: at least 8x8");
+    }
+    Ok((w, h))
+}
+
+/// The project's Python: `--python`, else `<venv>/bin/python` of the executable's `.venv` candidates.
+fn find_python(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = explicit {
+        return Ok(p.to_owned());
+    }
+    let exe = std::env::current_exe().context("locating the stagewise executable")?;
+    let candidates = stagewise_model::runtime::venv_candidates(&exe);
+    for v in &candidates {
+        let py = v.join("bin/python");
+        if py.is_file() {
+            return Ok(py);
+        }
+    }
+    bail!(
+        "no Python for training: none of {} exists; run scripts/setup.sh (it makes .venv with torch) or pass \
+         --python / STAGEWISE_PYTHON",
+        candidates
+            .iter()
+            .map(|v| v.join("bin/python").display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+/// `models/training` of the checkout the executable was built in (`<checkout>/target/<profile>/stagewise`).
+fn find_training_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let script = |d: &Path| d.join("train_dataset.py");
+    if let Some(d) = explicit {
+        if !script(d).is_file() {
+            bail!("{} has no train_dataset.py", d.display());
+        }
+        return Ok(d.to_owned());
+    }
+    let exe = std::env::current_exe().context("locating the stagewise executable")?;
+    let mut tried = Vec::new();
+    for venv in stagewise_model::runtime::venv_candidates(&exe) {
+        if let Some(root) = venv.parent() {
+            let d = root.join("models/training");
+            if script(&d).is_file() {
+                return Ok(d);
+            }
+            tried.push(d.display().to_string());
+        }
+    }
+    bail!(
+        "cannot find the training pipeline (models/training/train_dataset.py; tried {}): pass --training-dir or \
+         STAGEWISE_TRAINING_DIR",
+        tried.join(", ")
+    )
+}
+
+fn check_python(python: &Path) -> anyhow::Result<()> {
+    let out = Command::new(python)
+        .args([
+            "-c",
+            "import importlib.util as u, sys; m = [n for n in ('numpy', 'torch', 'onnx', 'onnxruntime', 'PIL') \
+             if u.find_spec(n) is None]; sys.exit('missing: ' + ', '.join(m) if m else 0)",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {}", python.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} cannot import the training pipeline's packages (numpy, torch, onnx, onnxruntime, pillow): {}\nrun \
+             scripts/setup.sh (it installs models/training/requirements.txt into .venv)",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+pub fn run(args: TrainArgs) -> anyhow::Result<()> {
+    let t_start = Instant::now();
+    if args.views.is_empty() || args.views.iter().any(|v| v.is_empty()) {
+        bail!("--views: name at least one camera");
+    }
+    if args.state.is_empty() || args.state.iter().any(|s| s.is_empty()) {
+        bail!(
+            "--state: name at least one proprioceptive field (e.g. ee_x,ee_y,ee_z,gripper_width)"
+        );
+    }
+    if let Some(bad) = args.state.iter().find(|s| privileged(s)) {
+        bail!(
+            "--state {bad}: an object/target pose or the simulator's grasp flag; a reward model reads camera views \
+             and proprioception only (DESIGN.md), what a real robot has"
+        );
+    }
+    if args.frames == 0 || args.stride == 0 || args.epochs == 0 || args.samples_per_epoch == 0 {
+        bail!("--frames, --stride, --epochs and --samples-per-epoch must be at least 1");
+    }
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => {
+            let base = args
+                .out
+                .file_name()
+                .and_then(|n| n.to_str())
+                .filter(|n| !n.is_empty())
+                .unwrap_or("model");
+            format!("{base}-progress")
+        }
+    };
+    if name.is_empty() || name.contains('/') {
+        bail!("--name {name:?}: a file stem without '/'");
+    }
+    let manifest = args.out.join(format!("{name}.toml"));
+    if manifest.exists() && !args.force {
+        bail!(
+            "{} exists: pass --force to replace it, or choose another --out / --name",
+            manifest.display()
+        );
+    }
+    let python = find_python(args.python.as_deref())?;
+    let training = find_training_dir(args.training_dir.as_deref())?;
+    check_python(&python)?;
+
+    // Open every dataset; resolve views and state fields by name.
+    let mut all: Vec<(PathBuf, bool)> = args.datasets.iter().map(|d| (d.clone(), false)).collect();
+    all.extend(args.val_datasets.iter().map(|d| (d.clone(), true)));
+    let mut opened = Vec::with_capacity(all.len());
+    for (dir, _) in &all {
+        opened.push(
+            Dataset::open(dir).with_context(|| format!("opening dataset {}", dir.display()))?,
+        );
+    }
+    let mut keys: Vec<Vec<String>> = Vec::new();
+    let mut state_cols: Vec<Vec<usize>> = Vec::new();
+    let mut size: Option<(u32, u32)> = None;
+    for (ds, (dir, _)) in opened.iter().zip(&all) {
+        let k: Vec<String> = args
+            .views
+            .iter()
+            .map(|v| {
+                ds.camera_key(v)
+                    .with_context(|| format!("--views {v}: dataset {}", dir.display()))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        for key in &k {
+            let ft = ds
+                .info()
+                .features
+                .get(key)
+                .with_context(|| format!("{}: no feature {key}", dir.display()))?;
+            let (h, w, _) = ft
+                .image_hwc()
+                .with_context(|| format!("{}: feature {key} is not [h, w, 3]", dir.display()))?;
+            if args.image_size.is_none() {
+                match size {
+                    None => size = Some((w, h)),
+                    Some(s) if s != (w, h) => bail!(
+                        "camera {key} of {} is {w}x{h}, another camera is {}x{}: pass --image-size WxH",
+                        dir.display(),
+                        s.0,
+                        s.1
+                    ),
+                    Some(_) => {}
+                }
+            }
+        }
+        let names = ds.state_names().with_context(|| {
+            format!(
+                "{}/meta/info.json: `observation.state` has no names; --state picks fields by name",
+                dir.display()
+            )
+        })?;
+        let cols: Vec<usize> = args
+            .state
+            .iter()
+            .map(|s| {
+                names.iter().position(|n| n == s).with_context(|| {
+                    format!(
+                        "--state {s}: {}/meta/info.json `observation.state` has no such field (it has: {})",
+                        dir.display(),
+                        names.join(", ")
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        keys.push(k);
+        state_cols.push(cols);
+    }
+    let (width, height) = match &args.image_size {
+        Some(s) => parse_size(s)?,
+        None => size.context("no camera")?,
+    };
+    if width * height > 96 * 96 {
+        tracing::warn!(
+            "the model will read {width}x{height} frames: training on the CPU is slow at that size; \
+             --image-size 64x64 (or smaller) resizes them"
+        );
+    }
+
+    // Stage names and proportions: the first dataset's temporal_proportions_sparse.json, else its first
+    // annotation.
+    let first = &opened[0];
+    let file_props: Option<Vec<(String, f64)>> =
+        first.temporal_proportions_sparse().map(<[_]>::to_vec);
+    let stage_names: Vec<String> = match (&file_props, first.episodes().iter().find_map(|e| e.stages.as_ref())) {
+        (Some(p), _) => p.iter().map(|(n, _)| n.clone()).collect(),
+        (None, Some(a)) => a.names.clone(),
+        (None, None) => bail!(
+            "{} has no stage annotation: SARM progress targets need stages. Add per-episode SARM columns \
+             `sparse_subtask_names`, `sparse_subtask_start_frames`, `sparse_subtask_end_frames` to \
+             meta/episodes/*.parquet (LeRobot's subtask_annotation.py writes them; `stagewise annotate` does from a \
+             JSON file), or meta/temporal_proportions_sparse.json ({{\"stage name\": proportion, ...}}) for \
+             demonstrations whose stages take those shares of each episode",
+            all[0].0.display()
+        ),
+    };
+    let mut uses: Vec<Use> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    for (d, (ds, (dir, is_val))) in opened.iter().zip(&all).enumerate() {
+        let props = ds.temporal_proportions_sparse();
+        if let Some(p) = props {
+            let names: Vec<&String> = p.iter().map(|(n, _)| n).collect();
+            if names
+                .iter()
+                .map(|n| n.as_str())
+                .ne(stage_names.iter().map(|n| n.as_str()))
+            {
+                bail!(
+                    "{}/meta/temporal_proportions_sparse.json names stages {names:?}, the model's stages are {stage_names:?}",
+                    dir.display()
+                );
+            }
+        }
+        for e in ds.episodes() {
+            let (ann, from_props) = match (&e.stages, props) {
+                (Some(a), _) => (a.clone(), false),
+                (None, Some(p)) if e.success != Some(false) => {
+                    let w: Vec<f64> = p.iter().map(|(_, a)| *a).collect();
+                    (
+                        annotation_from_proportions(&stage_names, &w, e.length),
+                        true,
+                    )
+                }
+                (None, Some(_)) => {
+                    skipped.push(format!(
+                        "{} episode {}: not annotated, marked unsuccessful",
+                        dir.display(),
+                        e.episode_index
+                    ));
+                    continue;
+                }
+                (None, None) => {
+                    skipped.push(format!(
+                        "{} episode {}: not annotated",
+                        dir.display(),
+                        e.episode_index
+                    ));
+                    continue;
+                }
+            };
+            if ann.names != stage_names {
+                bail!(
+                    "{} episode {}: stages {:?}, the model's stages are {stage_names:?} (every annotated episode \
+                     needs the same stages in the same order)",
+                    dir.display(),
+                    e.episode_index,
+                    ann.names
+                );
+            }
+            check_annotation(&ann, e.length).map_err(|r| {
+                anyhow::anyhow!(
+                    "{} episode {}: bad SARM annotation: {r}",
+                    dir.display(),
+                    e.episode_index
+                )
+            })?;
+            if e.length == 0 {
+                skipped.push(format!(
+                    "{} episode {}: no frames",
+                    dir.display(),
+                    e.episode_index
+                ));
+                continue;
+            }
+            uses.push(Use {
+                ds: d,
+                episode: e.episode_index,
+                len: e.length,
+                ann,
+                from_proportions: from_props,
+                success: e.success,
+                val: *is_val,
+            });
+        }
+    }
+    if args.val_datasets.is_empty() && args.val_every > 0 {
+        let n = uses.len();
+        let mut i = 0;
+        for u in uses.iter_mut() {
+            i += 1;
+            // Every N-th episode, but never the only training episode.
+            if n >= 2 && i % args.val_every == 0 {
+                u.val = true;
+            }
+        }
+    }
+    let n_train = uses.iter().filter(|u| !u.val).count();
+    if n_train == 0 {
+        bail!(
+            "no usable training episode (skipped: {})",
+            skipped.join("; ")
+        );
+    }
+    let proportions: Vec<f64> = match &file_props {
+        Some(p) => p.iter().map(|(_, a)| *a).collect(),
+        None => {
+            let durations: Vec<Vec<f64>> = uses
+                .iter()
+                .filter(|u| !u.val)
+                .map(|u| u.ann.durations())
+                .collect();
+            StageProportions::from_durations(&durations)
+                .context("stage proportions from the annotations")?
+                .proportions()
+                .to_vec()
+        }
+    };
+    let from_props = uses.iter().filter(|u| u.from_proportions).count();
+    println!(
+        "training set: {} episodes ({} for validation), {} frames; stages {} (proportions {}){}{}",
+        uses.len(),
+        uses.len() - n_train,
+        uses.iter().map(|u| u.len).sum::<usize>(),
+        stage_names.join(", "),
+        proportions
+            .iter()
+            .map(|p| format!("{p:.3}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if from_props > 0 {
+            format!("; {from_props} episodes staged by temporal_proportions_sparse.json")
+        } else {
+            String::new()
+        },
+        if skipped.is_empty() {
+            String::new()
+        } else {
+            format!("; {} episodes skipped (not annotated)", skipped.len())
+        }
+    );
+
+    // Read, pick and resize, write the arrays (episodes decoded in parallel, written in order).
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let data_dir = args.out.join(format!("{name}.train-data"));
+    if data_dir.exists() {
+        std::fs::remove_dir_all(&data_dir)
+            .with_context(|| format!("removing {}", data_dir.display()))?;
+    }
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("creating {}", data_dir.display()))?;
+    let total: usize = uses.iter().map(|u| u.len).sum();
+    let nv = args.views.len();
+    let ns = args.state.len();
+    let frame_bytes = (width * height * 3) as usize;
+    let frames_path = data_dir.join("frames.npy");
+    let mut frames_out = BufWriter::new(
+        std::fs::File::create(&frames_path)
+            .with_context(|| format!("creating {}", frames_path.display()))?,
+    );
+    frames_out.write_all(&npy_header(
+        "|u1",
+        &[total, nv, height as usize, width as usize, 3],
+    ))?;
+    let mut state_all: Vec<f32> = Vec::with_capacity(total * ns);
+    let mut stage_all: Vec<i64> = Vec::with_capacity(total);
+    let mut tau_all: Vec<f32> = Vec::with_capacity(total);
+    let mut episodes_json = Vec::with_capacity(uses.len());
+    let bar = ProgressBar::new(uses.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} episodes (eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_message("reading");
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.read_threads)
+        .build()
+        .context("building the reader pool")?;
+    let batch = pool.current_num_threads().max(1) * 2;
+    let mut offset = 0usize;
+    for chunk in uses.chunks(batch) {
+        let read: Vec<anyhow::Result<(Vec<u8>, Vec<f32>)>> = pool.install(|| {
+            chunk
+                .par_iter()
+                .map(|u| {
+                    let ds = &opened[u.ds];
+                    let dir = &all[u.ds].0;
+                    let ep = ds
+                        .read_episode(u.episode, Images::DecodeOnThisThread)
+                        .with_context(|| format!("{} episode {}", dir.display(), u.episode))?;
+                    if ep.len() != u.len {
+                        bail!(
+                            "{} episode {}: {} rows, metadata says {}",
+                            dir.display(),
+                            u.episode,
+                            ep.len(),
+                            u.len
+                        );
+                    }
+                    let cams: Vec<&[image::RgbImage]> = keys[u.ds]
+                        .iter()
+                        .map(|k| {
+                            ep.images(k).with_context(|| {
+                                format!(
+                                    "{} episode {}: camera {k} not decoded",
+                                    dir.display(),
+                                    u.episode
+                                )
+                            })
+                        })
+                        .collect::<anyhow::Result<_>>()?;
+                    let mut px = Vec::with_capacity(u.len * nv * frame_bytes);
+                    for t in 0..u.len {
+                        for cam in &cams {
+                            let im = &cam[t];
+                            if im.dimensions() == (width, height) {
+                                px.extend_from_slice(im.as_raw());
+                            } else {
+                                let r = image::imageops::resize(
+                                    im,
+                                    width,
+                                    height,
+                                    image::imageops::FilterType::Triangle,
+                                );
+                                px.extend_from_slice(r.as_raw());
+                            }
+                        }
+                    }
+                    if ep.state_dim == 0 || ep.state.len() != u.len * ep.state_dim {
+                        bail!(
+                            "{} episode {}: no observation.state values",
+                            dir.display(),
+                            u.episode
+                        );
+                    }
+                    let mut st = Vec::with_capacity(u.len * ns);
+                    for t in 0..u.len {
+                        let row = ep.state(t);
+                        st.extend(state_cols[u.ds].iter().map(|&c| row[c]));
+                    }
+                    bar.inc(1);
+                    Ok((px, st))
+                })
+                .collect()
+        });
+        for (u, r) in chunk.iter().zip(read) {
+            let (px, st) = r?;
+            frames_out.write_all(&px)?;
+            state_all.extend(st);
+            let (stage, tau) = frame_targets(&u.ann, u.len, u.success);
+            stage_all.extend(stage);
+            tau_all.extend(tau);
+            episodes_json.push(serde_json::json!({
+                "dataset": all[u.ds].0.display().to_string(),
+                "episode_index": u.episode,
+                "offset": offset,
+                "length": u.len,
+                "split": if u.val { "val" } else { "train" },
+                "success": u.success,
+                "targets": if u.from_proportions { "temporal_proportions_sparse" } else { "annotation" },
+            }));
+            offset += u.len;
+        }
+    }
+    frames_out
+        .flush()
+        .with_context(|| format!("writing {}", frames_path.display()))?;
+    drop(frames_out);
+    bar.finish_and_clear();
+    let as_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    write_npy(
+        &data_dir.join("state.npy"),
+        "<f4",
+        &[total, ns],
+        &as_bytes(&state_all),
+    )?;
+    write_npy(
+        &data_dir.join("tau.npy"),
+        "<f4",
+        &[total],
+        &as_bytes(&tau_all),
+    )?;
+    write_npy(
+        &data_dir.join("stage.npy"),
+        "<i8",
+        &[total],
+        &stage_all
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    )?;
+    let command: Vec<String> = std::env::args().collect();
+    let meta = serde_json::json!({
+        "datasets": args.datasets.iter().chain(&args.val_datasets).map(|d| d.display().to_string()).collect::<Vec<_>>(),
+        "views": args.views,
+        "view_keys": keys[0],
+        "state_names": args.state,
+        "stage_names": stage_names,
+        "proportions": proportions,
+        "width": width,
+        "height": height,
+        "episodes": episodes_json,
+        "skipped": skipped,
+        "command": command,
+    });
+    std::fs::write(
+        data_dir.join("meta.json"),
+        serde_json::to_string_pretty(&meta)?,
+    )
+    .context("writing meta.json")?;
+    println!(
+        "prepared {total} frames of {nv} views at {width}x{height} in {:.1} s ({})",
+        t_start.elapsed().as_secs_f64(),
+        data_dir.display()
+    );
+
+    // Train: models/training/train_dataset.py, its progress lines drawn as a bar.
+    let script = training.join("train_dataset.py");
+    let mut cmd = Command::new(&python);
+    cmd.arg("-u")
+        .arg(&script)
+        .arg("--data")
+        .arg(&data_dir)
+        .arg("--out")
+        .arg(&args.out)
+        .args(["--name", &name])
+        .args(["--frames", &args.frames.to_string()])
+        .args(["--stride", &args.stride.to_string()])
+        .args(["--epochs", &args.epochs.to_string()])
+        .args(["--samples-per-epoch", &args.samples_per_epoch.to_string()])
+        .args(["--threads", &args.torch_threads.to_string()])
+        .args(["--seed", &args.seed.to_string()])
+        .args(&args.extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    tracing::info!(command = ?cmd, "training");
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("running {} {}", python.display(), script.display()))?;
+    let bar = ProgressBar::new(1);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "training [{elapsed_precise}] {wide_bar} {pos}/{len} steps (eta {eta}) {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            let line = line.context("reading the trainer's output")?;
+            if let Some(rest) = line.strip_prefix("@progress ") {
+                let mut it = rest.split_whitespace();
+                if let (Some(Ok(step)), Some(Ok(steps))) = (
+                    it.next().map(str::parse::<u64>),
+                    it.next().map(str::parse::<u64>),
+                ) {
+                    bar.set_length(steps);
+                    bar.set_position(step);
+                    if let Some(loss) = it.next() {
+                        bar.set_message(format!("loss {loss}"));
+                    }
+                }
+            } else {
+                if bar.is_hidden() {
+                    println!("{line}");
+                } else {
+                    bar.println(&line);
+                }
+            }
+        }
+    }
+    let status = child.wait().context("waiting for the trainer")?;
+    bar.finish_and_clear();
+    if !status.success() {
+        bail!(
+            "{} {} failed ({status}); the prepared arrays are kept in {}",
+            python.display(),
+            script.display(),
+            data_dir.display()
+        );
+    }
+    if !args.keep_data {
+        std::fs::remove_dir_all(&data_dir)
+            .with_context(|| format!("removing {}", data_dir.display()))?;
+    }
+
+    // The model as the runtime loads it: the manifest against the graph.
+    let rt = stagewise_model::OrtRuntime::init(None)?;
+    let opts = stagewise_model::SessionOptions {
+        provider: stagewise_model::Provider::Cpu,
+        intra_threads: 1,
+        tensorrt_cache: None,
+    };
+    stagewise_model::RewardModel::load(&manifest, rt, &opts)
+        .with_context(|| format!("loading the trained model {}", manifest.display()))?;
+    let record_path = args.out.join(format!("{name}.train.json"));
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&record_path)
+            .with_context(|| format!("reading {}", record_path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", record_path.display()))?;
+    println!(
+        "model {} (single graph {name}.onnx, two-part {name}.encoder.onnx + {name}.head.onnx, record {name}.train.json) \
+         in {:.0} s",
+        manifest.display(),
+        t_start.elapsed().as_secs_f64()
+    );
+    if let Some(v) = record.get("validation").and_then(|v| v.as_object()) {
+        for (split, m) in v {
+            println!(
+                "{split:<5} {} episodes: VOC {}  progress MAE {}  stage accuracy {}  views blanked MAE {}",
+                m["episodes"], m["voc"], m["mae"], m["stage_acc"], m["mae_views_blanked"]
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(starts: &[i64], ends: &[i64]) -> StageAnnotation {
+        StageAnnotation {
+            names: (0..starts.len()).map(|i| format!("s{i}")).collect(),
+            start_frames: starts.to_vec(),
+            end_frames: ends.to_vec(),
+        }
+    }
+
+    #[test]
+    fn targets_follow_design_formula() {
+        let (k, tau) = frame_targets(&ann(&[0, 4], &[4, 8]), 8, Some(true));
+        assert_eq!(k, vec![0, 0, 0, 0, 1, 1, 1, 1]);
+        assert_eq!(tau, vec![0.0, 0.25, 0.5, 0.75, 0.0, 0.25, 0.5, 1.0]);
+        // A gap between stages keeps the earlier stage at tau 1; before the first stage, stage 0 at 0.
+        let (k, tau) = frame_targets(&ann(&[2, 6], &[4, 8]), 8, Some(false));
+        assert_eq!(k, vec![0, 0, 0, 0, 0, 0, 1, 1]);
+        assert_eq!(tau, vec![0.0, 0.0, 0.0, 0.5, 1.0, 1.0, 0.0, 0.5]);
+    }
+
+    #[test]
+    fn proportions_give_time_linear_stages() {
+        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let a = annotation_from_proportions(&names, &[0.25, 0.25, 0.5], 100);
+        assert_eq!(a.start_frames, vec![0, 25, 50]);
+        assert_eq!(a.end_frames, vec![25, 50, 100]);
+        check_annotation(&a, 100).unwrap();
+    }
+
+    #[test]
+    fn sim_only_state_is_privileged() {
+        for n in ["grasped", "block0_x", "block12_qw", "target_y"] {
+            assert!(privileged(n), "{n}");
+        }
+        for n in ["ee_x", "gripper_width", "blocky", "joint_0"] {
+            assert!(!privileged(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn npy_headers_are_aligned() {
+        let h = npy_header("|u1", &[10, 3, 32, 32, 3]);
+        assert_eq!(h.len() % 64, 0);
+        assert!(h.starts_with(b"\x93NUMPY\x01\x00"));
+        assert!(String::from_utf8_lossy(&h).contains("'shape': (10, 3, 32, 32, 3)"));
+        assert!(String::from_utf8_lossy(&npy_header("<f4", &[7])).contains("(7,)"));
+    }
+}
