@@ -451,9 +451,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         (None, None) => bail!(
             "{} has no stage annotation: SARM progress targets need stages. Add per-episode SARM columns \
              `sparse_subtask_names`, `sparse_subtask_start_frames`, `sparse_subtask_end_frames` to \
-             meta/episodes/*.parquet (LeRobot's subtask_annotation.py writes them; `stagewise annotate` does from a \
-             JSON file), or meta/temporal_proportions_sparse.json ({{\"stage name\": proportion, ...}}) for \
-             demonstrations whose stages take those shares of each episode",
+             meta/episodes/*.parquet (`stagewise annotate --dataset DIR --from stages.json` writes them from a JSON \
+             file; LeRobot's subtask_annotation.py does with a VLM), or meta/temporal_proportions_sparse.json \
+             ({{\"stage name\": proportion, ...}}) for demonstrations whose stages take those shares of each \
+             episode (docs/own-task.md)",
             all[0].0.display()
         ),
     };

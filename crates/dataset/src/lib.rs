@@ -5,6 +5,7 @@
 //!   `meta/tasks.parquet`, `meta/episodes/chunk-000/file-000.parquet` and `meta/temporal_proportions_sparse.json`.
 //! - [`Dataset`] reads LeRobot v3 datasets (ours or LeRobot's), episode by episode, image columns (PNG) and video
 //!   features (MP4, AV1 or H.264, decoded by an `ffmpeg` subprocess with LeRobot's timestamp rule: [`video`]).
+//! - [`write_annotations`] sets the SARM stage annotations of an existing dataset's episodes.
 //! - [`SarmProgress`] reads and writes `sarm_progress.parquet`, the per-frame progress file LeRobot's RA-BC loads.
 //! - Every file is written under a temporary name, fsynced, renamed into place and its directory fsynced
 //!   ([`durable`]): a crash or a power cut leaves the previous file or the whole new one, never half a file.
@@ -12,6 +13,7 @@
 //! Depends on `stagewise-core` only among the workspace crates: never on model, sim, stream or runtime (the CLI
 //! wires episodes from those into the writer's plain input types). See README.md for the layout and its sources.
 
+pub mod annotations;
 mod columns;
 pub mod durable;
 pub mod error;
@@ -22,6 +24,7 @@ pub mod stats;
 pub mod video;
 pub mod writer;
 
+pub use annotations::{write_annotations, AnnotationSummary};
 pub use error::{DatasetError, Result};
 pub use info::{Feature, InfoJson, OrderedMap, CODEBASE_VERSION, SARM_PROGRESS_FILE};
 pub use reader::{Dataset, Episode, EpisodeMeta, Images, VideoRef};

@@ -3,6 +3,7 @@
 //! `tests/*.rs` file runs only once it is declared here (`tests/layout.rs` in the workspace root checks that).
 //! Run one module with `cargo test -p stagewise-dataset --test integration <module>::`.
 
+mod annotations;
 mod bad_input;
 mod common;
 mod interop;

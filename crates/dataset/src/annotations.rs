@@ -1,0 +1,229 @@
+//! Writing SARM sparse stage annotations into an existing LeRobot v3 dataset: the `sparse_subtask_*` columns of
+//! `meta/episodes/*/*.parquet` (added, or replaced) and `meta/temporal_proportions_sparse.json` (recomputed from
+//! every annotated episode, or removed when none is left), as LeRobot's `subtask_annotation.py`
+//! `save_annotations_to_dataset` stores them (start/end frames and `frame / fps` times; stage `k` spans
+//! `start..end`, end exclusive). Other columns and files stay as they are. Files are replaced durably.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::builder::{Float64Builder, Int64Builder, ListBuilder, StringBuilder};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{Field, Schema};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use stagewise_core::StageProportions;
+
+use crate::columns::{column, i64_values};
+use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
+use crate::info::{write_proportions_json, TEMPORAL_PROPORTIONS_SPARSE_PATH};
+use crate::reader::Dataset;
+use crate::writer::StageAnnotation;
+
+const COLUMNS: [&str; 5] = [
+    "sparse_subtask_names",
+    "sparse_subtask_start_times",
+    "sparse_subtask_end_times",
+    "sparse_subtask_start_frames",
+    "sparse_subtask_end_frames",
+];
+
+/// What [`write_annotations`] left in the dataset.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnnotationSummary {
+    pub annotated: usize,
+    pub episodes: usize,
+    /// `(stage, a_k)` written to temporal_proportions_sparse.json; `None` when no episode is annotated.
+    pub proportions: Option<Vec<(String, f64)>>,
+}
+
+/// Sets the annotation of the episodes in `changes` (`None` clears one) and keeps the others' as they are. Every
+/// annotation is checked against its episode's length, and all annotated episodes must name the same stages in
+/// the same order.
+pub fn write_annotations(
+    root: impl AsRef<Path>,
+    changes: &[(usize, Option<StageAnnotation>)],
+) -> Result<AnnotationSummary> {
+    let root = root.as_ref();
+    let ds = Dataset::open(root)?;
+    let n = ds.num_episodes();
+    let mut ann: Vec<Option<StageAnnotation>> =
+        ds.episodes().iter().map(|e| e.stages.clone()).collect();
+    for (ep, a) in changes {
+        let slot = ann.get_mut(*ep).ok_or_else(|| {
+            DatasetError::Input(format!(
+                "episode {ep}: out of range, the dataset has {n} episodes"
+            ))
+        })?;
+        if let Some(a) = a {
+            a.check(ds.episodes()[*ep].length)
+                .map_err(|r| DatasetError::Input(format!("episode {ep}: {r}")))?;
+        }
+        *slot = a.clone();
+    }
+    let mut names: Option<&Vec<String>> = None;
+    for (ep, a) in ann.iter().enumerate() {
+        if let Some(a) = a {
+            match names {
+                None => names = Some(&a.names),
+                Some(first) if *first != a.names => {
+                    return Err(DatasetError::Input(format!(
+                        "episode {ep}: stages {:?} differ from the other episodes' {first:?}",
+                        a.names
+                    )))
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    let fps = f64::from(ds.fps());
+
+    // Rewrite every episodes file with the five columns (replaced where they were, appended otherwise).
+    let dir = root.join("meta/episodes");
+    let mut files = Vec::new();
+    for chunk in std::fs::read_dir(&dir).map_err(io_err(&dir))? {
+        let chunk = chunk.map_err(io_err(&dir))?.path();
+        if chunk.is_dir() {
+            for f in std::fs::read_dir(&chunk).map_err(io_err(&chunk))? {
+                let f = f.map_err(io_err(&chunk))?.path();
+                if f.extension().is_some_and(|e| e == "parquet") {
+                    files.push(f);
+                }
+            }
+        }
+    }
+    files.sort();
+    for path in &files {
+        let file = std::fs::File::open(path).map_err(io_err(path))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(pq_err(path))?
+            .build()
+            .map_err(pq_err(path))?;
+        let mut out: Vec<RecordBatch> = Vec::new();
+        for batch in reader {
+            let batch = batch.map_err(arrow_err(path))?;
+            let eps = i64_values(
+                column(&batch, path, "episode_index")?,
+                path,
+                "episode_index",
+            )?;
+            let rows: Vec<Option<&StageAnnotation>> = eps
+                .iter()
+                .map(|&e| {
+                    usize::try_from(e)
+                        .ok()
+                        .and_then(|e| ann.get(e))
+                        .and_then(Option::as_ref)
+                })
+                .collect();
+            let mut fields: Vec<Field> = Vec::new();
+            let mut cols: Vec<ArrayRef> = Vec::new();
+            for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+                if !COLUMNS.contains(&f.name().as_str()) {
+                    fields.push(f.as_ref().clone());
+                    cols.push(c.clone());
+                }
+            }
+            let mut names_b = ListBuilder::new(StringBuilder::new());
+            let mut st_b = ListBuilder::new(Float64Builder::new());
+            let mut et_b = ListBuilder::new(Float64Builder::new());
+            let mut sf_b = ListBuilder::new(Int64Builder::new());
+            let mut ef_b = ListBuilder::new(Int64Builder::new());
+            for r in &rows {
+                match r {
+                    Some(a) => {
+                        for nm in &a.names {
+                            names_b.values().append_value(nm);
+                        }
+                        for (&s, &e) in a.start_frames.iter().zip(&a.end_frames) {
+                            st_b.values().append_value(s as f64 / fps);
+                            et_b.values().append_value(e as f64 / fps);
+                            sf_b.values().append_value(s);
+                            ef_b.values().append_value(e);
+                        }
+                        for b in [&mut st_b, &mut et_b] {
+                            b.append(true);
+                        }
+                        names_b.append(true);
+                        sf_b.append(true);
+                        ef_b.append(true);
+                    }
+                    None => {
+                        names_b.append(false);
+                        st_b.append(false);
+                        et_b.append(false);
+                        sf_b.append(false);
+                        ef_b.append(false);
+                    }
+                }
+            }
+            let new: [ArrayRef; 5] = [
+                Arc::new(names_b.finish()),
+                Arc::new(st_b.finish()),
+                Arc::new(et_b.finish()),
+                Arc::new(sf_b.finish()),
+                Arc::new(ef_b.finish()),
+            ];
+            for (name, col) in COLUMNS.iter().zip(new) {
+                fields.push(Field::new(*name, col.data_type().clone(), true));
+                cols.push(col);
+            }
+            let schema = Arc::new(Schema::new_with_metadata(
+                fields,
+                batch.schema().metadata().clone(),
+            ));
+            out.push(RecordBatch::try_new(schema, cols).map_err(arrow_err(path))?);
+        }
+        let tmp = crate::durable::temp_path(path);
+        crate::durable::write_atomic(path, |f| {
+            let Some(first) = out.first() else {
+                return Ok(());
+            };
+            let props = WriterProperties::builder()
+                .set_compression(Compression::SNAPPY)
+                .build();
+            let mut w =
+                ArrowWriter::try_new(f, first.schema(), Some(props)).map_err(pq_err(&tmp))?;
+            for b in &out {
+                w.write(b).map_err(pq_err(&tmp))?;
+            }
+            w.into_inner().map_err(pq_err(&tmp))?;
+            Ok(())
+        })?;
+    }
+
+    // Stage priors a_k over the annotated episodes (DESIGN.md; the writer's formula).
+    let prop_path = root.join(TEMPORAL_PROPORTIONS_SPARSE_PATH);
+    let durations: Vec<Vec<f64>> = ann
+        .iter()
+        .flatten()
+        .map(StageAnnotation::durations)
+        .collect();
+    let proportions = match names {
+        Some(names) if !durations.is_empty() => {
+            let p = StageProportions::from_durations(&durations)?;
+            write_proportions_json(&prop_path, names, p.proportions())?;
+            Some(
+                names
+                    .iter()
+                    .cloned()
+                    .zip(p.proportions().iter().copied())
+                    .collect(),
+            )
+        }
+        _ => {
+            if prop_path.exists() {
+                std::fs::remove_file(&prop_path).map_err(io_err(&prop_path))?;
+                crate::durable::sync_dir(&root.join("meta"))?;
+            }
+            None
+        }
+    };
+    Ok(AnnotationSummary {
+        annotated: ann.iter().flatten().count(),
+        episodes: n,
+        proportions,
+    })
+}

@@ -1,0 +1,170 @@
+//! `stagewise annotate`: SARM stage annotations of a LeRobot v3 dataset from a JSON file (`--from`), to one
+//! (`--export`), or removed (`--clear`). They go where LeRobot keeps them (`sparse_subtask_*` columns of
+//! `meta/episodes/*.parquet`, `meta/temporal_proportions_sparse.json`: stagewise-dataset's `write_annotations`),
+//! so `stagewise train`, LeRobot's SARM and RA-BC read them.
+//!
+//! The file (what `--export` writes, what `--from` reads):
+//!
+//! ```json
+//! {"stages": ["reach", "grasp", "lift"],
+//!  "episodes": [{"episode_index": 0, "start_frames": [0, 41, 60], "end_frames": [41, 60, 132]},
+//!               {"episode_index": 3, "start_times": [0.0, 0.9, 1.3], "end_times": [0.9, 1.3, 2.5]}]}
+//! ```
+//!
+//! Stage `k` spans frames `start..end` (end exclusive; LeRobot's convention). Times are seconds from the episode
+//! start, turned into frames as LeRobot's `subtask_annotation.py` does (`int(t * fps)`). `--from` sets the listed
+//! episodes and keeps the others' annotations.
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+use stagewise_dataset::{write_annotations, Dataset, StageAnnotation};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct AnnotateArgs {
+    /// The LeRobot v3 dataset directory.
+    #[arg(long)]
+    pub dataset: PathBuf,
+    /// Set the annotations of the episodes listed in this JSON file (format: `stagewise annotate --help`'s
+    /// module doc, or what --export writes).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["export", "clear"])]
+    pub from: Option<PathBuf>,
+    /// Write the dataset's annotations to this JSON file.
+    #[arg(long, value_name = "FILE", conflicts_with = "clear")]
+    pub export: Option<PathBuf>,
+    /// Remove the annotations (of `--episodes`, or of every episode).
+    #[arg(long)]
+    pub clear: bool,
+    /// With --clear: only these episodes (comma-separated indices).
+    #[arg(long, value_delimiter = ',', requires = "clear")]
+    pub episodes: Vec<usize>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AnnotationFile {
+    pub stages: Vec<String>,
+    pub episodes: Vec<EpisodeStages>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct EpisodeStages {
+    pub episode_index: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_frames: Option<Vec<i64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_frames: Option<Vec<i64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_times: Option<Vec<f64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_times: Option<Vec<f64>>,
+}
+
+fn frames_of(
+    frames: &Option<Vec<i64>>,
+    times: &Option<Vec<f64>>,
+    fps: f64,
+    what: &str,
+    ep: usize,
+) -> anyhow::Result<Vec<i64>> {
+    match (frames, times) {
+        (Some(f), _) => Ok(f.clone()),
+        (None, Some(t)) => t
+            .iter()
+            .map(|&s| {
+                if s.is_finite() && s >= 0.0 {
+                    Ok((s * fps) as i64)
+                } else {
+                    bail!("episode {ep}: {what}_times has {s}, not a time >= 0")
+                }
+            })
+            .collect(),
+        (None, None) => bail!("episode {ep}: give {what}_frames or {what}_times"),
+    }
+}
+
+pub fn run(args: AnnotateArgs) -> anyhow::Result<()> {
+    let ds = Dataset::open(&args.dataset)
+        .with_context(|| format!("opening dataset {}", args.dataset.display()))?;
+    let fps = f64::from(ds.fps());
+    if let Some(path) = &args.export {
+        let mut stages: Option<Vec<String>> = None;
+        let mut episodes = Vec::new();
+        for e in ds.episodes() {
+            if let Some(a) = &e.stages {
+                stages.get_or_insert_with(|| a.names.clone());
+                episodes.push(EpisodeStages {
+                    episode_index: e.episode_index,
+                    start_frames: Some(a.start_frames.clone()),
+                    end_frames: Some(a.end_frames.clone()),
+                    start_times: None,
+                    end_times: None,
+                });
+            }
+        }
+        let file = AnnotationFile {
+            stages: stages.unwrap_or_default(),
+            episodes,
+        };
+        std::fs::write(path, serde_json::to_string_pretty(&file)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "wrote the annotations of {} of {} episodes to {}",
+            file.episodes.len(),
+            ds.num_episodes(),
+            path.display()
+        );
+        return Ok(());
+    }
+    let changes: Vec<(usize, Option<StageAnnotation>)> = if let Some(path) = &args.from {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let file: AnnotationFile = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not an annotation file", path.display()))?;
+        if file.stages.is_empty() {
+            bail!(
+                "{}: `stages` is empty: name the stages in order",
+                path.display()
+            );
+        }
+        file.episodes
+            .iter()
+            .map(|e| {
+                let ep = e.episode_index;
+                let ann = StageAnnotation {
+                    names: file.stages.clone(),
+                    start_frames: frames_of(&e.start_frames, &e.start_times, fps, "start", ep)?,
+                    end_frames: frames_of(&e.end_frames, &e.end_times, fps, "end", ep)?,
+                };
+                Ok((ep, Some(ann)))
+            })
+            .collect::<anyhow::Result<_>>()
+            .with_context(|| format!("{}", path.display()))?
+    } else if args.clear {
+        if args.episodes.is_empty() {
+            (0..ds.num_episodes()).map(|e| (e, None)).collect()
+        } else {
+            args.episodes.iter().map(|&e| (e, None)).collect()
+        }
+    } else {
+        bail!("say what to do: --from FILE, --export FILE or --clear");
+    };
+    let s = write_annotations(&args.dataset, &changes)
+        .with_context(|| format!("annotating {}", args.dataset.display()))?;
+    println!(
+        "{}: {} of {} episodes annotated{}",
+        args.dataset.display(),
+        s.annotated,
+        s.episodes,
+        match &s.proportions {
+            Some(p) => format!(
+                "; stage proportions {}",
+                p.iter()
+                    .map(|(n, a)| format!("{n} {a:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => " (no temporal_proportions_sparse.json)".into(),
+        }
+    );
+    Ok(())
+}
