@@ -7,5 +7,6 @@
 mod common;
 mod label_e2e;
 mod layout;
+mod own_task;
 mod robot_e2e;
 mod runtime_e2e;

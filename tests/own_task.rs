@@ -1,0 +1,366 @@
+//! docs/own-task.md end to end, every command of the walkthrough (with 6 episodes and 2 short epochs): record a video
+//! dataset, annotate (export, clear, train refuses, import), train, evaluate, label for RA-BC, run as the reward.
+//! Also: recorded video frames against the same episodes recorded as PNG (PSNR of the codec, reported), and the
+//! clear errors of `train` (simulator-only state, a missing view, ffmpeg missing).
+
+use stagewise_dataset::{Dataset, Images, SarmProgress};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_stagewise")
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn stagewise(args: &[&str]) -> Output {
+    Command::new(exe())
+        .current_dir(root())
+        .args(["--log", "warn"])
+        .args(args)
+        .output()
+        .expect("run stagewise")
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "failed: {}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn err(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected a failure, got: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn record(out: &Path, video: bool) -> String {
+    let mut args = vec![
+        "record",
+        "--task",
+        "pick-place",
+        "--episodes",
+        "6",
+        "--degraded",
+        "0",
+        "--seed",
+        "21",
+        "--width",
+        "32",
+        "--height",
+        "32",
+        "--threads",
+        "2",
+        "--out",
+        s(out),
+    ];
+    if video {
+        args.push("--video");
+    }
+    ok(&stagewise(&args))
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    let se: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum();
+    let mse = se / a.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+#[test]
+fn walkthrough_record_annotate_train_eval_label_run() {
+    let t0 = Instant::now();
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("my-task");
+    let model_dir = tmp.path().join("models/my-task");
+    let manifest = model_dir.join("my-task-progress.toml");
+
+    // 1. Record a LeRobot v3 dataset whose cameras are AV1 videos.
+    let out = record(&ds, true);
+    assert!(out.contains("videos (front, side, wrist): av1"), "{out}");
+    let t_record = t0.elapsed();
+
+    // The same episodes as PNG image columns: the video frames are those frames within the codec's loss.
+    let png = tmp.path().join("png");
+    record(&png, false);
+    let (v, p) = (Dataset::open(&ds).unwrap(), Dataset::open(&png).unwrap());
+    assert_eq!(v.video_keys().len(), 3);
+    assert_eq!(v.num_frames(), p.num_frames());
+    let mut report = Vec::new();
+    for key in v.video_keys() {
+        let (mut sum, mut n, mut worst) = (0.0, 0usize, f64::INFINITY);
+        for e in 0..v.num_episodes() {
+            let a = v.read_episode(e, Images::Decode).unwrap();
+            let b = p.read_episode(e, Images::Decode).unwrap();
+            for (x, y) in a.images(key).unwrap().iter().zip(b.images(key).unwrap()) {
+                let q = psnr(x.as_raw(), y.as_raw());
+                sum += q;
+                n += 1;
+                worst = worst.min(q);
+            }
+        }
+        let mean = sum / n as f64;
+        report.push(format!("{key}: mean {mean:.2} dB, worst {worst:.2} dB"));
+        assert!(
+            mean >= 29.0 && worst >= 24.0,
+            "{key}: PSNR mean {mean:.2}, worst {worst:.2}"
+        );
+    }
+    eprintln!(
+        "AV1 crf 30 (libaom-av1) on 32x32 sim frames, {} frames: {}",
+        v.num_frames(),
+        report.join("; ")
+    );
+
+    // 2. Annotate: export the recorded stages, clear them (a dataset as it would come without annotations),
+    //    see train refuse it, then write them back from the JSON file.
+    let stages = tmp.path().join("stages.json");
+    ok(&stagewise(&[
+        "annotate",
+        "--dataset",
+        s(&ds),
+        "--export",
+        s(&stages),
+    ]));
+    let before: Vec<_> = v.episodes().iter().map(|e| e.stages.clone()).collect();
+    assert!(before.iter().filter(|a| a.is_some()).count() >= 5);
+    ok(&stagewise(&["annotate", "--dataset", s(&ds), "--clear"]));
+    let train_args = [
+        "train",
+        "--dataset",
+        s(&ds),
+        "--views",
+        "front,side,wrist",
+        "--state",
+        "ee_x,ee_y,ee_z,gripper_width",
+        "--out",
+        s(&model_dir),
+        "--epochs",
+        "2",
+        "--samples-per-epoch",
+        "512",
+        "--val-every",
+        "3",
+    ];
+    let e = err(&stagewise(&train_args));
+    assert!(
+        e.contains("no stage annotation")
+            && e.contains("sparse_subtask_names")
+            && e.contains("stagewise annotate")
+            && e.contains("temporal_proportions_sparse.json"),
+        "{e}"
+    );
+    ok(&stagewise(&[
+        "annotate",
+        "--dataset",
+        s(&ds),
+        "--from",
+        s(&stages),
+    ]));
+    let after: Vec<_> = Dataset::open(&ds)
+        .unwrap()
+        .episodes()
+        .iter()
+        .map(|e| e.stages.clone())
+        .collect();
+    assert_eq!(after, before);
+
+    // 3. Train: single graph + two-part form + manifest + training record, validation metrics printed.
+    let t_train = Instant::now();
+    let out = ok(&stagewise(&train_args));
+    let t_train = t_train.elapsed();
+    assert!(
+        out.contains("training set: ") && out.contains("val ") && out.contains("VOC"),
+        "{out}"
+    );
+    for f in [
+        "my-task-progress.onnx",
+        "my-task-progress.encoder.onnx",
+        "my-task-progress.head.onnx",
+        "my-task-progress.toml",
+        "my-task-progress.train.json",
+    ] {
+        assert!(model_dir.join(f).is_file(), "{f} missing: {out}");
+    }
+    assert!(!model_dir.join("my-task-progress.train-data").exists());
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    assert!(
+        text.contains(r#"views = ["front", "side", "wrist"]"#)
+            && text.contains(r#"state_names = ["ee_x", "ee_y", "ee_z", "gripper_width"]"#)
+            && text.contains("[parts]")
+            && text.contains(r#"names = ["reach", "grasp", "lift", "carry", "place", "release"]"#),
+        "{text}"
+    );
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(model_dir.join("my-task-progress.train.json")).unwrap(),
+    )
+    .unwrap();
+    let val = &record["validation"]["val"];
+    assert!(val["episodes"].as_u64().unwrap() >= 1, "{record}");
+    for m in ["mae", "stage_acc", "mae_views_blanked"] {
+        let x = val[m].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&x), "{m} = {x}");
+    }
+    assert_eq!(record["trained_by"], "stagewise train");
+    // A second run into the same model refuses to overwrite it.
+    let e = err(&stagewise(&train_args));
+    assert!(e.contains("exists") && e.contains("--force"), "{e}");
+
+    // 4. Evaluate on a recorded dataset (the sim's ground truth: VOC, MAE, stage accuracy ...).
+    let out = ok(&stagewise(&[
+        "eval",
+        "--model",
+        s(&manifest),
+        "--dataset",
+        s(&png),
+    ]));
+    assert!(out.contains("VOC") && out.contains("progress MAE"), "{out}");
+    let out = ok(&stagewise(&[
+        "eval",
+        "--model",
+        s(&manifest),
+        "--dataset",
+        s(&png),
+        "--ablations",
+    ]));
+    assert!(out.contains("blanked"), "{out}");
+
+    // 5. Label every frame for RA-BC: sarm_progress.parquet in the dataset, read from the AV1 videos.
+    let out = ok(&stagewise(&[
+        "label",
+        "--dataset",
+        s(&ds),
+        "--model",
+        s(&manifest),
+        "--plots",
+        "0",
+    ]));
+    assert!(out.contains("sarm_progress.parquet"), "{out}");
+    let prog = SarmProgress::read(ds.join("sarm_progress.parquet")).unwrap();
+    assert_eq!(prog.index.len() as u64, v.num_frames());
+    assert!(prog
+        .progress_sparse
+        .iter()
+        .all(|x| x.is_finite() && (0.0..=1.0).contains(x)));
+
+    // 6. The reward of `stagewise run` (simulated pick-place, the expert policy, no stream).
+    let log = tmp.path().join("run.swlog");
+    let out = stagewise(&[
+        "run",
+        "--task",
+        "pick-place",
+        "--model",
+        s(&manifest),
+        "--envs",
+        "1",
+        "--episodes",
+        "1",
+        "--width",
+        "32",
+        "--height",
+        "32",
+        "--no-stream",
+        "--log-file",
+        s(&log),
+    ]);
+    ok(&out);
+    assert!(log.is_file());
+    eprintln!(
+        "walkthrough: {:.1} s (record video {:.1} s, train {:.1} s)",
+        t0.elapsed().as_secs_f64(),
+        t_record.as_secs_f64(),
+        t_train.as_secs_f64()
+    );
+}
+
+#[test]
+fn train_refuses_what_a_reward_model_must_not_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    ok(&stagewise(&[
+        "record",
+        "--task",
+        "push-target",
+        "--episodes",
+        "1",
+        "--width",
+        "16",
+        "--height",
+        "16",
+        "--video",
+        "--video-codec",
+        "h264",
+        "--out",
+        s(&ds),
+    ]));
+    let out = tmp.path().join("m");
+    let train = |views: &str, state: &str| {
+        stagewise(&[
+            "train",
+            "--dataset",
+            s(&ds),
+            "--views",
+            views,
+            "--state",
+            state,
+            "--out",
+            s(&out),
+        ])
+    };
+    let e = err(&train("front", "gripper_width,block0_x"));
+    assert!(
+        e.contains("block0_x") && e.contains("proprioception"),
+        "{e}"
+    );
+    let e = err(&train("front", "target_x"));
+    assert!(e.contains("target_x"), "{e}");
+    let e = err(&train("top", "gripper_width"));
+    assert!(
+        e.contains("`top`") && e.contains("observation.images.front"),
+        "{e}"
+    );
+    let e = err(&train("front", "joint_7"));
+    assert!(e.contains("joint_7") && e.contains("gripper_width"), "{e}");
+    // Video needs ffmpeg: without it, reading says what to install.
+    let out = Command::new(exe())
+        .current_dir(root())
+        .env("STAGEWISE_FFMPEG", "/nonexistent/ffmpeg")
+        .args([
+            "--log",
+            "warn",
+            "label",
+            "--dataset",
+            s(&ds),
+            "--model",
+            "models/push-target/push-target-progress.toml",
+        ])
+        .output()
+        .unwrap();
+    let e = err(&out);
+    assert!(
+        e.contains("/nonexistent/ffmpeg") && e.contains("scripts/setup.sh"),
+        "{e}"
+    );
+}
