@@ -156,6 +156,9 @@ pub struct Handled {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counters {
     pub ticks: u64,
+    /// Authentic frames of the session taken in (each frame counter at most once), and frames sent.
+    pub frames: u64,
+    pub frames_sent: u64,
     pub accepted_commands: u64,
     pub stale_commands: u32,
     pub not_armed_commands: u32,
@@ -339,13 +342,17 @@ impl Firmware {
 
     /// Encodes `out` as an authenticated frame into `buf` (the firmware's key and frame counter).
     pub fn seal(&mut self, out: &Outgoing, buf: &mut [u8]) -> Result<usize, FrameError> {
-        self.tx.seal(out.session, &out.message, buf)
+        let n = self.tx.seal(out.session, &out.message, buf)?;
+        self.counters.frames_sent += 1;
+        Ok(n)
     }
 
     /// Encodes telemetry for the current session into `buf`.
     pub fn seal_telemetry(&mut self, t: Telemetry, buf: &mut [u8]) -> Result<usize, FrameError> {
         let session = self.session;
-        self.tx.seal(session, &Message::Telemetry(t), buf)
+        let n = self.tx.seal(session, &Message::Telemetry(t), buf)?;
+        self.counters.frames_sent += 1;
+        Ok(n)
     }
 
     /// Counts a frame that failed COBS, CRC or decoding. It is never acted on and does not feed the watchdog.
@@ -407,6 +414,7 @@ impl Firmware {
                 self.fresh_faults |= Faults::AUTH;
                 return Handled::default();
             }
+            self.counters.frames += 1;
             return self.handle(&f.message, now_us);
         }
         if let Some((nonce, offered)) = self.offered {
@@ -422,6 +430,7 @@ impl Firmware {
                 }
                 self.open_session(nonce, offered, now_us);
                 self.window.accept(f.header.counter);
+                self.counters.frames += 1;
                 let mut h = self.handle(&f.message, now_us);
                 h.opened = true;
                 return h;

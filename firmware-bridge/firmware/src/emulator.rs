@@ -430,6 +430,8 @@ impl<P: Plant> Loop<'_, P> {
 fn add_counters(a: Counters, b: Counters) -> Counters {
     Counters {
         ticks: a.ticks + b.ticks,
+        frames: a.frames + b.frames,
+        frames_sent: a.frames_sent + b.frames_sent,
         accepted_commands: a.accepted_commands + b.accepted_commands,
         stale_commands: a.stale_commands + b.stale_commands,
         not_armed_commands: a.not_armed_commands + b.not_armed_commands,

@@ -172,6 +172,9 @@ pub struct TelemetrySample {
 /// Counters of the host side.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BridgeStats {
+    /// Frames sent (every kind), and authentic frames of the session taken in (each counter at most once).
+    pub frames_sent: u64,
+    pub frames_received: u64,
     pub commands_sent: u64,
     pub heartbeats_sent: u64,
     pub telemetry_received: u64,
@@ -246,6 +249,11 @@ impl Link {
             .map_err(BridgeError::Encode)?;
         self.transport.send(&buf[..n]).await?;
         Ok(())
+    }
+
+    /// Frames sealed so far.
+    fn sent(&self) -> u64 {
+        lock(&self.tx).next_counter() - 1
     }
 }
 
@@ -480,7 +488,9 @@ impl Bridge {
     }
 
     pub fn stats(&self) -> BridgeStats {
-        *lock(&self.shared.stats)
+        let mut s = *lock(&self.shared.stats);
+        s.frames_sent = self.link.sent();
+        s
     }
 
     /// The latched host fault, if any.
@@ -765,14 +775,15 @@ impl Bridge {
     }
 
     /// A protective stop (reason `Shutdown`; waits up to `reply_timeout` for telemetry to show it), then stops
-    /// the background tasks.
-    pub async fn close(mut self) {
+    /// the background tasks. Returns the final counters.
+    pub async fn close(mut self) -> BridgeStats {
         if self.stop(StopReason::Shutdown).await.is_ok() {
             self.wait_stop_acknowledged(self.cfg.reply_timeout).await;
         }
         for t in self.tasks.drain(..) {
             t.abort();
         }
+        self.stats()
     }
 }
 
@@ -958,6 +969,7 @@ async fn rx_loop(
                 lock(&shared.stats).replays += 1;
                 continue;
             }
+            lock(&shared.stats).frames_received += 1;
             match f.message {
                 Message::Telemetry(t) => {
                     if let Some((field, index, value)) = non_finite(&t) {
