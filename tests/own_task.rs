@@ -296,7 +296,7 @@ fn walkthrough_record_annotate_train_eval_label_run() {
 }
 
 #[test]
-fn train_refuses_what_a_reward_model_must_not_read() {
+fn train_inputs_and_refusals() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = tmp.path().join("ds");
     ok(&stagewise(&[
@@ -343,6 +343,65 @@ fn train_refuses_what_a_reward_model_must_not_read() {
     );
     let e = err(&train("front", "joint_7"));
     assert!(e.contains("joint_7") && e.contains("gripper_width"), "{e}");
+
+    // No per-episode annotation, only temporal_proportions_sparse.json: time-linear stages at those shares;
+    // frames resized to --image-size. --prepare-only stops before training, keeping the arrays.
+    ok(&stagewise(&["annotate", "--dataset", s(&ds), "--clear"]));
+    std::fs::write(
+        ds.join("meta/temporal_proportions_sparse.json"),
+        r#"{"reach": 0.25, "push": 0.25, "settle": 0.5}"#,
+    )
+    .unwrap();
+    let prep = tmp.path().join("prep");
+    ok(&stagewise(&[
+        "train",
+        "--dataset",
+        s(&ds),
+        "--views",
+        "front,wrist",
+        "--state",
+        "gripper_width",
+        "--out",
+        s(&prep),
+        "--image-size",
+        "8x8",
+        "--val-every",
+        "0",
+        "--prepare-only",
+    ]));
+    let data = prep.join("prep-progress.train-data");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(
+        meta["stage_names"],
+        serde_json::json!(["reach", "push", "settle"])
+    );
+    assert_eq!(
+        meta["episodes"][0]["targets"],
+        "temporal_proportions_sparse"
+    );
+    let len = meta["episodes"][0]["length"].as_u64().unwrap() as usize;
+    let header = |f: &str| {
+        let b = std::fs::read(data.join(f)).unwrap();
+        let n = u16::from_le_bytes([b[8], b[9]]) as usize;
+        (
+            String::from_utf8_lossy(&b[10..10 + n]).to_string(),
+            b[10 + n..].to_vec(),
+        )
+    };
+    let (h, px) = header("frames.npy");
+    assert!(h.contains(&format!("'shape': ({len}, 2, 8, 8, 3)")), "{h}");
+    assert_eq!(px.len(), len * 2 * 8 * 8 * 3);
+    let (_, stage) = header("stage.npy");
+    let stage: Vec<i64> = stage
+        .chunks(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    // Stage boundaries at 25% and 50% of the episode.
+    assert_eq!(stage[0], 0);
+    assert_eq!(stage[len / 4 + 1], 1);
+    assert_eq!(stage[len / 2 + 1], 2);
+    assert!(stage.windows(2).all(|w| w[0] <= w[1]));
     // Video needs ffmpeg: without it, reading says what to install.
     let out = Command::new(exe())
         .current_dir(root())

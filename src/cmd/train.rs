@@ -79,6 +79,9 @@ pub struct TrainArgs {
     /// Keep the prepared arrays (`<out>/<name>.train-data/`) after training.
     #[arg(long)]
     pub keep_data: bool,
+    /// Only prepare the training arrays (`<out>/<name>.train-data/`: frames, state, targets, meta.json) and stop.
+    #[arg(long)]
+    pub prepare_only: bool,
     /// Replace a model of the same name in `--out`.
     #[arg(long)]
     pub force: bool,
@@ -360,9 +363,14 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             manifest.display()
         );
     }
-    let python = find_python(args.python.as_deref())?;
-    let training = find_training_dir(args.training_dir.as_deref())?;
-    check_python(&python)?;
+    let (python, training) = if args.prepare_only {
+        (PathBuf::new(), PathBuf::new())
+    } else {
+        let python = find_python(args.python.as_deref())?;
+        let training = find_training_dir(args.training_dir.as_deref())?;
+        check_python(&python)?;
+        (python, training)
+    };
 
     // Open every dataset; resolve views and state fields by name.
     let mut all: Vec<(PathBuf, bool)> = args.datasets.iter().map(|d| (d.clone(), false)).collect();
@@ -632,18 +640,30 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         .num_threads(args.read_threads)
         .build()
         .context("building the reader pool")?;
-    let batch = pool.current_num_threads().max(1) * 2;
+    // Chunks of consecutive episodes of one dataset: read together (one video decoder run per camera and
+    // chunk), then picked and resized in parallel.
+    let batch = (pool.current_num_threads().max(1) * 4).max(8);
+    let mut chunks: Vec<&[Use]> = Vec::new();
+    let mut start = 0;
+    for i in 1..=uses.len() {
+        if i == uses.len() || uses[i].ds != uses[start].ds || i - start >= batch {
+            chunks.push(&uses[start..i]);
+            start = i;
+        }
+    }
     let mut offset = 0usize;
-    for chunk in uses.chunks(batch) {
+    for chunk in chunks {
+        let ds = &opened[chunk[0].ds];
+        let dir = &all[chunk[0].ds].0;
+        let eps: Vec<usize> = chunk.iter().map(|u| u.episode).collect();
+        let episodes = pool
+            .install(|| ds.read_episodes(&eps, Images::Decode))
+            .with_context(|| format!("{} episodes {eps:?}", dir.display()))?;
         let read: Vec<anyhow::Result<(Vec<u8>, Vec<f32>)>> = pool.install(|| {
             chunk
                 .par_iter()
-                .map(|u| {
-                    let ds = &opened[u.ds];
-                    let dir = &all[u.ds].0;
-                    let ep = ds
-                        .read_episode(u.episode, Images::DecodeOnThisThread)
-                        .with_context(|| format!("{} episode {}", dir.display(), u.episode))?;
+                .zip(episodes.par_iter())
+                .map(|(u, ep)| {
                     if ep.len() != u.len {
                         bail!(
                             "{} episode {}: {} rows, metadata says {}",
@@ -699,6 +719,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 })
                 .collect()
         });
+        drop(episodes);
         for (u, r) in chunk.iter().zip(read) {
             let (px, st) = r?;
             frames_out.write_all(&px)?;
@@ -769,6 +790,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         t_start.elapsed().as_secs_f64(),
         data_dir.display()
     );
+
+    if args.prepare_only {
+        return Ok(());
+    }
 
     // Train: models/training/train_dataset.py, its progress lines drawn as a bar.
     let script = training.join("train_dataset.py");

@@ -447,28 +447,66 @@ pub struct FrameQuery<'a> {
 /// `from_timestamp + timestamps[i]`, which must be within `tolerance_s` (LeRobot's rule). Errors name the file,
 /// the column, the episode, the frame and the timestamp.
 pub fn decode_frames(path: &Path, q: &FrameQuery) -> Result<Vec<RgbImage>> {
-    let video_err = |reason: String| DatasetError::Video {
-        path: path.to_owned(),
-        column: q.column.to_owned(),
-        reason,
-    };
-    if q.timestamps.is_empty() {
-        return Ok(Vec::new());
-    }
-    if !path.is_file() {
-        return Err(video_err(format!(
-            "the video file does not exist (episode {})",
-            q.episode
-        )));
-    }
-    let want: Vec<f64> = q
+    let want: Vec<Wanted> = q
         .timestamps
         .iter()
-        .map(|&t| q.from_timestamp + f64::from(t))
+        .enumerate()
+        .map(|(frame, &t)| Wanted {
+            episode: q.episode,
+            frame,
+            time: q.from_timestamp + f64::from(t),
+        })
         .collect();
+    decode_wanted(
+        path,
+        q.column,
+        &want,
+        q.fps,
+        q.width,
+        q.height,
+        q.tolerance_s,
+    )
+}
+
+/// One frame to decode: the row (`episode`, `frame`) and its time in the file.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wanted {
+    pub episode: usize,
+    pub frame: usize,
+    pub time: f64,
+}
+
+/// [`decode_frames`] for any rows of one file (of one or several episodes), in one ffmpeg run.
+pub(crate) fn decode_wanted(
+    path: &Path,
+    column: &str,
+    wanted: &[Wanted],
+    fps: u32,
+    width: u32,
+    height: u32,
+    tolerance_s: f64,
+) -> Result<Vec<RgbImage>> {
+    let video_err = |reason: String| DatasetError::Video {
+        path: path.to_owned(),
+        column: column.to_owned(),
+        reason,
+    };
+    let Some(w0) = wanted.first() else {
+        return Ok(Vec::new());
+    };
+    let episodes = match wanted.last() {
+        Some(w1) if w1.episode != w0.episode => format!("episodes {}-{}", w0.episode, w1.episode),
+        _ => format!("episode {}", w0.episode),
+    };
+    if !path.is_file() {
+        return Err(video_err(format!(
+            "the video file does not exist ({episodes})"
+        )));
+    }
+    let want: Vec<f64> = wanted.iter().map(|w| w.time).collect();
     let first = want.iter().copied().fold(f64::INFINITY, f64::min);
     let last = want.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let fps = f64::from(q.fps.max(1));
+    let fps = f64::from(fps.max(1));
     // Seek a frame early (accurate seeking drops frames before the seek point) and decode a few frames past the
     // last one wanted; `-copyts` keeps the file's own timestamps.
     let seek = (first - 1.0 / fps).max(0.0);
@@ -519,21 +557,19 @@ pub fn decode_frames(path: &Path, q: &FrameQuery) -> Result<Vec<RgbImage>> {
             .collect();
         let tail = errors[errors.len().saturating_sub(4)..].join(" | ");
         return Err(video_err(format!(
-            "ffmpeg cannot decode it from {seek:.4} s (episode {}; a truncated or corrupt file?): {} ({status})",
-            q.episode,
+            "ffmpeg cannot decode it from {seek:.4} s ({episodes}; a truncated or corrupt file?): {} ({status})",
             tail.trim()
         )));
     }
     let info = parse_showinfo(&log).map_err(&video_err)?;
     if let Some((w, h)) = info.size {
-        if (w, h) != (q.width, q.height) {
+        if (w, h) != (width, height) {
             return Err(video_err(format!(
-                "frames are {w}x{h}, meta/info.json says {}x{} (episode {})",
-                q.width, q.height, q.episode
+                "frames are {w}x{h}, meta/info.json says {width}x{height} ({episodes})"
             )));
         }
     }
-    let size = q.width as usize * q.height as usize * 3;
+    let size = width as usize * height as usize * 3;
     let decoded = raw.len() / size.max(1);
     if info.pts.len() < decoded {
         return Err(video_err(format!(
@@ -546,40 +582,46 @@ pub fn decode_frames(path: &Path, q: &FrameQuery) -> Result<Vec<RgbImage>> {
         .iter()
         .map(|&p| p as f64 * num as f64 / den as f64)
         .collect();
+    // Decoded frames by time (binary search for the nearest of each wanted time).
+    let mut by_time: Vec<(f64, usize)> = times.iter().copied().zip(0..).collect();
+    by_time.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut out = Vec::with_capacity(want.len());
     for (i, &t) in want.iter().enumerate() {
-        let nearest = times
-            .iter()
-            .enumerate()
-            .min_by(|a, b| (a.1 - t).abs().total_cmp(&(b.1 - t).abs()));
+        let at = by_time.partition_point(|&(x, _)| x < t);
+        let nearest = [at.checked_sub(1), Some(at)]
+            .into_iter()
+            .flatten()
+            .filter_map(|k| by_time.get(k))
+            .min_by(|a, b| (a.0 - t).abs().total_cmp(&(b.0 - t).abs()))
+            .map(|&(x, j)| (j, x));
         let frame_err = |reason: String| DatasetError::VideoFrame {
             path: path.to_owned(),
-            column: q.column.to_owned(),
-            episode: q.episode,
-            frame: i,
+            column: column.to_owned(),
+            episode: wanted[i].episode,
+            frame: wanted[i].frame,
             timestamp: t,
             reason,
         };
-        let Some((j, &got)) = nearest else {
+        let Some((j, got)) = nearest else {
             return Err(frame_err(format!(
                 "no frame decodes from {seek:.4} s on: the video ends before the episode's frames (truncated?)"
             )));
         };
-        if (got - t).abs() > q.tolerance_s {
+        if (got - t).abs() > tolerance_s {
             let end = times.last().copied().unwrap_or(got);
-            let reason = if t > end + q.tolerance_s && decoded < count as usize {
+            let reason = if t > end + tolerance_s && decoded < count as usize {
                 format!("the video ends at {end:.4} s (its last frame): it is shorter than the episode (truncated?)")
             } else {
                 format!(
                     "the nearest frame is at {got:.6} s, {:.6} s away (tolerance {} s): the video does not match \
                      the episode's timestamps",
                     (got - t).abs(),
-                    q.tolerance_s
+                    tolerance_s
                 )
             };
             return Err(frame_err(reason));
         }
-        let img = RgbImage::from_raw(q.width, q.height, raw[j * size..(j + 1) * size].to_vec())
+        let img = RgbImage::from_raw(width, height, raw[j * size..(j + 1) * size].to_vec())
             .ok_or_else(|| frame_err("bad frame buffer".into()))?;
         out.push(img);
     }

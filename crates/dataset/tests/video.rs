@@ -232,6 +232,18 @@ fn round_trip(codec: VideoCodec, codec_name: &str, min_mean_psnr: f64, min_worst
         let here = ds.read_episode(e, Images::DecodeOnThisThread).unwrap();
         assert_eq!(here.images, ep.images);
     }
+    // Several episodes in one decoder run per camera: the same frames, in the order asked for.
+    let one: Vec<_> = (0..LENGTHS.len())
+        .map(|e| ds.read_episode(e, Images::Decode).unwrap())
+        .collect();
+    for order in [vec![0, 1, 2], vec![2, 0], vec![1]] {
+        for mode in [Images::Decode, Images::DecodeOnThisThread] {
+            let many = ds.read_episodes(&order, mode).unwrap();
+            for (got, &e) in many.iter().zip(&order) {
+                assert_eq!(got, &one[e], "{codec_name} episodes {order:?}, episode {e}");
+            }
+        }
+    }
     let mean = sum / n as f64;
     eprintln!(
         "{codec_name} crf 30: PSNR mean {mean:.2} dB, worst frame {worst:.2} dB over {n} frames"
@@ -330,6 +342,19 @@ fn shortened_video_names_the_missing_frame() {
         "{msg}"
     );
     assert!(msg.contains("ends at"), "{msg}");
+    // Read together with other episodes, the error still names episode 2's frame 9.
+    let e = ds.read_episodes(&[0, 1, 2], Images::Decode).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DatasetError::VideoFrame {
+                episode: 2,
+                frame: 9,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
