@@ -98,6 +98,8 @@ pub struct DatasetInfo {
     pub stage_names: Option<Vec<String>>,
     /// A data file is closed once it holds this many MB (LeRobot's `data_files_size_in_mb`).
     pub data_files_size_in_mb: u64,
+    /// A camera's video file is closed once it holds this many MB (LeRobot's `video_files_size_in_mb`, 500).
+    pub video_files_size_in_mb: u64,
     /// Frames encoded and written at a time; also the largest parquet row group.
     pub frames_per_row_group: usize,
     /// `Some`: every camera is a LeRobot `video` feature (MP4 under `videos/`, encoded by ffmpeg), not an image
@@ -117,6 +119,7 @@ impl Default for DatasetInfo {
             extra_columns: Vec::new(),
             stage_names: None,
             data_files_size_in_mb: DEFAULT_DATA_FILE_SIZE_IN_MB,
+            video_files_size_in_mb: DEFAULT_VIDEO_FILE_SIZE_IN_MB,
             frames_per_row_group: 256,
             video: None,
         }
@@ -965,7 +968,7 @@ impl DatasetWriter {
             g.merge(e);
         }
         // Video files: this episode's place in each, and a new file once one passes video_files_size_in_mb.
-        let video_limit = DEFAULT_VIDEO_FILE_SIZE_IN_MB * 1024 * 1024;
+        let video_limit = self.info.video_files_size_in_mb.max(1) * 1024 * 1024;
         let mut videos = Vec::with_capacity(self.tracks.len());
         for (v, from_ts) in video_from.into_iter().enumerate() {
             let enc = self.track_encoder(v)?;

@@ -403,6 +403,93 @@ fn mismatched_timestamps_and_sizes_are_errors() {
     );
 }
 
+/// Noise frames of 64x64 (what a codec cannot compress): neighbours differ completely.
+fn noise(e: usize, f: usize) -> RgbImage {
+    let mut x = (e as u32 + 1).wrapping_mul(2_654_435_761) ^ (f as u32).wrapping_mul(40_503);
+    RgbImage::from_fn(64, 64, |_, _| {
+        let mut px = [0u8; 3];
+        for c in &mut px {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            *c = (x >> 24) as u8;
+        }
+        image::Rgb(px)
+    })
+}
+
+#[test]
+fn video_files_roll_over_at_the_size_limit() {
+    require_ffmpeg();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ds");
+    let lens = [120usize, 120, 120, 120];
+    let mut info = DatasetInfo {
+        // crf 10: ~8 KB per noise frame, so 1 MB fills within two episodes.
+        video: Some(VideoSettings {
+            codec: VideoCodec::H264,
+            crf: 10,
+            ..VideoSettings::default()
+        }),
+        video_files_size_in_mb: 1,
+        ..info()
+    };
+    info.views.truncate(1);
+    info.views[0].width = 64;
+    info.views[0].height = 64;
+    let mut w = DatasetWriter::create(&dir, info).unwrap();
+    for (e, &len) in lens.iter().enumerate() {
+        let mut ep = episode(e, len, true);
+        for (f, frame) in ep.frames.iter_mut().enumerate() {
+            frame.views = vec![stagewise_dataset::FrameImage::Rgb(noise(e, f))];
+        }
+        w.add_episode(&ep).unwrap();
+    }
+    w.finish().unwrap();
+    let ds = Dataset::open(&dir).unwrap();
+    assert_eq!(ds.info().video_files_size_in_mb, 1);
+    let refs: Vec<_> = ds.episodes().iter().map(|e| e.videos[0].clone()).collect();
+    let files: Vec<u64> = refs.iter().map(|v| v.file_index).collect();
+    assert!(
+        files.windows(2).all(|p| p[1] == p[0] || p[1] == p[0] + 1),
+        "{files:?}"
+    );
+    assert!(*files.last().unwrap() >= 1, "no roll-over: {files:?}");
+    for (e, v) in refs.iter().enumerate() {
+        let path = ds.video_file(e, KEY).unwrap();
+        assert!(
+            path.ends_with(format!("file-{:03}.mp4", v.file_index)),
+            "{path:?}"
+        );
+        // A new file starts at 0 s; in the same file the episode follows the one before.
+        let expect_from = if e == 0 || refs[e - 1].file_index != v.file_index {
+            0.0
+        } else {
+            refs[e - 1].to_timestamp
+        };
+        assert!((v.from_timestamp - expect_from).abs() < 1e-9, "{refs:?}");
+    }
+    // Every frame is its own (noise neighbours are far apart), read one by one or all together.
+    let all: Vec<usize> = (0..lens.len()).collect();
+    for (e, ep) in ds
+        .read_episodes(&all, Images::Decode)
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let frames = ep.images(KEY).unwrap();
+        assert_eq!(frames.len(), lens[e]);
+        for (f, got) in frames.iter().enumerate() {
+            let own = psnr(got, &noise(e, f));
+            let next = psnr(got, &noise(e, (f + 1) % lens[e]));
+            assert!(
+                own > next + 3.0,
+                "episode {e} frame {f}: {own:.1} vs {next:.1} dB"
+            );
+        }
+    }
+}
+
 #[test]
 fn writer_refuses_what_a_video_cannot_hold() {
     require_ffmpeg();

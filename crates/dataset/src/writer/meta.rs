@@ -65,7 +65,7 @@ impl DatasetWriter {
             total_tasks: self.tasks.len() as u64,
             chunks_size: DEFAULT_CHUNK_SIZE,
             data_files_size_in_mb: self.info.data_files_size_in_mb,
-            video_files_size_in_mb: DEFAULT_VIDEO_FILE_SIZE_IN_MB,
+            video_files_size_in_mb: self.info.video_files_size_in_mb,
             fps: self.info.fps,
             splits: OrderedMap(vec![("train".into(), format!("0:{n}"))]),
             data_path: DEFAULT_DATA_PATH.into(),
