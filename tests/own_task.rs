@@ -134,6 +134,34 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         report.join("; ")
     );
 
+    // `train` reads image datasets the same way: the PNG recording prepares the same arrays' shapes.
+    let prep = tmp.path().join("prep");
+    ok(&stagewise(&[
+        "train",
+        "--dataset",
+        s(&png),
+        "--views",
+        "front,side,wrist",
+        "--state",
+        "ee_x,ee_y,ee_z,gripper_width",
+        "--out",
+        s(&prep),
+        "--prepare-only",
+    ]));
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(prep.join("prep-progress.train-data/meta.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        meta["view_keys"],
+        serde_json::json!([
+            "observation.images.front",
+            "observation.images.side",
+            "observation.images.wrist"
+        ])
+    );
+    assert!(meta["episodes"].as_array().unwrap().len() >= 5);
+
     // 2. Annotate: export the recorded stages, clear them (a dataset as it would come without annotations),
     //    see train refuse it, then write them back from the JSON file.
     let stages = tmp.path().join("stages.json");
