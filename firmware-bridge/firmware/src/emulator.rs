@@ -74,6 +74,8 @@ pub struct EmulatorLog {
     /// Holds for a stalled actor: (firmware time the actor's step counter last advanced, firmware time of the
     /// tick that held).
     pub stalls: Vec<(u64, u64)>,
+    /// Sessions opened: (firmware time, the firmware's state just before the frame that opened it).
+    pub sessions_opened: Vec<(u64, FirmwareState)>,
     /// Firmware state changes, on a message or a tick: (firmware time, new state).
     pub states: Vec<(u64, FirmwareState)>,
     /// Ticks in which the plant moved although the firmware was not armed.
@@ -275,7 +277,11 @@ impl<P: Plant> Loop<'_, P> {
                 },
                 Err(_) => None,
             };
+            let state_before = self.fw.state();
             let h = self.fw.receive(r, now_us);
+            if h.opened {
+                self.local.sessions_opened.push((now_us, state_before));
+            }
             self.note_state(now_us);
             // The firmware stamps `last_rx_us = now_us` exactly when a frame of the session feeds its watchdog.
             if self.fw.last_rx_us() == now_us {
@@ -413,6 +419,7 @@ impl<P: Plant> Loop<'_, P> {
         g.accepted.append(&mut self.local.accepted);
         g.link_losses.append(&mut self.local.link_losses);
         g.stalls.append(&mut self.local.stalls);
+        g.sessions_opened.append(&mut self.local.sessions_opened);
         g.states.append(&mut self.local.states);
         g.moved_while_not_armed = self.local.moved_while_not_armed;
         g.max_unarmed_step = self.local.max_unarmed_step;

@@ -233,6 +233,9 @@ pub struct CommandReport {
     pub gripper: f32,
     /// Clamps applied by the host limits (empty when the command was within them).
     pub hits: Vec<LimitHit>,
+    /// Seconds since the previous command, by the limiter's clock (`None`: the first since an arm); what
+    /// [`Limits::apply`] integrated over (bounded as it documents).
+    pub interval: Option<f32>,
 }
 
 /// The link and the sending half of its authentication (key, frame counter).
@@ -730,7 +733,7 @@ impl Bridge {
             return Err(BridgeError::Faulted(f));
         }
         let tel = self.telemetry();
-        let (sent, g, hits) = {
+        let (sent, g, hits, interval) = {
             let mut l = lock(&self.shared.limiter);
             let now = Instant::now();
             let dt = l.1.map(|t| now.duration_since(t).as_secs_f32());
@@ -743,7 +746,7 @@ impl Bridge {
                 dt,
             )?;
             *last = Some(now);
-            r
+            (r.0, r.1, r.2, dt)
         };
         let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
         self.shared.actor_step.fetch_add(1, Ordering::Relaxed);
@@ -766,6 +769,7 @@ impl Bridge {
             sent,
             gripper: g,
             hits,
+            interval,
         })
     }
 

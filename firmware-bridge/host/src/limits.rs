@@ -115,6 +115,16 @@ impl LimitState {
 }
 
 impl Limits {
+    /// The interval [`Limits::apply`] integrates over for a command `dt` seconds after the previous one, and
+    /// whether it starts from rest (see there).
+    pub fn interval(&self, dt: Option<f32>) -> (f32, bool) {
+        match dt {
+            None => (1e-3, true),
+            Some(d) if !d.is_finite() || d > self.stopped_after => (self.max_dt.max(1e-3), true),
+            Some(d) => (d.clamp(1e-3, self.max_dt.max(1e-3)), false),
+        }
+    }
+
     /// Applies the limits to `setpoint` sent `dt` seconds after the previous command (`None`: the first one since
     /// the history was reset, from rest over 1 ms). The interval counts at least 1 ms and at most `max_dt`; after
     /// more than `stopped_after` the previous velocity is taken as zero. `telemetry` gives the current position
@@ -130,11 +140,7 @@ impl Limits {
     ) -> Result<(Setpoint, f32, Vec<LimitHit>), LimitError> {
         let mut scratch = state_out.clone();
         let state = &mut scratch;
-        let (dt, from_rest) = match dt {
-            None => (1e-3, true),
-            Some(d) if !d.is_finite() || d > self.stopped_after => (self.max_dt.max(1e-3), true),
-            Some(d) => (d.clamp(1e-3, self.max_dt.max(1e-3)), false),
-        };
+        let (dt, from_rest) = self.interval(dt);
         if from_rest {
             state.last_joint_vel.iter_mut().for_each(|v| *v = 0.0);
             state.last_ee_vel = [0.0; 3];

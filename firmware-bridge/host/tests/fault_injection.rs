@@ -472,11 +472,18 @@ pub async fn trial(seed: u64) -> Trial {
         hs.frames_received,
         log.counters.frames_sent
     );
-    // 6. Only our session (a takeover may open one only if it found the firmware not armed).
-    let takeover_allowed = scenario == Scenario::Takeover && t.stop_ms < 0.0;
+    // 6. No session ever opened while the firmware was armed (an armed session is never taken over); outside
+    //    the takeover scenario only ours opened.
+    for &(at, state) in &log.sessions_opened {
+        check!(
+            t,
+            state != FirmwareState::Armed,
+            "a session opened at {at} us while the firmware was armed"
+        );
+    }
     check!(
         t,
-        log.counters.sessions == 1 || takeover_allowed,
+        log.counters.sessions == 1 || scenario == Scenario::Takeover,
         "{} sessions were opened",
         log.counters.sessions
     );
@@ -638,7 +645,17 @@ async fn scenario_phase(
                     d.drive(Duration::from_millis(2), true).await;
                 }
             }
-            d.drive(Duration::from_millis(30), true).await;
+            // Wait (bounded) until both sides have worked through the replays.
+            let mut waited = 0;
+            loop {
+                d.drive(Duration::from_millis(10), true).await;
+                waited += 1;
+                let fw = emu.log().counters.replays - before.replays;
+                let host = bridge.stats().replays - host_before.replays;
+                if (fw > 0 || clean_a == 0) && (host > 0 || clean_b == 0) || waited >= 50 {
+                    break;
+                }
+            }
             let after = emu.log().counters;
             let host = bridge.stats();
             let fw_refused = u64::from(after.replays - before.replays);
@@ -686,8 +703,8 @@ async fn scenario_phase(
                 attempts += 1;
             }
             let second_cfg = BridgeConfig {
-                retries: 3,
-                reply_timeout: Duration::from_millis(30),
+                retries: 5,
+                reply_timeout: Duration::from_millis(100),
                 ..BridgeConfig::new(key())
             };
             let second = Bridge::connect(&Endpoint::Udp(emu.local_addr()), second_cfg).await;
@@ -718,13 +735,11 @@ async fn scenario_phase(
                         bridge.fault()
                     );
                 }
-                Ok(_) => {
-                    // Allowed only if the firmware had stopped (a real link loss under the injected faults).
-                    let stopped = after.link_losses > before.link_losses
-                        || after.actor_stalls > before.actor_stalls;
-                    check!(t, stopped, "a second host took over an armed session");
-                    t.stop_ms = -1.0;
-                }
+                // The firmware was not armed when the second host came (a real link loss under the injected
+                // faults, a re-arm in flight): a new session is then allowed; check 6 verifies after the trial
+                // that no session ever opened while the firmware was armed. A machine stall can also leave the
+                // second handshake unanswered.
+                Ok(_) | Err(BridgeError::NoAnswer { .. }) => t.stop_ms = -1.0,
                 Err(e) => check!(t, false, "the second host got {e}, not SessionBusy"),
             }
         }
@@ -876,12 +891,14 @@ async fn scenario_phase(
             }
             for w in reports.windows(2) {
                 let (a, b) = (vec3(&w[0].sent), vec3(&w[1].sent));
-                let dt = ((w[1].time_us - w[0].time_us) as f32 * 1e-6).clamp(1e-3, limits.max_dt);
+                // The interval the limiter integrated over (its own clock), and whether it started from rest.
+                let (dt, from_rest) = limits.interval(w[1].interval);
+                let a = if from_rest { [0.0; 3] } else { a };
                 let dv =
                     ((b[0] - a[0]).powi(2) + (b[1] - a[1]).powi(2) + (b[2] - a[2]).powi(2)).sqrt();
                 check!(
                     t,
-                    dv <= limits.ee_acc_max * (dt + 5e-4) + 1e-5,
+                    dv <= limits.ee_acc_max * dt + 1e-5,
                     "velocity step {dv} in {dt} s"
                 );
                 check!(
@@ -995,6 +1012,7 @@ pub fn summary(all: &[Trial]) -> String {
         let refused: u64 = of.iter().map(|t| t.attack_refused).sum();
         let stops: Vec<f64> = of.iter().map(|t| t.stop_ms).filter(|x| *x > 0.0).collect();
         let max_stop = stops.iter().copied().fold(0.0, f64::max);
+        let not_armed = of.iter().filter(|t| t.stop_ms < 0.0).count();
         let _ = writeln!(
             s,
             "  {:<14} trials={:>4} violations={} scenario frames={frames} refused/held back={refused}{}",
@@ -1005,6 +1023,10 @@ pub fn summary(all: &[Trial]) -> String {
                 String::new()
             } else {
                 format!(" stop reported after max {max_stop:.1} ms")
+            } + &if not_armed > 0 {
+                format!(" (in {not_armed} the firmware was not armed when the second host came)")
+            } else {
+                String::new()
             }
         );
     }
