@@ -52,6 +52,8 @@ enum Command {
     Emulator(stagewise_firmware::cli::EmulatorArgs),
     /// Robot operator verbs: `robot keygen FILE` (a link key), `robot reset-estop --robot URL`.
     Robot(cmd::robot::RobotArgs),
+    /// Adapt a progress model to a task variant from one (or a few) annotated demonstrations.
+    Adapt(Box<cmd::adapt::AdaptArgs>),
     /// Set, export or clear the SARM stage annotations of a LeRobot v3 dataset (from/to a JSON file).
     Annotate(cmd::annotate::AnnotateArgs),
     /// Train a progress model from a LeRobot v3 dataset (image or video cameras, SARM stage annotations).
@@ -84,6 +86,7 @@ fn main() -> anyhow::Result<()> {
         Command::Label(a) => cmd::label::run(*a),
         Command::Emulator(a) => stagewise_firmware::cli::run(a),
         Command::Robot(a) => cmd::robot::run(a),
+        Command::Adapt(a) => cmd::adapt::run(*a),
         Command::Annotate(a) => cmd::annotate::run(a),
         Command::Train(a) => cmd::train::run(*a),
     }

@@ -161,6 +161,10 @@ pub struct Randomization {
     /// was trained on, for the colour-robustness bars (tests/shipped_models.rs). The layout is unchanged.
     #[serde(default)]
     pub held_out_colors: bool,
+    /// Paint the table this colour (a task variant no shipped model was trained on: `stagewise record
+    /// --table-color`, docs/own-task.md's adaptation). The layout is unchanged.
+    #[serde(default)]
+    pub table_color: Option<[u8; 3]>,
 }
 
 /// Everything a [`crate::SimEnv`] needs.

@@ -186,6 +186,11 @@ impl World {
                 t.user_data = pack_rgb(c);
             }
         }
+        if let Some(c) = cfg.randomization.table_color {
+            if let Some(t) = phys.colliders.get_mut(table) {
+                t.user_data = pack_rgb(c);
+            }
+        }
         let mut block_xy = Vec::with_capacity(n);
         for i in 0..n {
             block_xy.push(draw_far(rng, 0.12, 0.15));

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod adapt;
 pub mod annotate;
 pub mod bench;
 pub mod eval;

@@ -69,6 +69,10 @@ pub struct RecordArgs {
     /// Block and table colours from the simulator's held-out palette (no shipped model was trained on them).
     #[arg(long)]
     pub held_out_colors: bool,
+    /// Paint the table this colour, `R,G,B` (0-255): a task variant the shipped models never saw (the layout is
+    /// the same as without it).
+    #[arg(long, value_parser = parse_rgb, value_name = "R,G,B")]
+    pub table_color: Option<[u8; 3]>,
     /// Store the cameras as LeRobot video features (MP4 under videos/<key>/, encoded by ffmpeg) instead of PNG
     /// image columns.
     #[arg(long)]
@@ -85,6 +89,16 @@ pub struct RecordArgs {
     /// Output dataset directory (must not exist yet, or be empty).
     #[arg(long)]
     pub out: PathBuf,
+}
+
+/// `R,G,B` with each in 0..=255.
+fn parse_rgb(s: &str) -> Result<[u8; 3], String> {
+    let v: Vec<u8> = s
+        .split(',')
+        .map(|c| c.trim().parse::<u8>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{s:?}: expected R,G,B with each 0-255 ({e})"))?;
+    <[u8; 3]>::try_from(v).map_err(|v| format!("{s:?}: expected 3 values R,G,B, got {}", v.len()))
 }
 
 /// The degradation preset of episode `i` when a share `fraction` is degraded (spread evenly, cycling through
@@ -232,6 +246,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     cfg.randomization.camera_jitter = args.camera_jitter;
     cfg.randomization.colors = args.random_colors;
     cfg.randomization.held_out_colors = args.held_out_colors;
+    cfg.randomization.table_color = args.table_color;
     cfg.validate()?;
 
     let info = DatasetInfo {
@@ -357,6 +372,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         "camera_jitter": args.camera_jitter,
         "random_colors": args.random_colors,
         "held_out_colors": args.held_out_colors,
+        "table_color": args.table_color,
         "video": args.video.then(|| serde_json::json!({
             "codec": args.video_codec.to_string(),
             "crf": args.video_crf,

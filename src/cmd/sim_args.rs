@@ -45,6 +45,7 @@ impl SimEnvArgs {
             camera_jitter: self.camera_jitter,
             colors: self.random_colors,
             held_out_colors: self.held_out_colors,
+            ..Randomization::default()
         };
         cfg
     }

@@ -248,7 +248,7 @@ fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
 }
 
 /// The project's Python: `--python`, else `<venv>/bin/python` of the executable's `.venv` candidates.
-fn find_python(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub fn find_python(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = explicit {
         return Ok(p.to_owned());
     }
@@ -272,7 +272,7 @@ fn find_python(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
 }
 
 /// `models/training` of the checkout the executable was built in (`<checkout>/target/<profile>/stagewise`).
-fn find_training_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+pub fn find_training_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     let script = |d: &Path| d.join("train_dataset.py");
     if let Some(d) = explicit {
         if !script(d).is_file() {
@@ -298,7 +298,7 @@ fn find_training_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     )
 }
 
-fn check_python(python: &Path) -> anyhow::Result<()> {
+pub fn check_python(python: &Path) -> anyhow::Result<()> {
     let out = Command::new(python)
         .args([
             "-c",
@@ -371,10 +371,119 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         check_python(&python)?;
         (python, training)
     };
+    let mut datasets = Vec::new();
+    for d in &args.datasets {
+        let (dir, sel) = parse_selection(d)?;
+        datasets.push((dir, sel, false));
+    }
+    for d in &args.val_datasets {
+        let (dir, sel) = parse_selection(d)?;
+        datasets.push((dir, sel, true));
+    }
+    let data_dir = args.out.join(format!("{name}.train-data"));
+    prepare(&PrepareSpec {
+        datasets,
+        views: &args.views,
+        state: &args.state,
+        image_size: args.image_size.as_deref().map(parse_size).transpose()?,
+        val_every: if args.val_datasets.is_empty() {
+            args.val_every
+        } else {
+            0
+        },
+        read_threads: args.read_threads,
+        data_dir: data_dir.clone(),
+        stages: None,
+        t_start,
+    })?;
+    if args.prepare_only {
+        return Ok(());
+    }
 
+    // Train: models/training/train_dataset.py, its progress lines drawn as a bar.
+    let script = training.join("train_dataset.py");
+    let mut py_args: Vec<String> = vec![
+        "--data".into(),
+        data_dir.display().to_string(),
+        "--out".into(),
+        args.out.display().to_string(),
+        "--name".into(),
+        name.clone(),
+    ];
+    for (flag, v) in [
+        ("--frames", args.frames.to_string()),
+        ("--stride", args.stride.to_string()),
+        ("--epochs", args.epochs.to_string()),
+        ("--samples-per-epoch", args.samples_per_epoch.to_string()),
+        ("--threads", args.torch_threads.to_string()),
+        ("--seed", args.seed.to_string()),
+    ] {
+        py_args.push(flag.into());
+        py_args.push(v);
+    }
+    py_args.extend(args.extra.iter().cloned());
+    run_python(&python, &script, &py_args, &data_dir)?;
+    if !args.keep_data {
+        std::fs::remove_dir_all(&data_dir)
+            .with_context(|| format!("removing {}", data_dir.display()))?;
+    }
+    report_model(&args.out, &name, &manifest, t_start)
+}
+
+/// What [`prepare`] reads and where it writes.
+pub struct PrepareSpec<'a> {
+    /// `(dataset, episodes (None: all), held out for validation)`.
+    pub datasets: Vec<(PathBuf, Option<Vec<usize>>, bool)>,
+    pub views: &'a [String],
+    pub state: &'a [String],
+    pub image_size: Option<(u32, u32)>,
+    /// Hold out every N-th usable episode of the non-validation datasets (0: none).
+    pub val_every: usize,
+    pub read_threads: usize,
+    pub data_dir: PathBuf,
+    /// The stages and proportions to use (a model's, for `adapt`); `None`: the first dataset's.
+    pub stages: Option<(Vec<String>, Vec<f64>)>,
+    pub t_start: Instant,
+}
+
+/// `DIR` or `DIR:EPISODES` (`3`, `0,4,7`, `0-9`): a dataset and the episodes to use.
+pub fn parse_selection(p: &Path) -> anyhow::Result<(PathBuf, Option<Vec<usize>>)> {
+    let text = p.to_string_lossy();
+    if let Some((dir, sel)) = text.rsplit_once(':') {
+        if !sel.is_empty()
+            && sel
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == ',' || c == '-')
+        {
+            let mut eps = Vec::new();
+            for part in sel.split(',').filter(|x| !x.is_empty()) {
+                match part.split_once('-') {
+                    Some((a, b)) => {
+                        let (a, b): (usize, usize) = (a.parse()?, b.parse()?);
+                        if b < a {
+                            bail!("{text}: episode range {part} is empty");
+                        }
+                        eps.extend(a..=b);
+                    }
+                    None => eps.push(part.parse()?),
+                }
+            }
+            return Ok((PathBuf::from(dir), Some(eps)));
+        }
+    }
+    Ok((p.to_owned(), None))
+}
+
+/// Reads the datasets, picks views and state by name, computes the targets and writes the arrays of
+/// `models/training/train_dataset.py` to `spec.data_dir` (module doc).
+pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
+    let t_start = spec.t_start;
     // Open every dataset; resolve views and state fields by name.
-    let mut all: Vec<(PathBuf, bool)> = args.datasets.iter().map(|d| (d.clone(), false)).collect();
-    all.extend(args.val_datasets.iter().map(|d| (d.clone(), true)));
+    let all: Vec<(PathBuf, bool)> = spec
+        .datasets
+        .iter()
+        .map(|(d, _, v)| (d.clone(), *v))
+        .collect();
     let mut opened = Vec::with_capacity(all.len());
     for (dir, _) in &all {
         opened.push(
@@ -385,7 +494,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let mut state_cols: Vec<Vec<usize>> = Vec::new();
     let mut size: Option<(u32, u32)> = None;
     for (ds, (dir, _)) in opened.iter().zip(&all) {
-        let k: Vec<String> = args
+        let k: Vec<String> = spec
             .views
             .iter()
             .map(|v| {
@@ -402,7 +511,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             let (h, w, _) = ft
                 .image_hwc()
                 .with_context(|| format!("{}: feature {key} is not [h, w, 3]", dir.display()))?;
-            if args.image_size.is_none() {
+            if spec.image_size.is_none() {
                 match size {
                     None => size = Some((w, h)),
                     Some(s) if s != (w, h) => bail!(
@@ -421,7 +530,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 dir.display()
             )
         })?;
-        let cols: Vec<usize> = args
+        let cols: Vec<usize> = spec
             .state
             .iter()
             .map(|s| {
@@ -437,8 +546,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         keys.push(k);
         state_cols.push(cols);
     }
-    let (width, height) = match &args.image_size {
-        Some(s) => parse_size(s)?,
+    let (width, height) = match spec.image_size {
+        Some(s) => s,
         None => size.context("no camera")?,
     };
     if width * height > 96 * 96 {
@@ -453,10 +562,15 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let first = &opened[0];
     let file_props: Option<Vec<(String, f64)>> =
         first.temporal_proportions_sparse().map(<[_]>::to_vec);
-    let stage_names: Vec<String> = match (&file_props, first.episodes().iter().find_map(|e| e.stages.as_ref())) {
-        (Some(p), _) => p.iter().map(|(n, _)| n.clone()).collect(),
-        (None, Some(a)) => a.names.clone(),
-        (None, None) => bail!(
+    let stage_names: Vec<String> = match (
+        &spec.stages,
+        &file_props,
+        first.episodes().iter().find_map(|e| e.stages.as_ref()),
+    ) {
+        (Some((names, _)), _, _) => names.clone(),
+        (None, Some(p), _) => p.iter().map(|(n, _)| n.clone()).collect(),
+        (None, None, Some(a)) => a.names.clone(),
+        (None, None, None) => bail!(
             "{} has no stage annotation: SARM progress targets need stages. Add per-episode SARM columns \
              `sparse_subtask_names`, `sparse_subtask_start_frames`, `sparse_subtask_end_frames` to \
              meta/episodes/*.parquet (`stagewise annotate --dataset DIR --from stages.json` writes them from a JSON \
@@ -483,7 +597,21 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 );
             }
         }
+        let selection = spec.datasets[d].1.as_deref();
+        if let Some(sel) = selection {
+            if let Some(&bad) = sel.iter().find(|&&e| e >= ds.num_episodes()) {
+                bail!(
+                    "{}: episode {bad} asked for, the dataset has {} episodes",
+                    dir.display(),
+                    ds.num_episodes()
+                );
+            }
+        }
+        let skipped_before = skipped.len();
         for e in ds.episodes() {
+            if selection.is_some_and(|sel| !sel.contains(&e.episode_index)) {
+                continue;
+            }
             let (ann, from_props) = match (&e.stages, props) {
                 (Some(a), _) => (a.clone(), false),
                 (None, Some(p)) if e.success != Some(false) => {
@@ -544,14 +672,20 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                 val: *is_val,
             });
         }
+        if selection.is_some() && skipped.len() > skipped_before {
+            bail!(
+                "episodes asked for by number cannot be used: {}",
+                skipped[skipped_before..].join("; ")
+            );
+        }
     }
-    if args.val_datasets.is_empty() && args.val_every > 0 {
+    if spec.val_every > 0 {
         let n = uses.len();
         let mut i = 0;
         for u in uses.iter_mut() {
             i += 1;
             // Every N-th episode, but never the only training episode.
-            if n >= 2 && i % args.val_every == 0 {
+            if n >= 2 && i % spec.val_every == 0 {
                 u.val = true;
             }
         }
@@ -563,9 +697,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             skipped.join("; ")
         );
     }
-    let proportions: Vec<f64> = match &file_props {
-        Some(p) => p.iter().map(|(_, a)| *a).collect(),
-        None => {
+    let proportions: Vec<f64> = match (&spec.stages, &file_props) {
+        (Some((_, p)), _) => p.clone(),
+        (None, Some(p)) => p.iter().map(|(_, a)| *a).collect(),
+        (None, None) => {
             let durations: Vec<Vec<f64>> = uses
                 .iter()
                 .filter(|u| !u.val)
@@ -602,18 +737,16 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     );
 
     // Read, pick and resize, write the arrays (episodes decoded in parallel, written in order).
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let data_dir = args.out.join(format!("{name}.train-data"));
+    let data_dir = &spec.data_dir;
     if data_dir.exists() {
-        std::fs::remove_dir_all(&data_dir)
+        std::fs::remove_dir_all(data_dir)
             .with_context(|| format!("removing {}", data_dir.display()))?;
     }
-    std::fs::create_dir_all(&data_dir)
+    std::fs::create_dir_all(data_dir)
         .with_context(|| format!("creating {}", data_dir.display()))?;
     let total: usize = uses.iter().map(|u| u.len).sum();
-    let nv = args.views.len();
-    let ns = args.state.len();
+    let nv = spec.views.len();
+    let ns = spec.state.len();
     let frame_bytes = (width * height * 3) as usize;
     let frames_path = data_dir.join("frames.npy");
     let mut frames_out = BufWriter::new(
@@ -637,7 +770,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     );
     bar.set_message("reading");
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.read_threads)
+        .num_threads(spec.read_threads)
         .build()
         .context("building the reader pool")?;
     // Chunks of consecutive episodes of one dataset: read together (one video decoder run per camera and
@@ -768,10 +901,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     )?;
     let command: Vec<String> = std::env::args().collect();
     let meta = serde_json::json!({
-        "datasets": args.datasets.iter().chain(&args.val_datasets).map(|d| d.display().to_string()).collect::<Vec<_>>(),
-        "views": args.views,
+        "datasets": all.iter().map(|(d, _)| d.display().to_string()).collect::<Vec<_>>(),
+        "views": spec.views,
         "view_keys": keys[0],
-        "state_names": args.state,
+        "state_names": spec.state,
         "stage_names": stage_names,
         "proportions": proportions,
         "width": width,
@@ -791,27 +924,21 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         data_dir.display()
     );
 
-    if args.prepare_only {
-        return Ok(());
-    }
+    Ok(())
+}
 
-    // Train: models/training/train_dataset.py, its progress lines drawn as a bar.
-    let script = training.join("train_dataset.py");
-    let mut cmd = Command::new(&python);
+/// Runs a models/training script, drawing its `@progress <step> <steps> <loss>` lines as a progress bar and
+/// printing the others.
+pub fn run_python(
+    python: &Path,
+    script: &Path,
+    args: &[String],
+    data_dir: &Path,
+) -> anyhow::Result<()> {
+    let mut cmd = Command::new(python);
     cmd.arg("-u")
-        .arg(&script)
-        .arg("--data")
-        .arg(&data_dir)
-        .arg("--out")
-        .arg(&args.out)
-        .args(["--name", &name])
-        .args(["--frames", &args.frames.to_string()])
-        .args(["--stride", &args.stride.to_string()])
-        .args(["--epochs", &args.epochs.to_string()])
-        .args(["--samples-per-epoch", &args.samples_per_epoch.to_string()])
-        .args(["--threads", &args.torch_threads.to_string()])
-        .args(["--seed", &args.seed.to_string()])
-        .args(&args.extra)
+        .arg(script)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     tracing::info!(command = ?cmd, "training");
@@ -840,12 +967,10 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
                         bar.set_message(format!("loss {loss}"));
                     }
                 }
+            } else if bar.is_hidden() {
+                println!("{line}");
             } else {
-                if bar.is_hidden() {
-                    println!("{line}");
-                } else {
-                    bar.println(&line);
-                }
+                bar.println(&line);
             }
         }
     }
@@ -859,29 +984,33 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             data_dir.display()
         );
     }
-    if !args.keep_data {
-        std::fs::remove_dir_all(&data_dir)
-            .with_context(|| format!("removing {}", data_dir.display()))?;
-    }
+    Ok(())
+}
 
-    // The model as the runtime loads it: the manifest against the graph.
+/// Loads the written model the way the runtime does (manifest against graph) and prints its validation.
+pub fn report_model(
+    out: &Path,
+    name: &str,
+    manifest: &Path,
+    t_start: Instant,
+) -> anyhow::Result<()> {
     let rt = stagewise_model::OrtRuntime::init(None)?;
     let opts = stagewise_model::SessionOptions {
         provider: stagewise_model::Provider::Cpu,
         intra_threads: 1,
         tensorrt_cache: None,
     };
-    stagewise_model::RewardModel::load(&manifest, rt, &opts)
+    stagewise_model::RewardModel::load(manifest, rt, &opts)
         .with_context(|| format!("loading the trained model {}", manifest.display()))?;
-    let record_path = args.out.join(format!("{name}.train.json"));
+    let record_path = out.join(format!("{name}.train.json"));
     let record: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(&record_path)
             .with_context(|| format!("reading {}", record_path.display()))?,
     )
     .with_context(|| format!("parsing {}", record_path.display()))?;
     println!(
-        "model {} (single graph {name}.onnx, two-part {name}.encoder.onnx + {name}.head.onnx, record {name}.train.json) \
-         in {:.0} s",
+        "model {} (single graph {name}.onnx, two-part {name}.encoder.onnx + {name}.head.onnx, record \
+         {name}.train.json) in {:.0} s",
         manifest.display(),
         t_start.elapsed().as_secs_f64()
     );
