@@ -9,10 +9,10 @@ use crate::RuntimeError;
 use rayon::prelude::*;
 use stagewise_core::{Env, Observation, Progress, ShapingConfig, StepResult, VecShaper};
 use stagewise_model::{RewardModel, StateMap};
-use stagewise_stream::wire::{
-    encode, kind, now_ns, EpisodeMsg, ProgressMsg, Schema, TransitionMsg,
+use stagewise_stream::{Counters, Keys, RobotPublisher};
+use stagewise_wire::{
+    kind, now_ns, Encoded, EpisodeMsg, Message, ObservationMsg, ProgressMsg, Schema, TransitionMsg,
 };
-use stagewise_stream::{Counters, Keys, ObservationMsg, RobotPublisher};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Where the shaping potential comes from.
@@ -494,53 +494,52 @@ impl Actor {
         }
     }
 
-    /// Logs (as the exact wire bytes) and publishes one message. With a log, the message is encoded once and
-    /// the log's bytes are what goes out; without one, the publisher thread encodes transitions and episodes.
+    /// Logs (as the exact wire bytes) and publishes one message, encoded once: the log and the publisher take
+    /// the same bytes ([`Encoded`]; a transition's images go to the publisher as parts of the zenoh payload, not
+    /// copied). With neither a log nor a publisher nothing is encoded.
     fn emit(&mut self, msg: Emitted) -> Result<(), RuntimeError> {
-        let Some(log) = self.log.as_mut() else {
-            if let Some(p) = self.publisher.as_ref() {
-                // Transitions and episodes go through the bounded queue (drops are counted by the publisher);
-                // progress is best-effort and dropped under congestion.
-                match msg {
-                    Emitted::Transition(m) => {
-                        p.publish_transition(*m);
-                    }
-                    Emitted::Episode(m) => {
-                        p.publish_episode(m);
-                    }
-                    Emitted::Progress(m) => {
-                        if let Err(e) = p.publish_progress(&m) {
-                            tracing::debug!(error = %e, "progress message not sent");
-                        }
-                    }
+        if self.log.is_none() && self.publisher.is_none() {
+            return Ok(());
+        }
+        match msg {
+            Emitted::Transition(m) => {
+                let e = self.encode_and_log(*m, self.keys.transition())?;
+                if let Some(p) = self.publisher.as_ref() {
+                    // Through the bounded queue (drops are counted by the publisher) or put now.
+                    p.publish_transition(e);
                 }
             }
-            return Ok(());
-        };
-        let (key, bytes) = match &msg {
-            Emitted::Transition(m) => (self.keys.transition(), encode(m.as_ref())),
-            Emitted::Progress(m) => (self.keys.progress(), encode(m)),
-            Emitted::Episode(m) => (self.keys.episode(), encode(m)),
-        };
-        let bytes = bytes
-            .map_err(|e| RuntimeError::Config(format!("encoding a message for {key}: {e}")))?;
-        log.append(&key, &bytes)?;
-        if let Some(p) = self.publisher.as_ref() {
-            match msg {
-                Emitted::Transition(_) => {
-                    p.publish_transition_encoded(bytes);
+            Emitted::Episode(m) => {
+                let e = self.encode_and_log(m, self.keys.episode())?;
+                if let Some(p) = self.publisher.as_ref() {
+                    p.publish_episode(e);
                 }
-                Emitted::Episode(_) => {
-                    p.publish_episode_encoded(bytes);
-                }
-                Emitted::Progress(_) => {
-                    if let Err(e) = p.publish_progress_encoded(bytes) {
+            }
+            Emitted::Progress(m) => {
+                let e = self.encode_and_log(m, self.keys.progress())?;
+                if let Some(p) = self.publisher.as_ref() {
+                    // Best-effort: dropped under congestion.
+                    if let Err(e) = p.publish_progress(e) {
                         tracing::debug!(error = %e, "progress message not sent");
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Encodes `msg` and appends its wire bytes to the log under `key`, if there is a log.
+    fn encode_and_log<M: Message>(
+        &mut self,
+        msg: M,
+        key: String,
+    ) -> Result<Encoded<M>, RuntimeError> {
+        let e = Encoded::new(msg)
+            .map_err(|e| RuntimeError::Config(format!("encoding a message for {key}: {e}")))?;
+        if let Some(log) = self.log.as_mut() {
+            log.append(&key, &e.contiguous())?;
+        }
+        Ok(e)
     }
 }
 

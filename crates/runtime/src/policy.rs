@@ -1,12 +1,12 @@
 //! Policies the actor can run, and the gate a learner's policy must pass before it may move anything
-//! ([`PolicyGate`]; the signed bytes are `stagewise_stream::policy_signing_message`).
+//! ([`PolicyGate`]; the signed bytes are `stagewise_wire::policy_signing_message`).
 
 use ed25519_dalek::{Signature, VerifyingKey};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use stagewise_core::{BoxSpec, Observation};
 use stagewise_model::{ModelError, OrtRuntime, PolicyModel, SessionOptions};
-use stagewise_stream::PolicyMsg;
+use stagewise_wire::PolicyMsg;
 use std::path::{Path, PathBuf};
 
 /// Something that picks actions. `envs[i]` is the environment index of `obs[i]`, so a stateful policy (a
@@ -155,7 +155,7 @@ pub struct GateConfig {
 
 /// Checks a learner's policy before it may act, in this order: its size (before anything else), that it
 /// decodes, the sha256 of its bytes, its ed25519 signature when a public key is configured (strict verification
-/// of [`stagewise_stream::policy_signing_message`]: robot, version, sha256; unsigned policies are then refused), that its version
+/// of [`stagewise_wire::policy_signing_message`]: robot, version, sha256; unsigned policies are then refused), that its version
 /// is newer than the last accepted one (persisted in the state file, so a restart does not reopen old versions),
 /// and that its graph fits the environment's state and action sizes. An accepted version is written to the
 /// state file before the policy is handed over.
@@ -214,7 +214,7 @@ impl PolicyGate {
                 max: self.config.max_bytes,
             });
         }
-        let msg = stagewise_stream::decode::<PolicyMsg>(bytes)
+        let msg = stagewise_wire::decode::<PolicyMsg>(bytes)
             .map_err(|e| PolicyError::Malformed(e.to_string()))?;
         self.check_msg(&msg)?;
         Ok(msg)
@@ -229,7 +229,7 @@ impl PolicyGate {
                 max: self.config.max_bytes,
             });
         }
-        let actual = stagewise_stream::wire::sha256_hex(&msg.onnx);
+        let actual = stagewise_wire::sha256_hex(&msg.onnx);
         if !actual.eq_ignore_ascii_case(&msg.sha256) {
             return Err(PolicyError::Hash {
                 version,
@@ -468,7 +468,7 @@ mod tests {
     }
 
     fn enc(msg: &PolicyMsg) -> Vec<u8> {
-        stagewise_stream::encode(msg).expect("encode")
+        stagewise_wire::encode(msg).expect("encode")
     }
 
     /// The same signature as python/tests/test_policy.py pins for its signer: both sign the same bytes.

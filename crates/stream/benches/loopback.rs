@@ -7,20 +7,19 @@
 //! - latency: one message at a time (the next is sent when the previous arrived); one-way latency from the
 //!   send stamp (taken before encoding) to the end of decoding on the subscriber side; p50/p99.
 //!
-//! Stagewise progress goes through `RobotPublisher::publish_progress` (encode + put, `Drop`), and once more
-//! with the generic serde codec instead of the hand-written one (`serde codec`). Transitions go through
-//! `publish_transition` (`encode_parts` + put: the images' buffers are parts of the payload, not copied;
-//! `Block`) to four subscribers, each on its own robot's key, in the same interleaved runs. The publishers are
-//! set up as `stagewise run` sets them up when it runs as fast as it can, `PublisherOptions::backpressure()`
-//! (the sending thread puts, as raw zenoh's does), except `deep queue`:
+//! Stagewise progress goes through `Encoded::new` + `RobotPublisher::publish_progress` (encode + put, `Drop`).
+//! Transitions go through `Encoded::new` + `publish_transition` (`encode_parts` + put: the images' buffers are
+//! parts of the payload, not copied; `Block`) to four subscribers, each on its own robot's key, in the same
+//! interleaved runs. The publishers are set up as `stagewise run` sets them up when it runs as fast as it can,
+//! `PublisherOptions::backpressure()` (the sending thread puts, as raw zenoh's does), except `deep queue`:
 //!
-//! - `stagewise`: `Node::subscribe_transitions_ref`, the borrowed decode (tensor data are slices of the
-//!   payload);
+//! - `stagewise`: `Node::subscribe_transitions_borrowed`, the decoder with the tensors borrowed (their data are
+//!   slices of the payload, `TransitionMsg<Borrowed>`);
 //! - `deep queue`: the same with the publisher an actor on a fixed rate gets (a bounded queue to a publisher
 //!   thread that never makes the sender wait; 65536 deep here, so that the burst drops nothing);
-//! - `owned decode`: `Node::subscribe`, the owned decode (tensors copied out of the payload);
-//! - `encoded+owned`: the sender encodes into one buffer (`encode`, as the actor does when it also logs the
-//!   bytes) and publishes it with `publish_transition_encoded`; owned decode.
+//! - `owned decode`: `Node::subscribe`, the same decoder with the tensors owned (copied out of the payload);
+//! - `logged+owned`: the sender also copies the encoded message into one buffer, as the actor does for its
+//!   episode log (`Encoded::to_vec`), then publishes it; owned decode.
 //!
 //! Besides rate and latency the table gives the process's CPU time per delivered message (all threads, from
 //! `/proc/self/task/*/schedstat`; median of the runs).
@@ -34,9 +33,10 @@ use stagewise_core::{Frame, Observation, Progress, Transition, View};
 // The allocator the `stagewise` binary uses (see its main.rs).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use stagewise_stream::wire::Borrowed;
 use stagewise_stream::{
-    decode, decode_serde, decode_transition_ref, encode, encode_serde_into, now_ns, Keys, Node,
-    ObservationMsg, ProgressMsg, PublisherOptions, StreamConfig, TransitionMsg,
+    decode, encode, now_ns, Encoded, Keys, Node, ObservationMsg, ProgressMsg, PublisherOptions,
+    StreamConfig, TransitionMsg,
 };
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -244,7 +244,7 @@ fn main() {
     };
     // The stamp is recorded after the decode and validation, as for every Stagewise path.
     let ref_sub = |key: String, rx: Shared| {
-        b.subscribe_transitions_ref(&key, move |r| {
+        b.subscribe_transitions_borrowed(&key, move |r| {
             if let Ok(m) = r.msg {
                 record(&rx, m.stamp_ns)
             }
@@ -252,8 +252,8 @@ fn main() {
         .expect("sub")
     };
     let _s2 = ref_sub(keys.transition(), sw_tr.clone());
-    // Transitions decoded into owned tensors: one publisher that encodes in parts, one fed with `encode`'s
-    // single buffer.
+    // Transitions decoded into owned tensors: one publisher fed as the actor without a log feeds it, one as the
+    // actor with a log does (the encoded message also copied into one buffer).
     let owned_keys = Keys::new("bench-owned").expect("keys");
     let owned_publisher = a.publisher(&owned_keys, fast()).expect("publisher");
     let enc_keys = Keys::new("bench-encoded").expect("keys");
@@ -314,34 +314,6 @@ fn main() {
     };
     let rp_prog = raw_pub("bench/raw/progress", CongestionControl::Drop);
     let rp_tr = raw_pub("bench/raw/transition", CongestionControl::Block);
-    // Progress through the serde codec: its own robot, and a subscriber that does what `Node::subscribe`
-    // does (key string, decode) with the serde decoder.
-    let serde_keys = Keys::new("bench-serde").expect("keys");
-    let serde_publisher = a
-        .publisher(
-            &serde_keys,
-            PublisherOptions {
-                liveliness: false,
-                ..PublisherOptions::queue(16)
-            },
-        )
-        .expect("publisher");
-    let serde_prog: Shared = Default::default();
-    let _s5 = {
-        let rx = serde_prog.clone();
-        b.session()
-            .declare_subscriber(serde_keys.progress())
-            .callback(move |s| {
-                let bytes = s.payload().to_bytes();
-                let key = s.key_expr().as_str().to_string();
-                if let Ok(m) = decode_serde::<ProgressMsg>(&bytes) {
-                    record(&rx, m.stamp_ns)
-                }
-                std::hint::black_box(key);
-            })
-            .wait()
-            .expect("serde sub")
-    };
     for (what, ok) in [
         (
             "progress",
@@ -360,11 +332,6 @@ fn main() {
         (
             "progress",
             a.wait_for_subscribers(&keys.progress(), Duration::from_secs(30))
-                .unwrap_or(false),
-        ),
-        (
-            "serde progress",
-            a.wait_for_subscribers(&serde_keys.progress(), Duration::from_secs(30))
                 .unwrap_or(false),
         ),
         (
@@ -406,37 +373,30 @@ fn main() {
         Kind::Progress => {
             let mut m = pmsg.clone();
             m.stamp_ns = now_ns();
-            let _ = publisher.publish_progress(&m);
+            let _ = publisher.publish_progress(Encoded::new(m).expect("encode"));
         }
         Kind::Transition => {
             let mut m = tmsg.clone();
             m.stamp_ns = now_ns();
-            let _ = publisher.publish_transition(m);
+            let _ = publisher.publish_transition(Encoded::new(m).expect("encode"));
         }
     };
     let deep_send = |_: Kind| {
         let mut m = tmsg.clone();
         m.stamp_ns = now_ns();
-        let _ = deep_publisher.publish_transition(m);
+        let _ = deep_publisher.publish_transition(Encoded::new(m).expect("encode"));
     };
     let owned_send = |_: Kind| {
         let mut m = tmsg.clone();
         m.stamp_ns = now_ns();
-        let _ = owned_publisher.publish_transition(m);
+        let _ = owned_publisher.publish_transition(Encoded::new(m).expect("encode"));
     };
     let enc_send = |_: Kind| {
         let mut m = tmsg.clone();
         m.stamp_ns = now_ns();
-        let _ = enc_publisher.publish_transition_encoded(encode(&m).expect("encode"));
-    };
-    // The same progress messages through the generic serde codec (what every message used before the
-    // hand-written progress codec), for a comparison under the same load.
-    let serde_send = |_: Kind| {
-        let mut m = pmsg.clone();
-        m.stamp_ns = now_ns();
-        let mut out = Vec::with_capacity(256);
-        encode_serde_into(&m, &mut out).expect("encode");
-        let _ = serde_publisher.publish_progress_encoded(out);
+        let e = Encoded::new(m).expect("encode");
+        std::hint::black_box(e.to_vec());
+        let _ = enc_publisher.publish_transition(e);
     };
     let raw_send = |k: Kind| match k {
         Kind::Progress => {
@@ -469,14 +429,13 @@ fn main() {
             Kind::Progress => vec![
                 ("zenoh raw", &raw_prog, &raw_send),
                 ("stagewise", &sw_prog, &sw_send),
-                ("serde codec", &serde_prog, &serde_send),
             ],
             Kind::Transition => vec![
                 ("zenoh raw", &raw_tr, &raw_send),
                 ("stagewise", &sw_tr, &sw_send),
                 ("owned decode", &owned_tr, &owned_send),
                 ("deep queue", &deep_tr, &deep_send),
-                ("encoded+owned", &enc_tr, &enc_send),
+                ("logged+owned", &enc_tr, &enc_send),
             ],
         };
         let mut rates: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); paths.len()];
@@ -581,20 +540,11 @@ fn main() {
     let (pe, pd) = codec(200_000, &|| encode(&pmsg).expect("encode"), &|b| {
         decode::<ProgressMsg>(b).is_ok()
     });
-    let (se, sd) = codec(
-        200_000,
-        &|| {
-            let mut out = Vec::with_capacity(256);
-            encode_serde_into(&pmsg, &mut out).expect("encode");
-            out
-        },
-        &|b| decode_serde::<ProgressMsg>(b).is_ok(),
-    );
     let (te, td) = codec(2_000, &|| encode(&tmsg).expect("encode"), &|b| {
         decode::<TransitionMsg>(b).is_ok()
     });
     let (_, tr) = codec(2_000, &|| encode(&tmsg).expect("encode"), &|b| {
-        decode_transition_ref(b).is_ok()
+        decode::<TransitionMsg<Borrowed>>(b).is_ok()
     });
     // `encode_parts` consumes the message: timed on clones made beforehand (and dropped with the parts, as
     // `encode`'s timing drops its buffer), 100 at a time.
@@ -611,9 +561,8 @@ fn main() {
     }
     println!();
     println!(
-        "codec alone: progress encode {pe:.0} ns, decode {pd:.0} ns (serde path: {se:.0} ns, {sd:.0} ns); \
-         transition encode {:.1} us, decode {:.1} us, encode_parts {:.1} us, decode_transition_ref {:.1} us \
-         (clone of the message {:.1} us)",
+        "codec alone: progress encode {pe:.0} ns, decode {pd:.0} ns; transition encode {:.1} us, decode \
+         (owned) {:.1} us, encode_parts {:.1} us, decode borrowed {:.1} us (clone of the message {:.1} us)",
         te / 1e3,
         td / 1e3,
         tp / 1e3,

@@ -2,7 +2,7 @@
 
 use crate::keys::Keys;
 use crate::node::{zerr, Node, StreamError};
-use crate::tensor::ObservationMsg;
+use crate::wire::ObservationMsg;
 use crate::wire::{
     decode, encode, ResetReply, ResetRequest, StepReply, StepRequest, WireError, WireMessage,
 };

@@ -1,8 +1,7 @@
 //! A zenoh session built from a [`StreamConfig`], with typed put/subscribe helpers.
 
 use crate::keys::{KeyError, Keys};
-use crate::wire::{decode, encode, PolicyMsg, WireError, WireMessage};
-use crate::zero_copy::{decode_transition_ref, TransitionRef};
+use crate::wire::{decode, encode, Borrowed, PolicyMsg, TransitionMsg, WireError, WireMessage};
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -213,15 +212,6 @@ pub struct Received<M> {
     pub msg: Result<M, WireError>,
 }
 
-/// What [`Node::subscribe_transitions_ref`] hands over, borrowed from the sample for the duration of the
-/// callback: the concrete key, and the transition (tensor data are slices of the payload) or why the bytes
-/// were rejected. Copy out what must outlive the callback ([`TransitionRef::to_msg`] copies everything).
-#[derive(Debug, Clone)]
-pub struct ReceivedRef<'a> {
-    pub key: &'a str,
-    pub msg: Result<TransitionRef<'a>, WireError>,
-}
-
 /// One open zenoh session. Cheap to clone (the session is reference-counted); all calls are synchronous
 /// (zenoh's `Wait`), so callers need no async runtime. Do not call blocking methods of a `Node` from inside a
 /// subscription callback: callbacks run on zenoh's own threads.
@@ -303,26 +293,26 @@ impl Node {
     }
 
     /// Like [`Node::subscribe`] for transitions, without copying their tensors: the callback gets a
-    /// [`TransitionRef`] whose tensor data borrow the received payload ([`decode_transition_ref`]: the
-    /// validation and errors of the owned decode). The payload is read in place when zenoh holds it in one
-    /// piece and copied once otherwise (a message larger than a zenoh batch, 64 KB by default, arrives in
-    /// fragments).
-    pub fn subscribe_transitions_ref<F>(
+    /// [`TransitionMsg<Borrowed>`] whose tensor data are slices of the received payload (the same decoder as
+    /// `subscribe::<TransitionMsg, _>`, which copies them out; `into_owned()` copies what must outlive the
+    /// callback). The payload is read in place when zenoh holds it in one piece and copied once otherwise (a
+    /// message larger than a zenoh batch, 64 KB by default, arrives in fragments).
+    pub fn subscribe_transitions_borrowed<F>(
         &self,
         key: &str,
         callback: F,
     ) -> Result<Subscription, StreamError>
     where
-        F: for<'a> Fn(ReceivedRef<'a>) + Send + Sync + 'static,
+        F: for<'a> Fn(Received<TransitionMsg<Borrowed<'a>>>) + Send + Sync + 'static,
     {
         let sub = self
             .session
             .declare_subscriber(key)
             .callback(move |sample| {
                 let bytes = sample.payload().to_bytes();
-                callback(ReceivedRef {
-                    key: sample.key_expr().as_str(),
-                    msg: decode_transition_ref(&bytes),
+                callback(Received {
+                    key: sample.key_expr().as_str().to_string(),
+                    msg: decode(&bytes),
                 })
             })
             .wait()

@@ -1,11 +1,14 @@
 //! The actor's side: progress (dropped under congestion), transitions and episodes (bounded queue to a
 //! publisher thread that drops when full, or put by the caller itself: [`Delivery`]), the robot's liveliness
 //! token, counters.
+//!
+//! The publisher puts messages already encoded ([`Encoded`]): the caller encodes each message once and hands the
+//! same bytes to every sink (the actor's episode log and this publisher). A transition is encoded in parts
+//! ([`TransitionMsg::encode_parts`]): its images' buffers become parts of the zenoh payload, not copied.
 
 use crate::keys::Keys;
 use crate::node::{wait_matching, zerr, Node, StreamError};
-use crate::wire::{encode, EpisodeMsg, ProgressMsg, TransitionMsg, WireError};
-use crate::zero_copy::WireParts;
+use crate::wire::{Encoded, EpisodeMsg, ProgressMsg, TransitionMsg, WireParts};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -74,7 +77,7 @@ pub struct Counters {
     pub transitions_sent: u64,
     /// Refused because the queue was full (slow or vanished subscriber) or the publisher was closing.
     pub transitions_dropped: u64,
-    /// Encoding or the zenoh put failed.
+    /// The zenoh put failed.
     pub transitions_failed: u64,
     pub transitions_queued: u64,
     pub episodes_sent: u64,
@@ -126,27 +129,21 @@ impl Cells {
 }
 
 enum Outgoing {
-    Transition(Body<Box<TransitionMsg>>),
-    Episode(Body<EpisodeMsg>),
+    Transition(WireParts),
+    Episode(WireParts),
 }
 
-/// A message to encode, or its wire bytes when the caller already has them (the actor encodes once for its
-/// log and hands the same bytes over).
-enum Body<M> {
-    Message(M),
-    Encoded(Vec<u8>),
-}
-
-impl<M> Body<M> {
-    fn into_payload(
-        self,
-        encode: impl FnOnce(M) -> Result<ZBytes, WireError>,
-    ) -> Result<ZBytes, WireError> {
-        match self {
-            Body::Message(m) => encode(m),
-            Body::Encoded(bytes) => Ok(bytes.into()),
-        }
+/// One zenoh payload made of the parts, without copying them.
+fn payload(parts: WireParts) -> ZBytes {
+    let mut parts = parts.into_parts();
+    if parts.len() == 1 {
+        return parts.pop().unwrap_or_default().into();
     }
+    let mut w = ZBytes::writer();
+    for p in parts {
+        w.append(p.into());
+    }
+    w.finish()
 }
 
 /// The transition and episode publishers and the counters: used by the publisher thread, or by the caller
@@ -158,18 +155,15 @@ struct Lines {
 }
 
 impl Lines {
-    /// Encodes and puts one message (not when `closing`) and counts it as sent or failed; true when sent.
+    /// Puts one message (not when `closing`) and counts it as sent or failed; true when sent.
     fn put(&self, out: Outgoing, closing: bool) -> bool {
         let (ok, sent, failed) = match out {
-            Outgoing::Transition(m) => {
-                // The images' buffers go out as parts of the payload, not copied.
-                let payload = m.into_payload(|m| (*m).encode_parts().map(WireParts::into_zbytes));
-                let ok = !closing && send(&self.transition, payload);
+            Outgoing::Transition(parts) => {
+                let ok = !closing && send(&self.transition, payload(parts));
                 (ok, &self.cells.t_sent, &self.cells.t_failed)
             }
-            Outgoing::Episode(m) => {
-                let payload = m.into_payload(|m| encode(&m).map(ZBytes::from));
-                let ok = !closing && send(&self.episode, payload);
+            Outgoing::Episode(parts) => {
+                let ok = !closing && send(&self.episode, payload(parts));
                 (ok, &self.cells.e_sent, &self.cells.e_failed)
             }
         };
@@ -178,17 +172,11 @@ impl Lines {
     }
 }
 
-fn send(publisher: &zenoh::pubsub::Publisher<'_>, encoded: Result<ZBytes, WireError>) -> bool {
-    match encoded {
-        Ok(bytes) => match publisher.put(bytes).wait() {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(key = %publisher.key_expr(), "put failed: {e}");
-                false
-            }
-        },
+fn send(publisher: &zenoh::pubsub::Publisher<'_>, bytes: ZBytes) -> bool {
+    match publisher.put(bytes).wait() {
+        Ok(()) => true,
         Err(e) => {
-            tracing::warn!(key = %publisher.key_expr(), "{e}");
+            tracing::warn!(key = %publisher.key_expr(), "put failed: {e}");
             false
         }
     }
@@ -228,7 +216,7 @@ pub enum Published {
     Sent,
     /// The queue was full (or the publisher is closing): the message was dropped and counted.
     Dropped,
-    /// Encoding or the put failed ([`Delivery::Caller`]; logged and counted).
+    /// The put failed ([`Delivery::Caller`]; logged and counted).
     Failed,
 }
 
@@ -304,28 +292,17 @@ impl RobotPublisher {
         &self.keys
     }
 
-    /// Publishes a transition as [`Delivery`] says: queued for the publisher thread (a full queue drops and
-    /// counts it), or put now by this thread. It is encoded with [`TransitionMsg::encode_parts`]: the images'
-    /// buffers become parts of the zenoh payload instead of being copied into one buffer (the bytes on the
-    /// wire are those of `encode`).
-    pub fn publish_transition(&self, msg: TransitionMsg) -> Published {
-        self.publish(Outgoing::Transition(Body::Message(Box::new(msg))))
+    /// Publishes an encoded transition ([`Encoded::new`], which encodes it in parts: the images' buffers become
+    /// parts of the zenoh payload instead of being copied; the bytes on the wire are those of `encode`) as
+    /// [`Delivery`] says: queued for the publisher thread (a full queue drops and counts it), or put now by this
+    /// thread.
+    pub fn publish_transition(&self, msg: Encoded<TransitionMsg>) -> Published {
+        self.publish(Outgoing::Transition(msg.into_parts()))
     }
 
-    /// Like [`Self::publish_transition`] with the message's wire bytes (`encode(&msg)`), for a caller that
-    /// already encoded it (e.g. for its log): the bytes go out unchanged.
-    pub fn publish_transition_encoded(&self, bytes: Vec<u8>) -> Published {
-        self.publish(Outgoing::Transition(Body::Encoded(bytes)))
-    }
-
-    /// Publishes an episode summary (same rules as transitions).
-    pub fn publish_episode(&self, msg: EpisodeMsg) -> Published {
-        self.publish(Outgoing::Episode(Body::Message(msg)))
-    }
-
-    /// Like [`Self::publish_episode`] with the message's wire bytes.
-    pub fn publish_episode_encoded(&self, bytes: Vec<u8>) -> Published {
-        self.publish(Outgoing::Episode(Body::Encoded(bytes)))
+    /// Publishes an encoded episode summary (same rules as transitions).
+    pub fn publish_episode(&self, msg: Encoded<EpisodeMsg>) -> Published {
+        self.publish(Outgoing::Episode(msg.into_parts()))
     }
 
     fn publish(&self, out: Outgoing) -> Published {
@@ -353,23 +330,12 @@ impl RobotPublisher {
         }
     }
 
-    /// Encodes and puts a progress message now, with `CongestionControl::Drop` (zenoh drops it rather than wait).
-    pub fn publish_progress(&self, msg: &ProgressMsg) -> Result<(), StreamError> {
-        match encode(msg) {
-            Ok(bytes) => self.publish_progress_encoded(bytes),
-            Err(e) => {
-                self.lines.cells.p_failed.fetch_add(1, Ordering::AcqRel);
-                Err(e.into())
-            }
-        }
-    }
-
-    /// Like [`Self::publish_progress`] with the message's wire bytes.
-    pub fn publish_progress_encoded(&self, bytes: Vec<u8>) -> Result<(), StreamError> {
+    /// Puts an encoded progress message now, with `CongestionControl::Drop` (zenoh drops it rather than wait).
+    pub fn publish_progress(&self, msg: Encoded<ProgressMsg>) -> Result<(), StreamError> {
         // The error text is built only on failure: this runs once per env step.
         let res = self
             .progress
-            .put(bytes)
+            .put(payload(msg.into_parts()))
             .wait()
             .map_err(|e| zerr(format!("put on `{}`", self.keys.progress()))(e));
         let c = if res.is_ok() {

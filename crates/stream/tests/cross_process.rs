@@ -5,7 +5,8 @@ use crate::common;
 
 use common::*;
 use stagewise_stream::{
-    Keys, Mode, Node, PolicyMsg, ProgressMsg, PublisherOptions, StreamConfig, SCHEMA_VERSION,
+    Encoded, Keys, Mode, Node, PolicyMsg, ProgressMsg, PublisherOptions, StreamConfig,
+    SCHEMA_VERSION,
 };
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,9 @@ fn transitions_with_images_reach_a_subscriber_in_another_process() {
     );
     for step in 0..N {
         assert_eq!(
-            publisher.publish_transition(transition("xproc-arm", step, true)),
+            publisher.publish_transition(
+                Encoded::new(transition("xproc-arm", step, true)).expect("encode")
+            ),
             stagewise_stream::Published::Queued
         );
         // The default queue (1024) holds all of them; pace a little so that this checks delivery, not drops.
@@ -128,7 +131,7 @@ fn a_killed_subscriber_never_stalls_the_publisher_and_drops_are_counted() {
     let mut offer = |n: u64, attempts: &mut u64| {
         for _ in 0..n {
             let t0 = Instant::now();
-            let _ = publisher.publish_transition(msg.clone());
+            let _ = publisher.publish_transition(Encoded::new(msg.clone()).expect("encode"));
             worst = worst.max(t0.elapsed());
             *attempts += 1;
             std::thread::sleep(Duration::from_micros(200));
@@ -301,7 +304,9 @@ fn two_clients_talk_through_a_router() {
         "no subscriber through the router"
     );
     for step in 0..20 {
-        publisher.publish_transition(transition("routed-arm", step, step.is_multiple_of(2)));
+        publisher.publish_transition(
+            Encoded::new(transition("routed-arm", step, step.is_multiple_of(2))).expect("encode"),
+        );
     }
     assert!(publisher.flush(LONG));
     let lines = probe.lines_until_done(LONG);

@@ -8,9 +8,9 @@ use stagewise_core::{
     BoxSpec, Env, EnvError, EnvSpec, Observation, Progress, StepInfo, StepResult, ViewSpec,
 };
 use stagewise_stream::{
-    EnvAdapter, EpisodeMsg, Keys, Node, PolicyMsg, ProgressMsg, Published, PublisherOptions,
-    ResetReply, ResetRequest, Schema, StepReply, StreamConfig, StreamError, TransitionMsg,
-    WireError,
+    Encoded, EnvAdapter, EpisodeMsg, Keys, Node, PolicyMsg, ProgressMsg, Published,
+    PublisherOptions, ResetReply, ResetRequest, Schema, StepReply, StreamConfig, StreamError,
+    TransitionMsg, WireError,
 };
 use std::time::Duration;
 use zenoh::Wait;
@@ -51,15 +51,9 @@ fn progress_and_episodes_arrive() {
     };
     for step in 0..10 {
         let msg = ProgressMsg::new("inproc-arm", 0, 1, step, &p);
-        // Half go out pre-encoded (the actor's path when it also logs the bytes).
-        if step % 2 == 0 {
-            publisher.publish_progress(&msg).expect("progress put");
-        } else {
-            let bytes = stagewise_stream::encode(&msg).expect("encode");
-            publisher
-                .publish_progress_encoded(bytes)
-                .expect("progress put");
-        }
+        publisher
+            .publish_progress(Encoded::new(msg).expect("encode"))
+            .expect("progress put");
     }
     let ep = EpisodeMsg {
         schema: Schema,
@@ -76,12 +70,12 @@ fn progress_and_episodes_arrive() {
         final_phi: 0.96,
         stamp_ns: stagewise_stream::now_ns(),
     };
-    publisher.publish_episode(ep.clone());
+    publisher.publish_episode(Encoded::new(ep.clone()).expect("encode"));
     let ep2 = EpisodeMsg {
         episode: 2,
         ..ep.clone()
     };
-    publisher.publish_episode_encoded(stagewise_stream::encode(&ep2).expect("encode"));
+    publisher.publish_episode(Encoded::new(ep2.clone()).expect("encode"));
     assert!(publisher.flush(LONG));
     // Progress may be dropped under congestion; on an idle loopback all 10 arrive, in order.
     let mut steps = Vec::new();
@@ -95,7 +89,7 @@ fn progress_and_episodes_arrive() {
     assert_eq!(steps, (0..10).collect::<Vec<_>>());
     let got = episode_rx.recv_timeout(LONG).expect("episode");
     assert_eq!(got.msg.expect("decoded"), ep);
-    let got = episode_rx.recv_timeout(LONG).expect("pre-encoded episode");
+    let got = episode_rx.recv_timeout(LONG).expect("second episode");
     assert_eq!(got.msg.expect("decoded"), ep2);
     let c = publisher.counters();
     assert_eq!(
@@ -332,7 +326,7 @@ fn every_transition_is_counted_once_and_publishing_never_blocks() {
     let msg = transition("queue-arm", 0, true);
     let t0 = std::time::Instant::now();
     for _ in 0..2000 {
-        let _ = publisher.publish_transition(msg.clone());
+        let _ = publisher.publish_transition(Encoded::new(msg.clone()).expect("encode"));
     }
     assert!(t0.elapsed() < Duration::from_secs(20));
     assert!(publisher.flush(LONG));
@@ -371,7 +365,7 @@ fn with_backpressure_the_caller_puts_and_a_burst_arrives_whole() {
         let mut msg = transition("paced-arm", 0, true);
         msg.step = step;
         assert_eq!(
-            publisher.publish_transition(msg),
+            publisher.publish_transition(Encoded::new(msg).expect("encode")),
             Published::Sent,
             "transition {step} was not put by the caller"
         );
@@ -391,7 +385,7 @@ fn with_backpressure_the_caller_puts_and_a_burst_arrives_whole() {
 
 /// Transitions with images leave the publisher as multi-part payloads (the images' buffers, not copies) and
 /// arrive as the bytes of `encode`; the borrowed subscription, the owned one and a plain zenoh subscriber see
-/// the same messages, and malformed bytes reach the borrowed callback as the owned decoder's error.
+/// the same messages, and malformed bytes reach both subscriptions as the same error.
 #[test]
 fn transitions_arrive_byte_for_byte_through_the_borrowed_subscription() {
     let (actor, learner) = pair();
@@ -401,16 +395,18 @@ fn transitions_arrive_byte_for_byte_through_the_borrowed_subscription() {
         .expect("publisher");
     let (tx, by_ref) = std::sync::mpsc::channel();
     let _r = learner
-        .subscribe_transitions_ref(&Keys::any_robot("transition"), move |r| {
-            // What must outlive the callback is copied out; the flag says the view borrowed the payload.
+        .subscribe_transitions_borrowed(&Keys::any_robot("transition"), move |r| {
+            // What must outlive the callback is copied out; the flag says the tensors borrowed the payload.
             let borrowed = r.msg.as_ref().ok().map(|t| {
-                t.next_obs
-                    .as_ref()
-                    .is_some_and(|o| o.images.iter().all(|(_, i)| i.is_borrowed()))
+                t.next_obs.as_ref().is_some_and(|o| {
+                    o.images
+                        .iter()
+                        .all(|(_, i)| matches!(i.storage(), std::borrow::Cow::Borrowed(_)))
+                })
             });
-            let _ = tx.send((r.key.to_string(), r.msg.map(|t| t.to_msg()), borrowed));
+            let _ = tx.send((r.key, r.msg.map(TransitionMsg::into_owned), borrowed));
         })
-        .expect("subscribe by reference");
+        .expect("subscribe borrowed");
     let (_o, owned) = learner
         .subscribe_channel::<TransitionMsg>(&keys.transition())
         .expect("subscribe");
@@ -430,7 +426,7 @@ fn transitions_arrive_byte_for_byte_through_the_borrowed_subscription() {
         .map(|step| common::transition("zero-copy-arm", step, step != 3))
         .collect();
     for m in &sent {
-        publisher.publish_transition(m.clone());
+        publisher.publish_transition(Encoded::new(m.clone()).expect("encode"));
     }
     assert!(publisher.flush(LONG));
     for m in &sent {
@@ -446,7 +442,7 @@ fn transitions_arrive_byte_for_byte_through_the_borrowed_subscription() {
             Ok(m)
         );
     }
-    // Bytes that are not a transition: the owned decoder's error, in both subscriptions.
+    // Bytes that are not a transition: the decoder's error, in both subscriptions.
     let mut bad = stagewise_stream::encode(&sent[0]).expect("encode");
     bad.truncate(bad.len() / 2);
     let want = stagewise_stream::decode::<TransitionMsg>(&bad).expect_err("cut");

@@ -13,7 +13,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use stagewise_stream::{Keys, Node, PublisherOptions, StreamConfig};
+use stagewise_stream::{Encoded, Keys, Node, PublisherOptions, StreamConfig};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -198,7 +198,8 @@ fn actor_and_learner_talk_through_a_mutual_tls_router() {
         "the probe's subscriber never matched through the TLS router"
     );
     for step in 0..N {
-        publisher.publish_transition(transition("tls-arm", step, true));
+        publisher
+            .publish_transition(Encoded::new(transition("tls-arm", step, true)).expect("encode"));
     }
     assert!(publisher.flush(LONG), "queue did not drain");
     let lines = probe.lines_until_done(Duration::from_secs(120));
@@ -360,7 +361,7 @@ fn access_control_lets_only_the_learner_put_policies_and_only_the_actor_put_tran
 
     // The actor's transitions arrive at the learner, and nothing else does.
     for step in 0..N {
-        publisher.publish_transition(transition(robot, step, false));
+        publisher.publish_transition(Encoded::new(transition(robot, step, false)).expect("encode"));
     }
     assert!(publisher.flush(LONG), "queue did not drain");
     let lines = learner.lines_until_done(Duration::from_secs(120));

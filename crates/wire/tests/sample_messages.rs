@@ -1,11 +1,17 @@
-// The messages behind the committed sample files in `tests/samples/` (one `<name>.msgpack` per entry). The
-// samples were written by the wire code as it stood before `stagewise-wire` existed (the encoder of
-// `stagewise-stream`); `tests/samples.rs` checks that today's encoder writes exactly those bytes and that the
-// decoder reads them back to these messages. Needs `w` in scope: the crate that holds the messages.
+//! The messages behind the committed sample files in `tests/samples/` (one `<name>.msgpack` per entry). The
+//! samples were written from this code by the wire encoder as it stood before `stagewise-wire` existed (that of
+//! `stagewise-stream`, commit 80592d8); `samples.rs` checks that today's encoder writes exactly those bytes and
+//! that the decoder reads them back.
+
+use stagewise_wire as w;
 
 fn sample_frame(width: u32, height: u32, seed: u8) -> stagewise_core::Frame {
     stagewise_core::Frame::from_fn(width, height, |x, y| {
-        image::Rgb([(x as u8).wrapping_mul(17) ^ seed, (y as u8).wrapping_mul(29), seed.wrapping_mul(3)])
+        image::Rgb([
+            (x as u8).wrapping_mul(17) ^ seed,
+            (y as u8).wrapping_mul(29),
+            seed.wrapping_mul(3),
+        ])
     })
 }
 
@@ -15,7 +21,10 @@ fn sample_observation(step: u64) -> stagewise_core::Observation {
     stagewise_core::Observation {
         step,
         time: step as f64 * 0.05,
-        views: vec![stagewise_core::View::new("front", sample_frame(4, 3, 1)), wrist],
+        views: vec![
+            stagewise_core::View::new("front", sample_frame(4, 3, 1)),
+            wrist,
+        ],
         state: vec![0.1, -0.2, 0.3, f32::INFINITY],
     }
 }
@@ -65,8 +74,12 @@ fn sample_transition(with_obs: bool) -> w::TransitionMsg {
     m.stamp_ns = 1_764_500_000_123_456_789;
     if with_obs {
         m = m
-            .with_obs(w::ObservationMsg::from_observation(&sample_observation(300)))
-            .with_next_obs(w::ObservationMsg::from_observation(&sample_observation(301)));
+            .with_obs(w::ObservationMsg::from_observation(&sample_observation(
+                300,
+            )))
+            .with_next_obs(w::ObservationMsg::from_observation(&sample_observation(
+                301,
+            )));
     } else {
         m.stage = None;
     }
@@ -74,7 +87,7 @@ fn sample_transition(with_obs: bool) -> w::TransitionMsg {
 }
 
 /// `(file stem, encoded message)` for every sample.
-fn sample_messages() -> Vec<(&'static str, Vec<u8>)> {
+pub fn sample_messages() -> Vec<(&'static str, Vec<u8>)> {
     let enc = |r: Result<Vec<u8>, w::WireError>| r.expect("encode");
     let mut progress = w::ProgressMsg::new(
         "arm-0",
@@ -106,7 +119,10 @@ fn sample_messages() -> Vec<(&'static str, Vec<u8>)> {
     };
     let policy = w::PolicyMsg::new(5, b"not really onnx".to_vec());
     let signed = w::PolicyMsg::new(6, vec![0u8; 300]).with_signature((0..64).collect());
-    let mut reset_reply = w::ResetReply::ok(&sample_spec(), w::ObservationMsg::from_observation(&sample_observation(0)));
+    let mut reset_reply = w::ResetReply::ok(
+        &sample_spec(),
+        w::ObservationMsg::from_observation(&sample_observation(0)),
+    );
     reset_reply.reward = Some(w::RewardSpecMsg {
         source: "model".into(),
         model: Some("models/pick-place/pick-place-progress.toml".into()),
@@ -138,12 +154,27 @@ fn sample_messages() -> Vec<(&'static str, Vec<u8>)> {
         ("episode", enc(w::encode(&episode))),
         ("policy", enc(w::encode(&policy))),
         ("policy_signed", enc(w::encode(&signed))),
-        ("reset_request", enc(w::encode(&w::ResetRequest::new(Some(7))))),
-        ("reset_request_nil", enc(w::encode(&w::ResetRequest::new(None)))),
+        (
+            "reset_request",
+            enc(w::encode(&w::ResetRequest::new(Some(7)))),
+        ),
+        (
+            "reset_request_nil",
+            enc(w::encode(&w::ResetRequest::new(None))),
+        ),
         ("reset_reply", enc(w::encode(&reset_reply))),
-        ("reset_reply_error", enc(w::encode(&w::ResetReply::error("no such task")))),
-        ("step_request", enc(w::encode(&w::StepRequest::new(vec![0.5, 1.0, -2.0])))),
+        (
+            "reset_reply_error",
+            enc(w::encode(&w::ResetReply::error("no such task"))),
+        ),
+        (
+            "step_request",
+            enc(w::encode(&w::StepRequest::new(vec![0.5, 1.0, -2.0]))),
+        ),
         ("step_reply", enc(w::encode(&step_reply))),
-        ("step_reply_error", enc(w::encode(&w::StepReply::error("env closed")))),
+        (
+            "step_reply_error",
+            enc(w::encode(&w::StepReply::error("env closed"))),
+        ),
     ]
 }

@@ -1,0 +1,967 @@
+//! The messages and their one codec: [`encode`] (rmp_serde's named encoding of the message's serde derive) and
+//! [`decode`] (its serde derive, then [`Message::validate`]). docs/wire.md is the reference; keep the two in
+//! step (`tests/samples.rs` holds the encoder to committed bytes).
+//!
+//! Every message is a msgpack map with named fields. Its first two entries are `schema` (uint, this
+//! build writes [`SCHEMA_VERSION`]) and `kind` (str, e.g. `"transition"`). The decoder ignores keys it does not
+//! know and rejects schema versions newer than its own.
+
+use crate::tensor::{Borrowed, DecodeData, TensorData};
+use crate::tensor::{DType, ObservationMsg};
+use serde::de::{self, DeserializeOwned, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+use stagewise_core::{BoxSpec, EnvSpec, Progress, StepInfo, StepResult, Transition, ViewSpec};
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The schema version this build writes, and the newest it reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Length of an Ed25519 signature in bytes.
+pub const SIGNATURE_LEN: usize = 64;
+
+/// Why bytes could not be decoded into (or a message encoded as) a wire message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WireError {
+    #[error(
+        "{len} bytes are not a Stagewise message (a msgpack map with `schema` and `kind`; \
+         expected kind `{expected}`): {reason}"
+    )]
+    NotAMessage {
+        expected: &'static str,
+        len: usize,
+        reason: String,
+    },
+    #[error("expected a `{expected}` message, got kind `{got}`")]
+    WrongKind { expected: &'static str, got: String },
+    #[error(
+        "`{kind}` message has schema {got}; this build reads schema 1..={supported} \
+         (a newer sender needs a newer stagewise-stream)"
+    )]
+    UnsupportedSchema {
+        kind: String,
+        got: u64,
+        supported: u32,
+    },
+    #[error("malformed `{kind}` message: {reason}")]
+    Malformed { kind: &'static str, reason: String },
+    #[error("invalid `{kind}` message: field `{field}`: {reason}")]
+    Invalid {
+        kind: &'static str,
+        field: &'static str,
+        reason: String,
+    },
+    #[error("could not encode a `{kind}` message: {reason}")]
+    Encode { kind: &'static str, reason: String },
+}
+
+/// A message type of the wire format: what [`encode`] and [`decode`] need besides serde. Implemented by every
+/// message, with its tensors owned or [`Borrowed`] from the bytes being decoded.
+pub trait Message: Serialize {
+    /// The value of the `kind` field.
+    const KIND: &'static str;
+    /// Checks that go beyond the msgpack shape (sizes, hashes); run by [`decode`].
+    fn validate(&self) -> Result<(), WireError> {
+        Ok(())
+    }
+    /// Roughly how many bytes the encoding takes, so [`encode`] allocates once instead of growing the buffer
+    /// through a dozen reallocations (and copies) for a message with images.
+    fn size_hint(&self) -> usize {
+        256
+    }
+    /// Encodes the message it consumes as [`WireParts`](crate::WireParts): the bytes of [`encode`], in one part,
+    /// or (transitions, [`TransitionMsg::encode_parts`]) with the tensors' buffers moved in instead of copied.
+    fn into_parts(self) -> Result<crate::WireParts, WireError>
+    where
+        Self: Sized,
+    {
+        encode(&self).map(crate::WireParts::from)
+    }
+}
+
+/// A message that owns everything it holds, so that it can be decoded from bytes that do not outlive it (every
+/// message type with its default, owned, tensors).
+pub trait WireMessage: Message + DeserializeOwned {}
+
+impl<M: Message + DeserializeOwned> WireMessage for M {}
+
+/// Encodes a message as a msgpack map with named fields.
+pub fn encode<M: Message>(msg: &M) -> Result<Vec<u8>, WireError> {
+    let mut out = Vec::with_capacity(msg.size_hint());
+    encode_into(msg, &mut out)?;
+    Ok(out)
+}
+
+/// Like [`encode`], appending the bytes to `out`.
+pub fn encode_into<M: Message>(msg: &M, out: &mut Vec<u8>) -> Result<(), WireError> {
+    rmp_serde::encode::write_named(out, msg).map_err(|e| WireError::Encode {
+        kind: M::KIND,
+        reason: e.to_string(),
+    })
+}
+
+#[derive(Deserialize)]
+struct Header<'a> {
+    schema: u64,
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
+}
+
+/// Decodes and validates a message: the one decoder of the wire format. Never panics. Errors say, in this order
+/// of precedence: not a message (no `schema`/`kind`), wrong `kind`, unsupported `schema` (so that a newer sender
+/// gets a schema error, not a missing-field error), malformed fields, then [`Message::validate`] failures.
+///
+/// The tensors of a message with observations are copied out of `bytes` (`decode::<TransitionMsg>`), or left
+/// there (`decode::<TransitionMsg<Borrowed>>`: the same decoding, with the data slices of `bytes`; `into_owned()`
+/// copies them when the message must outlive the bytes).
+pub fn decode<'de, M: Message + Deserialize<'de>>(bytes: &'de [u8]) -> Result<M, WireError> {
+    // Happy path: one pass (the `schema` and `kind` markers check their values as they are read).
+    let msg: M = match rmp_serde::from_slice(bytes) {
+        Ok(m) => m,
+        Err(e) => return Err(classify::<M>(bytes, e)),
+    };
+    msg.validate()?;
+    Ok(msg)
+}
+
+/// Explains a failed decode: looks at `schema` and `kind` alone.
+fn classify<M: Message>(bytes: &[u8], err: rmp_serde::decode::Error) -> WireError {
+    let header: Header = match rmp_serde::from_slice(bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            return WireError::NotAMessage {
+                expected: M::KIND,
+                len: bytes.len(),
+                reason: e.to_string(),
+            }
+        }
+    };
+    if header.kind != M::KIND {
+        return WireError::WrongKind {
+            expected: M::KIND,
+            got: header.kind.into_owned(),
+        };
+    }
+    if header.schema == 0 || header.schema > u64::from(SCHEMA_VERSION) {
+        return WireError::UnsupportedSchema {
+            kind: header.kind.into_owned(),
+            got: header.schema,
+            supported: SCHEMA_VERSION,
+        };
+    }
+    WireError::Malformed {
+        kind: M::KIND,
+        reason: err.to_string(),
+    }
+}
+
+/// Nanoseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The `schema` field: always written as [`SCHEMA_VERSION`]; [`decode`] checks the value read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Schema;
+
+impl Serialize for Schema {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u32(SCHEMA_VERSION)
+    }
+}
+
+impl<'de> Deserialize<'de> for Schema {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = u64::deserialize(d)?;
+        if v == 0 || v > u64::from(SCHEMA_VERSION) {
+            return Err(de::Error::custom(format!(
+                "schema {v} is not supported (this build reads 1..={SCHEMA_VERSION})"
+            )));
+        }
+        Ok(Schema)
+    }
+}
+
+struct KindVisitor(&'static str);
+
+impl<'de> Visitor<'de> for KindVisitor {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "the string {:?}", self.0)
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        if v == self.0 {
+            Ok(())
+        } else {
+            Err(E::custom(format!("kind is {v:?}, expected {:?}", self.0)))
+        }
+    }
+}
+
+macro_rules! kind_marker {
+    ($(#[$doc:meta])* $name:ident = $s:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct $name;
+        impl $name {
+            pub const NAME: &'static str = $s;
+        }
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str($s)
+            }
+        }
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_str(KindVisitor($s)).map(|()| $name)
+            }
+        }
+    };
+}
+
+/// Zero-sized markers for the `kind` field of each message: they always write (and only read) their name.
+pub mod kind {
+    use super::*;
+    kind_marker!(
+        /// `"transition"`
+        Transition = "transition"
+    );
+    kind_marker!(
+        /// `"progress"`
+        Progress = "progress"
+    );
+    kind_marker!(
+        /// `"episode"`
+        Episode = "episode"
+    );
+    kind_marker!(
+        /// `"policy"`
+        Policy = "policy"
+    );
+    kind_marker!(
+        /// `"reset_request"`
+        ResetRequest = "reset_request"
+    );
+    kind_marker!(
+        /// `"reset_reply"`
+        ResetReply = "reset_reply"
+    );
+    kind_marker!(
+        /// `"step_request"`
+        StepRequest = "step_request"
+    );
+    kind_marker!(
+        /// `"step_reply"`
+        StepReply = "step_reply"
+    );
+}
+
+/// The checks of an observation beyond what decoding a tensor checks: images `uint8 [h, w, 3]` with sides
+/// below 2^32, depth `float32`, state `float32 [n]`.
+fn check_obs<D: TensorData>(
+    kind: &'static str,
+    field: &'static str,
+    obs: &Option<ObservationMsg<D>>,
+) -> Result<(), WireError> {
+    let Some(obs) = obs else { return Ok(()) };
+    let invalid = |reason: String| WireError::Invalid {
+        kind,
+        field,
+        reason,
+    };
+    for (name, t) in obs.images.iter() {
+        let (dtype, shape) = (t.dtype(), t.shape());
+        let hwc = dtype == DType::Uint8
+            && matches!(shape, [h, w, 3] if u32::try_from(*h).is_ok() && u32::try_from(*w).is_ok());
+        if !hwc {
+            return Err(invalid(format!(
+                "images[{name:?}]: expected uint8 [height, width, 3], got {dtype} {shape:?}"
+            )));
+        }
+    }
+    for (name, t) in obs.depth.iter() {
+        if t.dtype() != DType::Float32 {
+            return Err(invalid(format!(
+                "depth[{name:?}] is {}, not float32",
+                t.dtype()
+            )));
+        }
+    }
+    let state = &obs.state;
+    if state.dtype() != DType::Float32 || state.shape().len() != 1 {
+        return Err(invalid(format!(
+            "state must be float32 [n], got {} {:?}",
+            state.dtype(),
+            state.shape()
+        )));
+    }
+    Ok(())
+}
+
+/// One environment step (`stagewise/<robot>/transition`): everything in core's [`Transition`], the robot,
+/// a send time, and optionally the observations before (`obs`) and after (`next_obs`) the action. The
+/// observations' tensors are held in `D` (owned by default; [`Borrowed`] from the decoded bytes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(bound(serialize = "D: TensorData", deserialize = "D: DecodeData<'de>"))]
+pub struct TransitionMsg<D = Vec<u8>> {
+    pub schema: Schema,
+    pub kind: kind::Transition,
+    pub robot: String,
+    /// Index of the environment in a vectorised batch.
+    pub env: u32,
+    pub episode: u64,
+    /// Step index of the action within the episode (0 = first action after reset).
+    pub step: u64,
+    pub action: Vec<f32>,
+    /// Shaped reward `r_task + c * (gamma * phi_next - phi)` (or the configured reward mode).
+    pub reward: f64,
+    /// The environment's own (sparse) task reward.
+    pub task_reward: f64,
+    pub phi: f64,
+    /// Potential of the next state as used in the reward (0 when terminated).
+    pub phi_next: f64,
+    pub gamma: f64,
+    pub shaping_scale: f64,
+    pub terminated: bool,
+    pub truncated: bool,
+    pub success: bool,
+    /// The reward model's stage for the next state, when it has stages.
+    pub stage: Option<u32>,
+    /// Send time, nanoseconds since the Unix epoch (sender's clock).
+    pub stamp_ns: u64,
+    /// Observation the action was taken in (`s_t`), when the actor sends it.
+    pub obs: Option<ObservationMsg<D>>,
+    /// Observation after the action (`s_{t+1}`), when the actor sends it.
+    pub next_obs: Option<ObservationMsg<D>>,
+}
+
+impl TransitionMsg {
+    /// A transition without observations, stamped now.
+    pub fn from_transition(robot: impl Into<String>, t: &Transition) -> Self {
+        Self {
+            schema: Schema,
+            kind: kind::Transition,
+            robot: robot.into(),
+            env: t.env,
+            episode: t.episode,
+            step: t.step,
+            action: t.action.clone(),
+            reward: t.reward,
+            task_reward: t.task_reward,
+            phi: t.phi,
+            phi_next: t.phi_next,
+            gamma: t.gamma,
+            shaping_scale: t.shaping_scale,
+            terminated: t.terminated,
+            truncated: t.truncated,
+            success: t.success,
+            stage: t.stage,
+            stamp_ns: now_ns(),
+            obs: None,
+            next_obs: None,
+        }
+    }
+
+    pub fn with_obs(mut self, obs: ObservationMsg) -> Self {
+        self.obs = Some(obs);
+        self
+    }
+
+    pub fn with_next_obs(mut self, obs: ObservationMsg) -> Self {
+        self.next_obs = Some(obs);
+        self
+    }
+}
+
+impl<D: TensorData> TransitionMsg<D> {
+    /// The same message with the observations' tensors owned (copied when borrowed).
+    pub fn into_owned(self) -> TransitionMsg {
+        TransitionMsg {
+            schema: Schema,
+            kind: kind::Transition,
+            robot: self.robot,
+            env: self.env,
+            episode: self.episode,
+            step: self.step,
+            action: self.action,
+            reward: self.reward,
+            task_reward: self.task_reward,
+            phi: self.phi,
+            phi_next: self.phi_next,
+            gamma: self.gamma,
+            shaping_scale: self.shaping_scale,
+            terminated: self.terminated,
+            truncated: self.truncated,
+            success: self.success,
+            stage: self.stage,
+            stamp_ns: self.stamp_ns,
+            obs: self.obs.map(ObservationMsg::into_owned),
+            next_obs: self.next_obs.map(ObservationMsg::into_owned),
+        }
+    }
+
+    /// Estimate of the encoding's size.
+    fn size_estimate(&self) -> usize {
+        let obs = |o: &Option<ObservationMsg<D>>| o.as_ref().map_or(0, ObservationMsg::data_len);
+        512 + 4 * self.action.len() + obs(&self.obs) + obs(&self.next_obs)
+    }
+
+    fn check(&self) -> Result<(), WireError> {
+        check_obs(kind::Transition::NAME, "obs", &self.obs)?;
+        check_obs(kind::Transition::NAME, "next_obs", &self.next_obs)
+    }
+
+    /// The core transition (observations are not part of it).
+    pub fn to_transition(&self) -> Transition {
+        Transition {
+            env: self.env,
+            episode: self.episode,
+            step: self.step,
+            action: self.action.clone(),
+            reward: self.reward,
+            task_reward: self.task_reward,
+            phi: self.phi,
+            phi_next: self.phi_next,
+            gamma: self.gamma,
+            shaping_scale: self.shaping_scale,
+            terminated: self.terminated,
+            truncated: self.truncated,
+            success: self.success,
+            stage: self.stage,
+        }
+    }
+}
+
+impl Message for TransitionMsg {
+    const KIND: &'static str = kind::Transition::NAME;
+    /// [`TransitionMsg::encode_parts`]: the tensors' buffers are moved in, not copied.
+    fn into_parts(self) -> Result<crate::WireParts, WireError> {
+        self.encode_parts()
+    }
+    fn size_hint(&self) -> usize {
+        self.size_estimate()
+    }
+    fn validate(&self) -> Result<(), WireError> {
+        self.check()
+    }
+}
+
+impl Message for TransitionMsg<Borrowed<'_>> {
+    const KIND: &'static str = kind::Transition::NAME;
+    fn size_hint(&self) -> usize {
+        self.size_estimate()
+    }
+    fn validate(&self) -> Result<(), WireError> {
+        self.check()
+    }
+}
+
+/// A reward model's reading of one step (`stagewise/<robot>/progress`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProgressMsg {
+    pub schema: Schema,
+    pub kind: kind::Progress,
+    pub robot: String,
+    pub env: u32,
+    pub episode: u64,
+    /// Step index of the observation the model read (0 = the reset observation).
+    pub step: u64,
+    /// Most likely stage (argmax of the stage logits).
+    pub stage: u32,
+    /// Softmax of the stage logits, one per stage.
+    pub stage_probs: Vec<f32>,
+    /// Within-stage progress of `stage`, in [0, 1].
+    pub tau: f32,
+    /// Task progress in [0, 1].
+    pub phi: f32,
+    /// Send time, nanoseconds since the Unix epoch.
+    pub stamp_ns: u64,
+}
+
+impl ProgressMsg {
+    pub fn new(robot: impl Into<String>, env: u32, episode: u64, step: u64, p: &Progress) -> Self {
+        Self {
+            schema: Schema,
+            kind: kind::Progress,
+            robot: robot.into(),
+            env,
+            episode,
+            step,
+            stage: u32::try_from(p.stage).unwrap_or(u32::MAX),
+            stage_probs: p.stage_probs.clone(),
+            tau: p.tau,
+            phi: p.phi,
+            stamp_ns: now_ns(),
+        }
+    }
+
+    pub fn to_progress(&self) -> Progress {
+        Progress {
+            stage: self.stage as usize,
+            stage_probs: self.stage_probs.clone(),
+            tau: self.tau,
+            phi: self.phi,
+        }
+    }
+}
+
+impl Message for ProgressMsg {
+    const KIND: &'static str = kind::Progress::NAME;
+}
+
+/// A finished episode (`stagewise/<robot>/episode`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeMsg {
+    pub schema: Schema,
+    pub kind: kind::Episode,
+    pub robot: String,
+    pub env: u32,
+    pub episode: u64,
+    /// Sum of the shaped rewards (wire name `return`).
+    #[serde(rename = "return")]
+    pub episode_return: f64,
+    /// Sum of the environment's task rewards.
+    pub task_return: f64,
+    /// Number of steps (transitions) in the episode.
+    pub length: u64,
+    pub success: bool,
+    pub terminated: bool,
+    pub truncated: bool,
+    /// Progress `phi` of the last observation.
+    pub final_phi: f64,
+    /// Send time, nanoseconds since the Unix epoch.
+    pub stamp_ns: u64,
+}
+
+impl Message for EpisodeMsg {
+    const KIND: &'static str = kind::Episode::NAME;
+}
+
+/// An ONNX policy put by a learner (`stagewise/<robot>/policy`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyMsg {
+    pub schema: Schema,
+    pub kind: kind::Policy,
+    /// Learner-chosen version, increasing.
+    pub version: u64,
+    /// Lower-case hex SHA-256 of `onnx` (64 characters).
+    pub sha256: String,
+    /// The ONNX model file, as bytes.
+    #[serde(with = "serde_bytes")]
+    pub onnx: Vec<u8>,
+    /// Ed25519 signature (64 bytes) of [`policy_signing_message`] (robot, version, sha256), when the learner
+    /// signs.
+    #[serde(default, with = "serde_bytes")]
+    pub signature: Option<Vec<u8>>,
+}
+
+/// Domain separation for policy signatures: the first bytes of every [`policy_signing_message`]. A signature made
+/// for anything else (another protocol, another message layout) never verifies as a policy signature.
+pub const POLICY_SIGNING_CONTEXT: &[u8] = b"stagewise-policy-v1";
+
+/// The bytes a policy's Ed25519 signature covers:
+///
+/// ```text
+/// "stagewise-policy-v1" (19 bytes) | u32 LE length of robot | robot (UTF-8) | u64 LE version | sha256 (32 bytes)
+/// ```
+///
+/// Binding the robot name and the version means a signature for one robot does not move another, and a signed
+/// old policy cannot be replayed under a higher version number. The ONNX bytes are covered through their hash.
+pub fn policy_signing_message(robot: &str, version: u64, sha256: &[u8; 32]) -> Vec<u8> {
+    let mut m = Vec::with_capacity(POLICY_SIGNING_CONTEXT.len() + 4 + robot.len() + 8 + 32);
+    m.extend_from_slice(POLICY_SIGNING_CONTEXT);
+    m.extend_from_slice(&(robot.len() as u32).to_le_bytes());
+    m.extend_from_slice(robot.as_bytes());
+    m.extend_from_slice(&version.to_le_bytes());
+    m.extend_from_slice(sha256);
+    m
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+impl PolicyMsg {
+    /// An unsigned policy; computes the hash.
+    pub fn new(version: u64, onnx: Vec<u8>) -> Self {
+        Self {
+            schema: Schema,
+            kind: kind::Policy,
+            version,
+            sha256: sha256_hex(&onnx),
+            onnx,
+            signature: None,
+        }
+    }
+
+    pub fn with_signature(mut self, signature: Vec<u8>) -> Self {
+        self.signature = Some(signature);
+        self
+    }
+
+    /// The 32-byte hash the `sha256` field names (64 hex digits).
+    pub fn sha256_bytes(&self) -> Result<[u8; 32], WireError> {
+        let bad = |reason: String| WireError::Invalid {
+            kind: Self::KIND,
+            field: "sha256",
+            reason,
+        };
+        let bytes = hex::decode(&self.sha256)
+            .map_err(|e| bad(format!("{:?} is not hex: {e}", self.sha256)))?;
+        <[u8; 32]>::try_from(bytes.as_slice())
+            .map_err(|_| bad(format!("{} bytes; a sha256 is 32", bytes.len())))
+    }
+
+    /// What a signature of this policy for `robot` covers ([`policy_signing_message`] of robot, version and the
+    /// `sha256` field; check the field against the bytes with [`PolicyMsg::verify_sha256`]).
+    pub fn signing_message(&self, robot: &str) -> Result<Vec<u8>, WireError> {
+        Ok(policy_signing_message(
+            robot,
+            self.version,
+            &self.sha256_bytes()?,
+        ))
+    }
+
+    /// Recomputes the hash of `onnx` and compares it with `sha256`.
+    pub fn verify_sha256(&self) -> Result<(), WireError> {
+        let got = sha256_hex(&self.onnx);
+        if got == self.sha256.to_ascii_lowercase() {
+            Ok(())
+        } else {
+            Err(WireError::Invalid {
+                kind: Self::KIND,
+                field: "sha256",
+                reason: format!(
+                    "says {} but the {} onnx bytes hash to {got}",
+                    self.sha256,
+                    self.onnx.len()
+                ),
+            })
+        }
+    }
+}
+
+impl Message for PolicyMsg {
+    const KIND: &'static str = kind::Policy::NAME;
+    fn size_hint(&self) -> usize {
+        1024 + self.onnx.len()
+    }
+    /// Shape checks only (hash format, signature length); [`PolicyMsg::verify_sha256`] checks the hash itself.
+    fn validate(&self) -> Result<(), WireError> {
+        if self.sha256.len() != 64 || !self.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(WireError::Invalid {
+                kind: Self::KIND,
+                field: "sha256",
+                reason: format!("{:?} is not 64 hex digits", self.sha256),
+            });
+        }
+        if let Some(sig) = &self.signature {
+            if sig.len() != SIGNATURE_LEN {
+                return Err(WireError::Invalid {
+                    kind: Self::KIND,
+                    field: "signature",
+                    reason: format!(
+                        "{} bytes; an Ed25519 signature is {SIGNATURE_LEN}",
+                        sig.len()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A box space on the wire (mirror of core's [`BoxSpec`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoxSpecMsg {
+    pub names: Vec<String>,
+    pub low: Vec<f32>,
+    pub high: Vec<f32>,
+}
+
+/// A camera on the wire (mirror of core's [`ViewSpec`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ViewSpecMsg {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// What a remote environment takes and gives (mirror of core's [`EnvSpec`]; kept separate so that a change
+/// in core cannot change the wire silently).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvSpecMsg {
+    pub task: String,
+    pub action: BoxSpecMsg,
+    pub state: BoxSpecMsg,
+    pub views: Vec<ViewSpecMsg>,
+    pub stage_names: Vec<String>,
+    pub control_hz: f64,
+    pub max_steps: u64,
+}
+
+impl From<&BoxSpec> for BoxSpecMsg {
+    fn from(b: &BoxSpec) -> Self {
+        Self {
+            names: b.names.clone(),
+            low: b.low.clone(),
+            high: b.high.clone(),
+        }
+    }
+}
+
+impl From<&BoxSpecMsg> for BoxSpec {
+    fn from(b: &BoxSpecMsg) -> Self {
+        Self {
+            names: b.names.clone(),
+            low: b.low.clone(),
+            high: b.high.clone(),
+        }
+    }
+}
+
+impl From<&EnvSpec> for EnvSpecMsg {
+    fn from(s: &EnvSpec) -> Self {
+        Self {
+            task: s.task.clone(),
+            action: (&s.action).into(),
+            state: (&s.state).into(),
+            views: s
+                .views
+                .iter()
+                .map(|v| ViewSpecMsg {
+                    name: v.name.clone(),
+                    width: v.width,
+                    height: v.height,
+                })
+                .collect(),
+            stage_names: s.stage_names.clone(),
+            control_hz: s.control_hz,
+            max_steps: s.max_steps,
+        }
+    }
+}
+
+impl From<&EnvSpecMsg> for EnvSpec {
+    fn from(s: &EnvSpecMsg) -> Self {
+        Self {
+            task: s.task.clone(),
+            action: (&s.action).into(),
+            state: (&s.state).into(),
+            views: s
+                .views
+                .iter()
+                .map(|v| ViewSpec {
+                    name: v.name.clone(),
+                    width: v.width,
+                    height: v.height,
+                })
+                .collect(),
+            stage_names: s.stage_names.clone(),
+            control_hz: s.control_hz,
+            max_steps: s.max_steps,
+        }
+    }
+}
+
+/// `env/reset` query payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ResetRequest {
+    pub schema: Schema,
+    pub kind: kind::ResetRequest,
+    /// Seed for the episode; nil lets the server choose.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+impl ResetRequest {
+    pub fn new(seed: Option<u64>) -> Self {
+        Self {
+            seed,
+            ..Self::default()
+        }
+    }
+}
+
+impl Message for ResetRequest {
+    const KIND: &'static str = kind::ResetRequest::NAME;
+}
+
+/// How a served env makes the reward of its `step_reply` (in `reset_reply.reward`; added within schema 1, so
+/// nil/missing from older servers, which serve the task reward).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct RewardSpecMsg {
+    /// `"sparse"` (the env's task reward), `"model"` (potential-based shaping with a reward model's progress)
+    /// or `"oracle"` (potential-based shaping with the simulator's ground-truth progress).
+    pub source: String,
+    /// The reward model's manifest, for `"model"`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Discount used for shaping: must equal the learner's.
+    pub gamma: f64,
+    /// Shaping scale `c` in `r = r_task + c * (gamma * phi' - phi)` (0 for `"sparse"`).
+    pub shaping_scale: f64,
+}
+
+/// `env/reset` reply: the spec and first observation, or an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ResetReply {
+    pub schema: Schema,
+    pub kind: kind::ResetReply,
+    pub spec: Option<EnvSpecMsg>,
+    pub obs: Option<ObservationMsg>,
+    /// Why the reset failed (then `spec` and `obs` are nil).
+    pub error: Option<String>,
+    /// How step rewards are made (nil: the task reward).
+    #[serde(default)]
+    pub reward: Option<RewardSpecMsg>,
+    /// Progress (potential) of the first observation, when the reward is shaped.
+    #[serde(default)]
+    pub phi: Option<f64>,
+}
+
+impl ResetReply {
+    pub fn ok(spec: &EnvSpec, obs: ObservationMsg) -> Self {
+        Self {
+            spec: Some(spec.into()),
+            obs: Some(obs),
+            ..Self::default()
+        }
+    }
+    pub fn error(reason: impl Into<String>) -> Self {
+        Self {
+            error: Some(reason.into()),
+            ..Self::default()
+        }
+    }
+}
+
+impl Message for ResetReply {
+    const KIND: &'static str = kind::ResetReply::NAME;
+    fn size_hint(&self) -> usize {
+        2048 + self.obs.as_ref().map_or(0, ObservationMsg::data_len)
+    }
+    fn validate(&self) -> Result<(), WireError> {
+        check_obs(Self::KIND, "obs", &self.obs)
+    }
+}
+
+/// `env/step` query payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StepRequest {
+    pub schema: Schema,
+    pub kind: kind::StepRequest,
+    /// One value per action dimension (msgpack floats or ints).
+    pub action: Vec<f32>,
+}
+
+impl StepRequest {
+    pub fn new(action: Vec<f32>) -> Self {
+        Self {
+            action,
+            ..Self::default()
+        }
+    }
+}
+
+impl Message for StepRequest {
+    const KIND: &'static str = kind::StepRequest::NAME;
+}
+
+/// gymnasium's `info` on the wire (mirror of core's [`StepInfo`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StepInfoMsg {
+    /// Ground-truth stage, when the environment knows it.
+    pub stage: Option<u32>,
+    /// Ground-truth progress in [0, 1], when the environment knows it.
+    pub progress_oracle: Option<f32>,
+    pub success: bool,
+    /// True when the action was outside its bounds and was clipped.
+    pub action_clipped: bool,
+}
+
+impl From<&StepInfo> for StepInfoMsg {
+    fn from(i: &StepInfo) -> Self {
+        Self {
+            stage: i.stage.map(|s| u32::try_from(s).unwrap_or(u32::MAX)),
+            progress_oracle: i.progress_oracle,
+            success: i.success,
+            action_clipped: i.action_clipped,
+        }
+    }
+}
+
+impl From<&StepInfoMsg> for StepInfo {
+    fn from(i: &StepInfoMsg) -> Self {
+        Self {
+            stage: i.stage.map(|s| s as usize),
+            progress_oracle: i.progress_oracle,
+            success: i.success,
+            action_clipped: i.action_clipped,
+        }
+    }
+}
+
+/// `env/step` reply: gymnasium's `(obs, reward, terminated, truncated, info)`, or an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StepReply {
+    pub schema: Schema,
+    pub kind: kind::StepReply,
+    pub obs: Option<ObservationMsg>,
+    pub reward: f64,
+    pub terminated: bool,
+    pub truncated: bool,
+    pub info: StepInfoMsg,
+    /// Why the step failed (then `obs` is nil and the other fields are zero/false).
+    pub error: Option<String>,
+    /// The env's own task reward when `reward` is shaped (nil: `reward` is the task reward).
+    #[serde(default)]
+    pub task_reward: Option<f64>,
+    /// Progress (potential) of the next observation as read, when the reward is shaped.
+    #[serde(default)]
+    pub phi: Option<f64>,
+}
+
+impl StepReply {
+    pub fn ok(r: StepResult) -> Self {
+        Self {
+            info: (&r.info).into(),
+            obs: Some(ObservationMsg::from_observation_owned(r.obs)),
+            reward: r.reward,
+            terminated: r.terminated,
+            truncated: r.truncated,
+            ..Self::default()
+        }
+    }
+    pub fn error(reason: impl Into<String>) -> Self {
+        Self {
+            error: Some(reason.into()),
+            ..Self::default()
+        }
+    }
+}
+
+impl Message for StepReply {
+    const KIND: &'static str = kind::StepReply::NAME;
+    fn size_hint(&self) -> usize {
+        1024 + self.obs.as_ref().map_or(0, ObservationMsg::data_len)
+    }
+    fn validate(&self) -> Result<(), WireError> {
+        check_obs(Self::KIND, "obs", &self.obs)
+    }
+}
+
+/// The `(schema, kind)` of a message without decoding the rest (None if the bytes are not a message).
+pub fn peek_header(bytes: &[u8]) -> Option<(u64, String)> {
+    rmp_serde::from_slice::<Header>(bytes)
+        .ok()
+        .map(|h| (h.schema, h.kind.into_owned()))
+}
+
+#[cfg(test)]
+#[path = "message_tests.rs"]
+mod tests;
