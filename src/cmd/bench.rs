@@ -1,9 +1,15 @@
 //! `stagewise bench`: reward-model speed on synthetic frames: per-step latency against the bare
 //! `Session::run` time, and batched throughput. benches/model_vs_python.py runs it beside Python onnxruntime.
+//!
+//! The model runs in the form the runtime gives it (the two-part form when the manifest has `[parts]`: each step
+//! encodes only the new frames and runs the head on cached embeddings). A two-part model is also loaded as its
+//! single graph and fed the same observations, so that the step is compared with the single graph's bare
+//! `Session::run` on the same window.
 
 use super::ort_args::OrtArgs;
+use anyhow::Context;
 use stagewise_core::Observation;
-use stagewise_model::synthetic;
+use stagewise_model::{synthetic, ModelForm, RewardModel};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -38,6 +44,19 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     let mut model = a.ort.load_reward_model(&a.model)?;
     let m = model.manifest().clone();
+    // The single graph of a two-part model, for the bare-run reference on the same windows.
+    let mut single = match model.form() {
+        ModelForm::TwoPart => Some(
+            RewardModel::from_manifest_as(
+                m.clone(),
+                a.ort.runtime()?,
+                &a.ort.session_options(),
+                ModelForm::SingleGraph,
+            )
+            .with_context(|| format!("loading the single graph of {}", a.model.display()))?,
+        ),
+        _ => None,
+    };
     let (w, h) = m
         .image
         .as_ref()
@@ -54,10 +73,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     };
 
     // Per-step latency, one env: the full step (preprocess + window + run + progress math) and, right after
-    // it on the same buffers, a bare Session::run.
+    // it on the same buffers, the bare runs; for a two-part model also the single graph's bare Session::run on
+    // the same window (its own step, untimed, builds the window first).
     let obs = pool(1);
     let mut step_ms = Vec::new();
     let mut bare_ms = Vec::new();
+    let mut single_bare_ms = Vec::new();
     let mut prepare_ms = Vec::new();
     let mut finish_ms = Vec::new();
     for t in 0..a.warmup + a.steps {
@@ -67,14 +88,28 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let step = t0.elapsed();
         let timing = model.last_timing();
         let bare = model.time_bare_run(1)?;
+        let single_bare = match single.as_mut() {
+            Some(s) => {
+                s.score(&[o])?;
+                s.time_bare_run(1)?
+            }
+            None => bare,
+        };
         if t >= a.warmup {
             step_ms.push(step.as_secs_f64() * 1e3);
             bare_ms.push(bare.as_secs_f64() * 1e3);
+            single_bare_ms.push(single_bare.as_secs_f64() * 1e3);
             prepare_ms.push(timing.prepare.as_secs_f64() * 1e3);
             finish_ms.push(timing.finish.as_secs_f64() * 1e3);
         }
     }
-    for v in [&mut step_ms, &mut bare_ms, &mut prepare_ms, &mut finish_ms] {
+    for v in [
+        &mut step_ms,
+        &mut bare_ms,
+        &mut single_bare_ms,
+        &mut prepare_ms,
+        &mut finish_ms,
+    ] {
         v.sort_by(f64::total_cmp);
     }
 
@@ -101,6 +136,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
 
     let (p50, p99) = (percentile(&step_ms, 0.5), percentile(&step_ms, 0.99));
     let (b50, b99) = (percentile(&bare_ms, 0.5), percentile(&bare_ms, 0.99));
+    let (s50, s99) = (
+        percentile(&single_bare_ms, 0.5),
+        percentile(&single_bare_ms, 0.99),
+    );
     let (prep50, fin50) = (percentile(&prepare_ms, 0.5), percentile(&finish_ms, 0.5));
     if a.json {
         let tp: Vec<String> = throughput
@@ -108,8 +147,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             .map(|(n, r)| format!("{{\"envs\":{n},\"env_steps_per_s\":{r:.3}}}"))
             .collect();
         println!(
-            "{{\"model\":{:?},\"provider\":\"{}\",\"threads\":{},\"steps\":{},\"step_ms\":{{\"p50\":{p50:.4},\"p99\":{p99:.4}}},\"bare_run_ms\":{{\"p50\":{b50:.4},\"p99\":{b99:.4}}},\"prepare_ms_p50\":{prep50:.4},\"finish_ms_p50\":{fin50:.4},\"throughput\":[{}]}}",
+            "{{\"model\":{:?},\"form\":\"{}\",\"provider\":\"{}\",\"threads\":{},\"steps\":{},\"step_ms\":{{\"p50\":{p50:.4},\"p99\":{p99:.4}}},\"bare_run_ms\":{{\"p50\":{b50:.4},\"p99\":{b99:.4}}},\"single_bare_run_ms\":{{\"p50\":{s50:.4},\"p99\":{s99:.4}}},\"prepare_ms_p50\":{prep50:.4},\"finish_ms_p50\":{fin50:.4},\"throughput\":[{}]}}",
             a.model.display().to_string(),
+            model.form(),
             model.provider(),
             a.ort.threads,
             a.steps,
@@ -117,8 +157,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         );
     } else {
         println!(
-            "model {}  provider {}  intra-op threads {}  {} steps",
+            "model {}  form {}  provider {}  intra-op threads {}  {} steps",
             a.model.display(),
+            model.form(),
             model.provider(),
             a.ort.threads,
             a.steps
@@ -126,6 +167,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         println!("per-step latency, 1 env:  p50 {p50:.3} ms  p99 {p99:.3} ms");
         println!("bare Session::run:        p50 {b50:.3} ms  p99 {b99:.3} ms");
         println!("step / bare (p50):        {:.3}x", p50 / b50);
+        if single.is_some() {
+            println!("single graph bare run:    p50 {s50:.3} ms  p99 {s99:.3} ms (same windows)");
+            println!("step / single bare (p50): {:.3}x", p50 / s50);
+        }
         println!("  of the step (p50):      prepare (frames, windows) {prep50:.3} ms  finish (progress math) {fin50:.3} ms");
         for (n, r) in &throughput {
             println!("throughput {n:>3} envs:      {r:>10.1} env-steps/s");

@@ -29,7 +29,9 @@ use stagewise_dataset::{
     interpolate_linear, strided_frames, Dataset, Episode, Images, SarmProgress, STATE_KEY,
 };
 use stagewise_model::preprocess::Normaliser;
-use stagewise_model::{Manifest, ModelKind, OrtRuntime, RewardModel, StateMap, TwoPartModel};
+use stagewise_model::{
+    Manifest, ModelForm, ModelKind, OrtRuntime, RewardModel, StateMap, TwoPartModel,
+};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -495,8 +497,9 @@ fn label_all(
                         }
                         Ok(Labeller::TwoPart(model))
                     } else {
-                        let mut model = RewardModel::from_manifest(m, rt, &opts)
-                            .with_context(|| format!("loading reward model {path}"))?;
+                        let mut model =
+                            RewardModel::from_manifest_as(m, rt, &opts, ModelForm::SingleGraph)
+                                .with_context(|| format!("loading reward model {path}"))?;
                         if let Some(map) = map {
                             model.set_state_map(map)?;
                         }

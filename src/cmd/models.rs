@@ -72,13 +72,16 @@ fn check(a: CheckArgs) -> anyhow::Result<()> {
             st.names, st.proportions, st.progress
         );
     }
-    println!("inputs");
-    for i in model.session().inputs() {
-        println!("  {:<14} {:?}", i.name(), i.dtype());
-    }
-    println!("outputs");
-    for o in model.session().outputs() {
-        println!("  {:<14} {:?}", o.name(), o.dtype());
+    for (graph, session) in model.graphs() {
+        println!("graph      {} ({})", graph.display(), model.form());
+        println!("inputs");
+        for i in session.inputs() {
+            println!("  {:<14} {:?}", i.name(), i.dtype());
+        }
+        println!("outputs");
+        for o in session.outputs() {
+            println!("  {:<14} {:?}", o.name(), o.dtype());
+        }
     }
     let (w, h) = m
         .image

@@ -1,8 +1,9 @@
 //! stagewise-model: ONNX Runtime sessions for Stagewise reward models (and later policies): the model
 //! manifest and its check against the ONNX graph, library discovery and execution providers, frame
-//! preprocessing, per-view frame windows, batched scoring into `Progress`, and the two-part (per-frame encoder +
-//! head) form of a progress model that labelling uses ([`TwoPartModel`]), and the by-name map from a source's state
-//! to the state fields a model reads ([`StateMap`]).
+//! preprocessing, per-view frame windows, batched scoring into `Progress` ([`RewardModel`]: the two-part form,
+//! per-frame encoder + head, whenever the manifest has one, so each step encodes only the new frames; or the
+//! single graph, [`ModelForm`]), the two-part model itself ([`TwoPartModel`], which labelling also uses), and the
+//! by-name map from a source's state to the state fields a model reads ([`StateMap`]).
 //!
 //! Depends on `stagewise-core` and `ort` only: never on the simulator, streaming or runtime crates.
 //! `Session::run` takes `&mut self`, so a [`RewardModel`] is owned by one worker thread; make one per thread.
@@ -24,7 +25,7 @@ pub use error::ModelError;
 pub use hop::HopModel;
 pub use manifest::{Manifest, ModelKind, ProgressMode};
 pub use policy::PolicyModel;
-pub use reward::{RewardModel, StepTiming};
+pub use reward::{ModelForm, RewardModel, StepTiming};
 pub use runtime::{OrtRuntime, Provider, SessionOptions};
 pub use state::StateMap;
 pub use two_part::TwoPartModel;

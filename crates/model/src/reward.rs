@@ -1,11 +1,20 @@
-//! Batched scoring of stage-aware progress models: observations of N environments in, one ONNX Runtime run,
-//! `Progress` per environment out.
+//! Batched scoring of stage-aware progress models: observations of N environments in, `Progress` per environment
+//! out, with a frame window per environment.
+//!
+//! A model runs in one of two forms ([`ModelForm`]). The single graph takes each env's window of normalised
+//! frames `[views, frames, 3, H, W]` in one run. The two-part form (manifest `[parts]`: a per-frame encoder and a
+//! head, DESIGN.md "Two-part models are the fast path") encodes only the new frame of each view per step (all
+//! envs' new frames in one encoder run), keeps the embeddings in the per-env window ring instead of the frames,
+//! and runs the head on the cached embeddings: a window of F frames shares F - 1 frames with the previous step,
+//! which the single graph encodes again every step. [`RewardModel::load`] takes the two-part form whenever the
+//! manifest has one; [`RewardModel::load_as`] chooses.
 
 use crate::graph::GraphCheck;
 use crate::manifest::{ImageSpec, Manifest, ModelKind, ProgressMode};
 use crate::preprocess::Normaliser;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::state::StateMap;
+use crate::two_part::TwoPartModel;
 use crate::window::FrameWindow;
 use crate::ModelError;
 use ort::session::Session;
@@ -20,23 +29,60 @@ use std::time::{Duration, Instant};
 pub struct StepTiming {
     /// Checking observations, resizing/normalising frames, updating windows, gathering the batch.
     pub prepare: Duration,
-    /// `Session::run` alone.
+    /// `Session::run` alone (the encoder's and the head's runs, and the progress math between them, in the
+    /// two-part form).
     pub run: Duration,
-    /// Softmax, progress math, output checks.
+    /// Softmax, progress math, output checks (single graph; inside `run` in the two-part form).
     pub finish: Duration,
+}
+
+/// Which graphs a [`RewardModel`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ModelForm {
+    /// The two-part form when the manifest has `[parts]`, else the single graph.
+    #[default]
+    Auto,
+    /// The single graph (`onnx`): every step runs the whole window of frames.
+    SingleGraph,
+    /// The manifest's `[parts]`: per step, the encoder on the new frames and the head on cached embeddings.
+    TwoPart,
+}
+
+impl std::fmt::Display for ModelForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::SingleGraph => "single graph",
+            Self::TwoPart => "two-part",
+        })
+    }
+}
+
+/// The sessions a model runs, and what each form stages between steps.
+enum Graphs {
+    Single(Session),
+    TwoPart {
+        model: Box<TwoPartModel>,
+        /// The newest frame of every view of the envs of the last call, normalised: `[n * views, 3, H, W]`.
+        frames: Vec<f32>,
+        /// Their embeddings, `[n * views, E]`.
+        embeddings: Vec<f32>,
+    },
 }
 
 /// A stage-aware progress model with per-environment frame windows. Owned by one thread (ONNX Runtime's
 /// `Session::run` needs `&mut`); make one per worker thread.
 pub struct RewardModel {
     manifest: Manifest,
-    session: Session,
+    graphs: Graphs,
     provider: Provider,
     proportions: StageProportions,
     normaliser: Normaliser,
     fixed_batch: Option<usize>,
+    /// Per env: normalised frames (single graph) or frame embeddings (two-part), in the model's input layout.
     windows: Vec<Option<FrameWindow>>,
-    /// Batch staging for more than one env (one env's window is read in place).
+    /// Batch staging for more than one env (one env's window is read in place): windows of frames (single graph)
+    /// or of embeddings (two-part).
     images: Vec<f32>,
     state: Vec<f32>,
     /// How the model's state is taken from the source's (after [`RewardModel::bind_state`]); None: the
@@ -55,14 +101,25 @@ enum LastInput {
 }
 
 impl RewardModel {
-    /// Loads a model from its manifest, checks the manifest against the ONNX graph, and builds a session.
+    /// Loads a model from its manifest, checks the manifest against the ONNX graph(s), and builds the sessions:
+    /// the two-part form when the manifest has `[parts]`, else the single graph ([`ModelForm::Auto`]).
     pub fn load(
         manifest_path: &Path,
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        // `from_manifest` checks the kind.
-        Self::from_manifest(Manifest::load(manifest_path)?, runtime, opts)
+        Self::load_as(manifest_path, runtime, opts, ModelForm::Auto)
+    }
+
+    /// Like [`Self::load`] in the form `form` ([`ModelForm::TwoPart`] refuses a manifest without `[parts]`).
+    pub fn load_as(
+        manifest_path: &Path,
+        runtime: &OrtRuntime,
+        opts: &SessionOptions,
+        form: ModelForm,
+    ) -> Result<Self, ModelError> {
+        // `from_manifest_as` checks the kind.
+        Self::from_manifest_as(Manifest::load(manifest_path)?, runtime, opts, form)
     }
 
     /// Like [`Self::load`] with a manifest already read and checked ([`Manifest::load`] hashes every file it
@@ -72,16 +129,37 @@ impl RewardModel {
         runtime: &OrtRuntime,
         opts: &SessionOptions,
     ) -> Result<Self, ModelError> {
-        manifest.expect_kind(ModelKind::StageProgress)?;
-        let (session, provider) = runtime.session(&manifest.onnx, opts)?;
-        Self::from_session(manifest, session, provider)
+        Self::from_manifest_as(manifest, runtime, opts, ModelForm::Auto)
     }
 
-    fn from_session(
+    /// Like [`Self::from_manifest`] in the form `form`.
+    pub fn from_manifest_as(
         manifest: Manifest,
-        session: Session,
-        provider: Provider,
+        runtime: &OrtRuntime,
+        opts: &SessionOptions,
+        form: ModelForm,
     ) -> Result<Self, ModelError> {
+        manifest.expect_kind(ModelKind::StageProgress)?;
+        let two_part = match form {
+            ModelForm::Auto => manifest.parts.is_some(),
+            ModelForm::SingleGraph => false,
+            ModelForm::TwoPart => true,
+        };
+        if two_part {
+            let model = TwoPartModel::from_manifest(manifest.clone(), runtime, opts)?;
+            let provider = model.provider();
+            return Self::from_graphs(
+                manifest,
+                Graphs::TwoPart {
+                    model: Box::new(model),
+                    frames: Vec::new(),
+                    embeddings: Vec::new(),
+                },
+                provider,
+                None,
+            );
+        }
+        let (session, provider) = runtime.session(&manifest.onnx, opts)?;
         let check = GraphCheck {
             path: &manifest.onnx,
             session: &session,
@@ -90,7 +168,7 @@ impl RewardModel {
                 manifest.inputs.state.as_deref(),
             ],
         };
-        let (image_spec, k, proportions) = progress_spec(&manifest)?;
+        let (image_spec, k, _) = progress_spec(&manifest)?;
         let images_name = manifest.inputs.images.as_deref().unwrap_or_default();
         let fixed_batch = check.input(
             "inputs.images",
@@ -105,11 +183,21 @@ impl RewardModel {
             ],
         )?;
         check.progress_state_and_outputs(&manifest, k)?;
+        Self::from_graphs(manifest, Graphs::Single(session), provider, fixed_batch)
+    }
+
+    fn from_graphs(
+        manifest: Manifest,
+        graphs: Graphs,
+        provider: Provider,
+        fixed_batch: Option<usize>,
+    ) -> Result<Self, ModelError> {
+        let (image_spec, _, proportions) = progress_spec(&manifest)?;
         Ok(Self {
             normaliser: Normaliser::new(&image_spec),
             fixed_batch,
             proportions,
-            session,
+            graphs,
             provider,
             manifest,
             windows: Vec::new(),
@@ -125,7 +213,15 @@ impl RewardModel {
         &self.manifest
     }
 
-    /// The execution provider the session got.
+    /// The form this model runs in: [`ModelForm::SingleGraph`] or [`ModelForm::TwoPart`].
+    pub fn form(&self) -> ModelForm {
+        match self.graphs {
+            Graphs::Single(_) => ModelForm::SingleGraph,
+            Graphs::TwoPart { .. } => ModelForm::TwoPart,
+        }
+    }
+
+    /// The execution provider the session (the encoder's, in the two-part form) got.
     pub fn provider(&self) -> Provider {
         self.provider
     }
@@ -160,8 +256,12 @@ impl RewardModel {
             .map_or(self.manifest.state_size, StateMap::source_len)
     }
 
-    pub fn session(&self) -> &Session {
-        &self.session
+    /// The graph files and their sessions: the single graph, or the encoder and the head.
+    pub fn graphs(&self) -> Vec<(&Path, &Session)> {
+        match &self.graphs {
+            Graphs::Single(s) => vec![(self.manifest.onnx.as_path(), s)],
+            Graphs::TwoPart { model, .. } => model.graphs().to_vec(),
+        }
     }
 
     /// Timing of the last `score` call.
@@ -169,7 +269,8 @@ impl RewardModel {
         self.timing
     }
 
-    /// Values of one environment's image window: `views * frames * 3 * height * width`.
+    /// Values of one environment's image window: `views * frames * 3 * height * width` (what
+    /// [`Self::score_windows`] takes per env, in either form).
     pub fn window_len(&self) -> usize {
         self.manifest.views.len() * self.manifest.frames * self.normaliser.frame_len()
     }
@@ -227,6 +328,40 @@ impl RewardModel {
         if self.windows.len() <= max_env {
             self.windows.resize(max_env + 1, None);
         }
+        let s = self.manifest.state_size;
+        self.state.resize(n * s, 0.0);
+        for (row, (&env, o)) in envs.iter().zip(obs).enumerate() {
+            let dst = &mut self.state[row * s..(row + 1) * s];
+            match &self.state_map {
+                // Sizes were checked in view_order.
+                Some(map) => map
+                    .select(&o.state, dst)
+                    .map_err(|reason| ModelError::BadObservation { env, reason })?,
+                None => dst.copy_from_slice(&o.state),
+            }
+        }
+        let out = match self.graphs {
+            Graphs::Single(_) => self.step_single(envs, obs, &order, t0),
+            Graphs::TwoPart { .. } => self.step_two_part(envs, obs, &order, t0),
+        };
+        self.last_input = match (&out, n) {
+            (Err(_), _) => LastInput::None,
+            (Ok(_), 1) => LastInput::Window(envs[0]),
+            (Ok(_), _) => LastInput::Staged,
+        };
+        out
+    }
+
+    /// The single graph's step: each env's new frames are normalised into its window of frames, the windows
+    /// run in one batch.
+    fn step_single(
+        &mut self,
+        envs: &[usize],
+        obs: &[&Observation],
+        order: &[Vec<usize>],
+        t0: Instant,
+    ) -> Result<Vec<Progress>, ModelError> {
+        let n = obs.len();
         let (views, frames, stride) = (
             self.manifest.views.len(),
             self.manifest.frames,
@@ -234,13 +369,11 @@ impl RewardModel {
         );
         let frame_len = self.normaliser.frame_len();
         let window_len = self.window_len();
-        let s = self.manifest.state_size;
         // One env reads its window in place; a batch is staged row by row.
         let staged = n > 1;
         self.images
             .resize(if staged { n * window_len } else { 0 }, 0.0);
-        self.state.resize(n * s, 0.0);
-        for (row, ((&env, o), order)) in envs.iter().zip(obs).zip(&order).enumerate() {
+        for (row, ((&env, o), order)) in envs.iter().zip(obs).zip(order).enumerate() {
             let fresh = o.step == 0 || self.windows[env].is_none();
             let window = self.windows[env]
                 .get_or_insert_with(|| FrameWindow::new(views, frame_len, frames, stride));
@@ -261,14 +394,6 @@ impl RewardModel {
                 self.images[row * window_len..(row + 1) * window_len]
                     .copy_from_slice(window.window());
             }
-            let dst = &mut self.state[row * s..(row + 1) * s];
-            match &self.state_map {
-                // Sizes were checked in view_order.
-                Some(map) => map
-                    .select(&o.state, dst)
-                    .map_err(|reason| ModelError::BadObservation { env, reason })?,
-                None => dst.copy_from_slice(&o.state),
-            }
         }
         self.last_input = if staged {
             LastInput::Staged
@@ -276,14 +401,97 @@ impl RewardModel {
             LastInput::Window(envs[0])
         };
         let prepared = Instant::now();
-        let out = self.run_prepared(n, None);
         self.timing.prepare = prepared - t0;
+        self.run_prepared(n, None)
+    }
+
+    /// The two-part step: every env's new frames are normalised into one batch and encoded in one run; each
+    /// env's window ring takes the new embeddings; the head runs on the windows of embeddings.
+    fn step_two_part(
+        &mut self,
+        envs: &[usize],
+        obs: &[&Observation],
+        order: &[Vec<usize>],
+        t0: Instant,
+    ) -> Result<Vec<Progress>, ModelError> {
+        let n = obs.len();
+        let (views, frames, stride) = (
+            self.manifest.views.len(),
+            self.manifest.frames,
+            self.manifest.stride,
+        );
+        let frame_len = self.normaliser.frame_len();
+        let Graphs::TwoPart {
+            model,
+            frames: new_frames,
+            embeddings,
+        } = &mut self.graphs
+        else {
+            unreachable!("step_two_part runs the two-part form")
+        };
+        model.check_batch(n * views, n)?;
+        let e = model.embedding_len();
+        new_frames.resize(n * views * frame_len, 0.0);
+        for (row, ((&env, o), order)) in envs.iter().zip(obs).zip(order).enumerate() {
+            for (v, &idx) in order.iter().enumerate() {
+                let at = (row * views + v) * frame_len;
+                // Sizes were checked in view_order, so this cannot fail.
+                self.normaliser
+                    .write_chw(&o.views[idx].rgb, &mut new_frames[at..at + frame_len])
+                    .map_err(|reason| ModelError::BadObservation { env, reason })?;
+            }
+        }
+        let prepared = Instant::now();
+        embeddings.clear();
+        model.encode(new_frames, n * views, embeddings)?;
+        let encoded = Instant::now();
+        let window_len = views * frames * e;
+        let staged = n > 1;
+        self.images
+            .resize(if staged { n * window_len } else { 0 }, 0.0);
+        for (row, (&env, o)) in envs.iter().zip(obs).enumerate() {
+            let fresh = o.step == 0 || self.windows[env].is_none();
+            let window =
+                self.windows[env].get_or_insert_with(|| FrameWindow::new(views, e, frames, stride));
+            window.begin_step(fresh);
+            for v in 0..views {
+                let at = (row * views + v) * e;
+                let new = &embeddings[at..at + e];
+                window.write_view(v, |slot, mirror| {
+                    slot.copy_from_slice(new);
+                    mirror.copy_from_slice(new);
+                });
+            }
+            if fresh {
+                window.fill_from_newest();
+            }
+            if staged {
+                self.images[row * window_len..(row + 1) * window_len]
+                    .copy_from_slice(window.window());
+            }
+        }
+        let windowed = Instant::now();
+        let input = if staged {
+            &self.images[..]
+        } else {
+            self.windows[envs[0]]
+                .as_ref()
+                .map(FrameWindow::window)
+                .unwrap_or_default()
+        };
+        let out = model.score_embeddings(input, &self.state, n);
+        self.timing = StepTiming {
+            prepare: (prepared - t0) + (windowed - encoded),
+            run: (encoded - prepared) + windowed.elapsed(),
+            finish: Duration::ZERO,
+        };
         out
     }
 
     /// Runs the model on already-built windows: `images` is `[n, views, frames, 3, H, W]` normalised f32 and
     /// `state` is `[n, state_size]` (`[n, source's state size]` after [`Self::bind_state`]: the model's fields
-    /// are picked from each row). For labelling and benchmarks; bypasses the per-env windows.
+    /// are picked from each row). For labelling and benchmarks; bypasses the per-env windows. In the two-part form
+    /// every frame of the windows is encoded, then the head runs.
     pub fn score_windows(
         &mut self,
         images: &[f32],
@@ -325,16 +533,33 @@ impl RewardModel {
             None => None,
         };
         let prepared = Instant::now();
-        let out = self.run_prepared(n, Some((images, selected.as_deref().unwrap_or(state))));
+        self.timing.prepare = prepared - t0;
+        let state_rows = selected.as_deref().unwrap_or(state);
+        let frames = n * self.manifest.views.len() * self.manifest.frames;
+        let out = match &mut self.graphs {
+            Graphs::Single(_) => self.run_prepared(n, Some((images, state_rows))),
+            Graphs::TwoPart {
+                model, embeddings, ..
+            } => {
+                let out = model.check_batch(frames, n).and_then(|()| {
+                    embeddings.clear();
+                    model.encode(images, frames, embeddings)?;
+                    model.score_embeddings(embeddings, state_rows, n)
+                });
+                self.timing.run = prepared.elapsed();
+                self.timing.finish = Duration::ZERO;
+                out
+            }
+        };
         if let Some(buf) = selected {
             self.state = buf;
         }
-        self.timing.prepare = prepared - t0;
         out
     }
 
-    /// Times `Session::run` alone on the input of the last [`Self::score`] / [`Self::score_envs`] call (for
-    /// benchmarks: the bare-ORT reference).
+    /// Times the bare runs alone on the input of the last [`Self::score`] / [`Self::score_envs`] call (for
+    /// benchmarks: the bare-ORT reference): `Session::run` of the single graph, or the encoder's run on the new
+    /// frames and the head's on the windows of embeddings.
     pub fn time_bare_run(&mut self, n: usize) -> Result<Duration, ModelError> {
         if self.last_input == LastInput::None {
             return Err(self.bad_input(
@@ -343,7 +568,30 @@ impl RewardModel {
             ));
         }
         let t0 = Instant::now();
-        self.run_raw(n, None)?;
+        match &mut self.graphs {
+            Graphs::Single(_) => {
+                self.run_raw(n, None)?;
+            }
+            Graphs::TwoPart {
+                model,
+                frames,
+                embeddings,
+            } => {
+                let views = self.manifest.views.len();
+                embeddings.clear();
+                model.encode(frames, n * views, embeddings)?;
+                let input = match self.last_input {
+                    LastInput::Window(env) => self
+                        .windows
+                        .get(env)
+                        .and_then(Option::as_ref)
+                        .map(FrameWindow::window)
+                        .unwrap_or_default(),
+                    _ => &self.images[..],
+                };
+                model.score_embeddings(input, &self.state, n)?;
+            }
+        }
         Ok(t0.elapsed())
     }
 
@@ -406,14 +654,17 @@ impl RewardModel {
         Ok(order)
     }
 
-    /// One `Session::run`: on `given` (images, state) when there, else on the last score call's input (the
-    /// staged batch or one env's window in place).
+    /// One `Session::run` of the single graph: on `given` (images, state) when there, else on the last score
+    /// call's input (the staged batch or one env's window in place).
     fn run_raw(
         &mut self,
         n: usize,
         given: Option<(&[f32], &[f32])>,
     ) -> Result<(Vec<f32>, Vec<f32>), ModelError> {
         let m = &self.manifest;
+        let Graphs::Single(session) = &mut self.graphs else {
+            unreachable!("run_raw runs the single graph")
+        };
         let (images, state) = match (given, self.last_input) {
             (Some(g), _) => g,
             (None, LastInput::Window(env)) => (
@@ -437,21 +688,17 @@ impl RewardModel {
             reason: e.to_string(),
         };
         let images = TensorRef::from_array_view((shape, images)).map_err(run_err)?;
-        let images_name = m.inputs.images.clone().unwrap_or_default();
-        let logits_name = m.outputs.stage_logits.clone().unwrap_or_default();
-        let tau_name = m.outputs.tau.clone().unwrap_or_default();
-        let outputs = if let Some(state_name) = &m.inputs.state {
+        let images_name = m.inputs.images.as_deref().unwrap_or_default();
+        let logits_name = m.outputs.stage_logits.as_deref().unwrap_or_default();
+        let tau_name = m.outputs.tau.as_deref().unwrap_or_default();
+        let outputs = if let Some(state_name) = m.inputs.state.as_deref() {
             let state = TensorRef::from_array_view(([n, m.state_size], state)).map_err(run_err)?;
-            self.session
-                .run(ort::inputs![images_name => images, state_name.clone() => state])
+            session.run(ort::inputs![images_name => images, state_name => state])
         } else {
-            self.session.run(ort::inputs![images_name => images])
+            session.run(ort::inputs![images_name => images])
         }
-        .map_err(|e| ModelError::Run {
-            path: self.manifest.onnx.clone(),
-            reason: e.to_string(),
-        })?;
-        let path = &self.manifest.onnx;
+        .map_err(run_err)?;
+        let path = &m.onnx;
         let extract = |name: &str| -> Result<Vec<f32>, ModelError> {
             let v = outputs.get(name).ok_or_else(|| ModelError::BadOutput {
                 path: path.clone(),
@@ -467,7 +714,7 @@ impl RewardModel {
                 })?;
             Ok(data.to_vec())
         };
-        Ok((extract(&logits_name)?, extract(&tau_name)?))
+        Ok((extract(logits_name)?, extract(tau_name)?))
     }
 
     fn run_prepared(

@@ -1,7 +1,9 @@
 //! The two-part fast path of a stage-progress model (DESIGN.md "Two-part models are the fast path"): a per-frame
 //! encoder and a head over windows of embeddings, from the manifest's `[parts]`. A frame is encoded once however
 //! many windows it is in (a window of F frames re-encodes F - 1 frames of the previous one in the single graph).
-//! Offline labelling uses it: encode every frame of an episode in batches, then run the head on the windows.
+//! Offline labelling uses it (encode every frame of an episode in batches, then run the head on the windows), and
+//! so does [`crate::RewardModel`] step by step whenever the manifest has `[parts]` (each step encodes only the
+//! new frame of each view and keeps the embeddings in the per-env window ring).
 
 use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind, Parts, ENCODER_INPUT, ENCODER_OUTPUT, HEAD_INPUT};
@@ -28,6 +30,10 @@ pub struct TwoPartModel {
     state_map: Option<StateMap>,
     /// The model's fields of the bound source's rows, for the head.
     selected: Vec<f32>,
+    /// Fixed batch sizes of the encoder (frames per run) and the head (windows per run), when the graphs fix
+    /// them.
+    encoder_batch: Option<usize>,
+    head_batch: Option<usize>,
 }
 
 impl TwoPartModel {
@@ -67,7 +73,7 @@ impl TwoPartModel {
             session: &encoder,
             known_inputs: vec![Some(ENCODER_INPUT)],
         };
-        enc.input(
+        let encoder_batch = enc.input(
             "parts.encoder",
             ENCODER_INPUT,
             &[
@@ -84,7 +90,7 @@ impl TwoPartModel {
             session: &head,
             known_inputs: vec![Some(HEAD_INPUT), manifest.inputs.state.as_deref()],
         };
-        hd.input(
+        let head_batch = hd.input(
             "parts.head",
             HEAD_INPUT,
             &[None, Some(manifest.views.len()), Some(manifest.frames), e],
@@ -100,7 +106,34 @@ impl TwoPartModel {
             proportions,
             state_map: None,
             selected: Vec::new(),
+            encoder_batch,
+            head_batch,
         })
+    }
+
+    /// The encoder's and the head's files and sessions.
+    pub fn graphs(&self) -> [(&Path, &Session); 2] {
+        [
+            (&self.parts.encoder, &self.encoder),
+            (&self.parts.head, &self.head),
+        ]
+    }
+
+    /// Refuses `frames` frames per encoder run or `windows` windows per head run where a graph fixes its batch
+    /// to another size.
+    pub(crate) fn check_batch(&self, frames: usize, windows: usize) -> Result<(), ModelError> {
+        for (tensor, fixed, got, what) in [
+            (ENCODER_INPUT, self.encoder_batch, frames, "frames"),
+            (HEAD_INPUT, self.head_batch, windows, "windows"),
+        ] {
+            if let Some(b) = fixed.filter(|&b| b != got) {
+                return Err(bad_input(
+                    tensor,
+                    format!("the graph has a fixed batch of {b}, got {got} {what}"),
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub fn manifest(&self) -> &Manifest {

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::{cpu, observation, root, runtime};
-use stagewise_model::{ModelError, RewardModel, TwoPartModel};
+use stagewise_model::{ModelError, ModelForm, RewardModel, TwoPartModel};
 use std::path::{Path, PathBuf};
 
 fn shipped() -> PathBuf {
@@ -26,7 +26,8 @@ fn edited_copy(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
 
 #[test]
 fn encoder_plus_head_equals_the_single_graph() {
-    let mut single = RewardModel::load(&shipped(), runtime(), &cpu()).unwrap();
+    let mut single =
+        RewardModel::load_as(&shipped(), runtime(), &cpu(), ModelForm::SingleGraph).unwrap();
     let mut parts = TwoPartModel::load(&shipped(), runtime(), &cpu()).unwrap();
     let m = single.manifest().clone();
     let (views, frames, e) = (m.views.len(), m.frames, parts.embedding_len());
