@@ -1,160 +1,812 @@
 #!/usr/bin/env python3
-"""Shaped vs sparse: PPO success rate against environment steps on pick-place for three rewards served by
-`stagewise serve` -- the sparse task reward, potential-based shaping with the shipped learned reward model, and
-shaping with the simulator's oracle progress (the upper bound) -- over several seeds, with vectorised envs.
+"""Rewards that teach: an off-policy learner through `stagewise serve`, evaluated success against env steps for
+the sparse reward, the learned-model shaping and the oracle shaping (issue 17).
 
     .venv/bin/pip install -r benches/requirements-learner.txt      # matplotlib
-    nice -n 10 .venv/bin/python benches/learner_shaping.py --steps 200000 --seeds 0,1,2 --envs 4
+    STAGEWISE_BIN=target/release/stagewise nice -n 10 .venv/bin/python benches/learner_shaping.py \
+        --task push-target --rewards sparse,model,oracle --seeds 0,1,2 --steps 150000 \
+        --out benches/results/learner_shaping_push
 
-Writes <out>/curves.json (every finished training episode: env steps, success, final oracle progress, return),
-<out>/learner_shaping.png and prints a summary table. Not part of CI (it takes hours at the full budget)."""
+One run = one reward condition x one seed:
+
+1. `stagewise serve --task T --reward R --shaping-scale c --gamma g --max-steps M --envs N` serves the training
+   envs (R = sparse, model: the shipped pixel-and-proprioception progress model, oracle: the simulator's
+   ground-truth progress); a second `stagewise serve --reward sparse --envs E` serves the evaluation envs (no
+   rendering: evaluation needs the task's success only).
+2. The reward learned from is the served one, with the potential phi - `--phi-offset` (default 1: potential 0 at
+   the goal) instead of phi: `r_task + c (gamma (phi' - 1) - (phi - 1))`, terminal potential 0. Still
+   potential-based, so the optimal policy is the task's (see `offset_reward`). `--reward-form progress`
+   (r_task + c (phi' - phi)) is NOT policy-invariant and only there to be measured against.
+3. The learner is a small SAC in plain torch (SB3's per-update overhead made it 3-5x slower here): a tanh-Gaussian
+   actor and an ensemble of LayerNorm critics (RLPD), n-step returns, `--utd` critic updates per env step, one
+   actor update every `--actor-every` critic updates, entropy coefficient tuned toward `-|A| * --target-entropy`.
+   Inputs: the simulator's full state (the policy may read it: an asymmetric actor; the reward model may not, and
+   does not: it is served from pixels + gripper width), through a fixed linear feature map (the state scaled to
+   O(1), plus block-minus-gripper and target-minus-block offsets) that the exported ONNX policy carries.
+   Truncation (the time limit) bootstraps; termination (success or failure) does not.
+4. Every `--eval-every` env steps (and at 0): the current policy, deterministic (tanh of the mean), on
+   `--eval-episodes` held-out seeds (`--eval-seed` + i, the same at every checkpoint, never trained on):
+   success rate, mean final oracle progress, mean episode length.
+
+Writes <out>/curves.json (args, per run: checkpoints, wall times, training-episode summary), <out>/curves.png,
+and per run the best and the last actor as ONNX policies (<out>/policies/<task>-<reward>-<seed>-{best,last}.onnx;
+`stagewise eval --policy` takes the manifest written beside them). `--smoke` is the CI-sized run
+(python/tests/test_learner_smoke.py)."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import math
 import os
 import sys
 import time
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-
-from stable_baselines3 import PPO  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
-from stable_baselines3.common.vec_env import VecMonitor  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(REPO, "python"))
 
 from stagewise import launch  # noqa: E402
-from stagewise.vec_env import StagewiseVecEnv  # noqa: E402
+from stagewise.env import StagewiseEnv  # noqa: E402
+from stagewise.errors import NoRuntimeError  # noqa: E402
+from stagewise.session import open_session  # noqa: E402
+from stagewise.vec_env import robot_names  # noqa: E402
 
-REWARDS = ["sparse", "model", "oracle"]
+COLORS = {"sparse": "tab:gray", "model": "tab:blue", "oracle": "tab:green"}
 
 
-class EpisodeLog(BaseCallback):
-    """Records (env steps so far, success, final oracle progress, episode return) for every finished episode."""
+# ------------------------------------------------------------------------------------------------ features
+def feature_map(names: List[str]):
+    """A fixed affine map f = W s + b from the state (by name) to O(1) features: positions / 0.1 m, the gripper
+    width to [-1, 1], quaternions and flags as they are, plus (block - gripper) / 0.05 m and (target - block) /
+    0.05 m. Linear, so it is part of the exported policy graph."""
+    idx = {n: i for i, n in enumerate(names)}
+    rows, bias = [], []
 
-    def __init__(self):
+    def row(coefs: Dict[str, float], b: float = 0.0):
+        r = np.zeros(len(names), np.float32)
+        for n, c in coefs.items():
+            r[idx[n]] += c
+        rows.append(r)
+        bias.append(b)
+
+    for n in names:
+        if n == "gripper_width":
+            row({n: 2.0 / 0.08}, -1.0)
+        elif n.endswith(("_x", "_y", "_z")):
+            row({n: 10.0})
+        else:
+            row({n: 1.0})
+    blocks = sorted({n.split("_")[0] for n in names if n.startswith("block") and n.endswith("_x")})
+    for b in blocks:
+        for ax in "xyz":
+            row({f"{b}_{ax}": 20.0, f"ee_{ax}": -20.0})
+    if "target_x" in idx and blocks:
+        for ax in "xy":
+            row({f"target_{ax}": 20.0, f"{blocks[0]}_{ax}": -20.0})
+    return np.stack(rows), np.asarray(bias, np.float32)
+
+
+# --------------------------------------------------------------------------------------------- demonstrations
+def record_demos(a) -> str:
+    """`stagewise record --degraded 0` (the scripted expert, every episode successful) once per (task, count,
+    seed); reused by later runs."""
+    import subprocess
+
+    path = os.path.join(a.demo_dir or a.out, f"demos-{a.task}-{a.demos}-{a.demo_seed}")
+    if not os.path.isdir(os.path.join(path, "data")):
+        cmd = [launch.find_binary(), "record", "--task", a.task, "--episodes", str(a.demos), "--degraded", "0",
+               "--seed", str(a.demo_seed), "--width", "16", "--height", "16", "--threads", "1", "--out", path]
+        subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    return path
+
+
+def read_demos(path: str):
+    """[(seed, states [T+1, S], actions [T, A])] from a `stagewise record` dataset."""
+    import pyarrow.parquet as pq
+
+    meta = json.load(open(os.path.join(path, "meta", "stagewise_record.json")))
+    files = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(path, "data")) for f in fs
+                   if f.endswith(".parquet"))
+    cols = ["observation.state", "action", "episode_index", "frame_index"]
+    ep, st, ac, fr = [], [], [], []
+    for f in files:
+        t = pq.read_table(f, columns=cols)
+        ep += t.column("episode_index").to_pylist()
+        fr += t.column("frame_index").to_pylist()
+        st += t.column("observation.state").to_pylist()
+        ac += t.column("action").to_pylist()
+    ep, fr = np.array(ep), np.array(fr)
+    st, ac = np.array(st, np.float32), np.array(ac, np.float32)
+    out = []
+    for e in meta["episodes"]:
+        m = ep == e["episode_index"]
+        order = np.argsort(fr[m])
+        # frame t is the state after t actions; the last frame is the final state (its action is unused)
+        out.append((int(e["seed"]), st[m][order], ac[m][order][:-1]))
+    return out
+
+
+def replay_demos(env: StagewiseEnv, demos, a, reward, out: "Replay") -> dict:
+    """Replays each demonstration's actions after reset(seed) on a training env: the simulator is deterministic,
+    so this reproduces the recorded states, and every demo transition carries the reward *this server* serves
+    (sparse, or shaped with the same model, c and gamma as the online steps). Stored as n-step transitions."""
+    returns, n, truncated = [], 0, 0
+    for seed, states, actions in demos:
+        o, info = reset(env, seed)
+        if not np.allclose(o, states[0], atol=1e-5):
+            raise RuntimeError(f"demo seed {seed}: the served reset state differs from the recorded one")
+        ns, ret, lr = NStep(a.nstep, a.gamma), 0.0, LearnReward(a, reward)
+        lr.reset(info)
+        chunk, o0 = [], o
+        for k, act in enumerate(actions):
+            o2, r, term, trunc, info = env.step(act)
+            if not np.allclose(o2, states[k + 1], atol=1e-4):
+                raise RuntimeError(f"demo seed {seed}: the served state after step {k + 1} differs from the recorded "
+                                   "one (simulator not deterministic?)")
+            rl = lr(r, term, info)
+            chunk.append((act, rl))
+            if len(chunk) == a.action_repeat or term or trunc:
+                # one decision of --action-repeat env steps: labelled with the chunk's mean action (the expert
+                # commands velocities, so the mean reproduces the chunk's displacement; exact for k = 1)
+                r_k = sum(a.gamma ** j * x for j, (_, x) in enumerate(chunk))
+                ns.push(o0, np.mean([x for x, _ in chunk], 0), r_k, o2, term, term or trunc, out,
+                        g=a.gamma ** len(chunk))
+                chunk, o0 = [], o2
+            ret, n = ret + rl, n + 1
+            if term or trunc:
+                break
+        if trunc and not term:
+            truncated += 1  # longer than --max-steps: its prefix, bootstrapped like any truncated episode
+        elif not (info["success"] and k + 1 == len(actions)):
+            raise RuntimeError(f"demo seed {seed}: the replay ended at step {k + 1}/{len(actions)} with success="
+                               f"{info['success']}")
+        returns.append(ret)
+    return {"episodes": len(demos), "transitions": n, "truncated": truncated, "mean_return": float(np.mean(returns)) if returns else 0.0}
+
+
+# ---------------------------------------------------------------------------------------------- the learner
+class EnsembleLinear(nn.Module):
+    def __init__(self, e: int, i: int, o: int):
         super().__init__()
-        self.episodes = []
+        bound = 1.0 / math.sqrt(i)
+        self.w = nn.Parameter(torch.empty(e, i, o).uniform_(-bound, bound))
+        self.b = nn.Parameter(torch.empty(e, 1, o).uniform_(-bound, bound))
 
-    def _on_step(self) -> bool:
-        for done, info in zip(self.locals["dones"], self.locals["infos"]):
-            if done:
-                ep = info.get("episode", {})
-                self.episodes.append(
-                    (int(self.num_timesteps), bool(info.get("is_success", False)),
-                     float(info.get("progress_oracle") or 0.0), float(ep.get("r", float("nan"))))
-                )
-        return True
+    def forward(self, x):  # [E, B, i] -> [E, B, o]
+        return torch.baddbmm(self.b, x, self.w)
 
 
-def one_run(reward: str, seed: int, a) -> dict:
-    robot = f"bench-{reward}-{seed}"
-    args = ["--task", "pick-place", "--reward", reward, "--envs", str(a.envs), "--robot", robot,
-            "--gamma", str(a.gamma), "--max-steps", str(a.max_steps), "--seed", str(1000 * seed)]
+class Critics(nn.Module):
+    """E Q-networks evaluated as one batched matmul per layer; Linear-LayerNorm-ReLU (RLPD)."""
+
+    def __init__(self, e: int, inp: int, hidden: List[int], layer_norm: bool):
+        super().__init__()
+        self.e, self.ln = e, layer_norm
+        dims = [inp] + hidden
+        self.layers = nn.ModuleList(EnsembleLinear(e, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.out = EnsembleLinear(e, dims[-1], 1)
+
+    def forward(self, x):  # x [B, inp] -> [E, B]
+        h = x.unsqueeze(0).expand(self.e, -1, -1)
+        for layer in self.layers:
+            h = layer(h)
+            if self.ln:
+                h = F.layer_norm(h, h.shape[-1:])
+            h = F.relu(h)
+        return self.out(h).squeeze(-1)
+
+
+class Actor(nn.Module):
+    def __init__(self, inp: int, hidden: List[int], act: int):
+        super().__init__()
+        dims, layers = [inp] + hidden, []
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(dims[-1], 2 * act)
+        self.act = act
+
+    def forward(self, f, deterministic=False, with_logp=True):
+        mu, log_std = self.head(self.body(f)).split(self.act, -1)
+        if deterministic:
+            return torch.tanh(mu), None
+        log_std = log_std.clamp(-5.0, 2.0)
+        eps = torch.randn_like(mu)
+        u = mu + log_std.exp() * eps
+        a = torch.tanh(u)
+        if not with_logp:
+            return a, None
+        logp = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return a, logp
+
+
+class SAC:
+    def __init__(self, state_names, act_dim, a, seed):
+        torch.manual_seed(seed)
+        w, b = feature_map(state_names)
+        self.fw, self.fb = torch.as_tensor(w), torch.as_tensor(b)
+        nf = w.shape[0]
+        hidden = [int(x) for x in a.net.split(",")]
+        self.actor = Actor(nf, hidden, act_dim)
+        self.q = Critics(a.critics, nf + act_dim, hidden, bool(a.layer_norm))
+        self.q_targ = Critics(a.critics, nf + act_dim, hidden, bool(a.layer_norm))
+        self.q_targ.load_state_dict(self.q.state_dict())
+        for p in self.q_targ.parameters():
+            p.requires_grad_(False)
+        self.q_params, self.q_targ_params = list(self.q.parameters()), list(self.q_targ.parameters())
+        self.opt_pi = torch.optim.Adam(self.actor.parameters(), lr=a.lr)
+        self.opt_q = torch.optim.Adam(self.q.parameters(), lr=a.lr)
+        self.log_alpha = torch.tensor(math.log(a.alpha), requires_grad=True)
+        self.opt_alpha = torch.optim.Adam([self.log_alpha], lr=a.lr)
+        self.auto_alpha = a.auto_alpha
+        self.target_entropy = -a.target_entropy * act_dim
+        self.tau, self.a = a.tau, a
+        self.updates = 0
+        self.stats = {"q": float("nan"), "alpha": a.alpha, "q_loss": float("nan")}
+
+    def features(self, s):
+        return s @ self.fw.T + self.fb
+
+    @torch.no_grad()
+    def act(self, states: np.ndarray, deterministic: bool) -> np.ndarray:
+        f = self.features(torch.as_tensor(states, dtype=torch.float32))
+        if self.a.algo == "td3":
+            mu = self.actor(f, deterministic=True)[0]
+            if not deterministic:
+                mu = (mu + self.a.expl_noise * torch.randn_like(mu)).clamp(-1.0, 1.0)
+            return mu.numpy()
+        return self.actor(f, deterministic=deterministic, with_logp=False)[0].numpy()
+
+    def update(self, batch, actor_step: bool):
+        s, a, r, s2, disc = batch  # disc = gamma^k * (1 - terminated): the bootstrap factor
+        f, f2 = self.features(s), self.features(s2)
+        td3 = self.a.algo == "td3"
+        alpha = torch.zeros(()) if td3 else self.log_alpha.exp().detach()
+        with torch.no_grad():
+            if td3:  # target policy smoothing (Fujimoto et al. 2018)
+                a2 = self.actor(f2, deterministic=True)[0]
+                a2 = (a2 + (0.2 * torch.randn_like(a2)).clamp(-0.5, 0.5)).clamp(-1.0, 1.0)
+                logp2 = torch.zeros(a2.shape[0])
+            else:
+                a2, logp2 = self.actor(f2)
+            q2 = self.q_targ(torch.cat([f2, a2], -1))
+            if self.a.critics > 2:  # RLPD: the min over a random pair of the ensemble
+                q2 = q2[torch.randperm(self.a.critics)[:2]]
+            y = r + disc * (q2.min(0).values - alpha * logp2)
+        q = self.q(torch.cat([f, a], -1))
+        q_loss = (q - y.unsqueeze(0)).pow(2).mean(1).sum()
+        self.opt_q.zero_grad(set_to_none=True)
+        q_loss.backward()
+        self.opt_q.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(self.q_targ_params, self.q_params, self.tau)
+        self.updates += 1
+        if actor_step:
+            if td3:
+                ap, logp = self.actor(f, deterministic=True)[0], torch.zeros(f.shape[0])
+            else:
+                ap, logp = self.actor(f)
+            for p in self.q_params:
+                p.requires_grad_(False)
+            qp = self.q(torch.cat([f, ap], -1)).mean(0)
+            for p in self.q_params:
+                p.requires_grad_(True)
+            pi_loss = (alpha * logp - qp).mean()
+            self.opt_pi.zero_grad(set_to_none=True)
+            pi_loss.backward()
+            self.opt_pi.step()
+            if self.auto_alpha and not td3:
+                alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+                self.opt_alpha.zero_grad(set_to_none=True)
+                alpha_loss.backward()
+                self.opt_alpha.step()
+            self.stats = {"q": float(qp.mean().detach()), "alpha": float(alpha),
+                          "q_loss": float(q_loss.detach()) / self.a.critics}
+
+
+class Replay:
+    """Preallocated torch tensors; n-step transitions are assembled per env before they are stored."""
+
+    def __init__(self, cap, s_dim, a_dim):
+        self.s = torch.zeros(cap, s_dim)
+        self.a = torch.zeros(cap, a_dim)
+        self.r = torch.zeros(cap)
+        self.s2 = torch.zeros(cap, s_dim)
+        self.disc = torch.zeros(cap)
+        self.n, self.cap, self.i = 0, cap, 0
+
+    def add(self, s, a, r, s2, disc):
+        j = self.i
+        self.s[j] = torch.from_numpy(np.array(s, np.float32))
+        self.a[j] = torch.from_numpy(np.array(a, np.float32))
+        self.r[j] = float(r)
+        self.s2[j] = torch.from_numpy(np.array(s2, np.float32))
+        self.disc[j] = float(disc)
+        self.i = (j + 1) % self.cap
+        self.n = min(self.n + 1, self.cap)
+
+    def sample(self, b):
+        i = torch.randint(0, self.n, (b,))
+        return self.s[i], self.a[i], self.r[i], self.s2[i], self.disc[i]
+
+
+def sample(online: Replay, demo: Optional[Replay], b: int, demo_ratio: float):
+    """A batch: `demo_ratio` of it from the demonstrations (RLPD's symmetric sampling at 0.5), the rest online."""
+    nd = int(round(b * demo_ratio)) if demo is not None and demo.n else 0
+    if online.n == 0:
+        nd = b
+    if nd == 0:
+        return online.sample(b)
+    if nd == b:
+        return demo.sample(b)
+    return tuple(torch.cat(x) for x in zip(online.sample(b - nd), demo.sample(nd)))
+
+
+class NStep:
+    """Per-env window of the last n transitions (s, a, r, g), g the discount over the transition (gamma, or gamma^j
+    for an action held j env steps); emits (s_0, a_0, r_0 + g_0 r_1 + g_0 g_1 r_2 + .., s_n, g_0 .. g_{n-1}) once
+    full, and flushes the rest at an episode end (terminated: bootstrap factor 0; truncated: the product of the
+    g's, bootstrapping from the last state)."""
+
+    def __init__(self, n, gamma):
+        self.n, self.g = n, gamma
+        self.buf: List = []
+
+    def push(self, s, a, r, s2, terminated, done, out: Replay, g: Optional[float] = None):
+        self.buf.append((s, a, r, self.g if g is None else g))
+        if len(self.buf) == self.n:
+            self._emit(s2, terminated, out)
+        if done:
+            while self.buf:
+                self._emit(s2, terminated, out)
+
+    def _emit(self, s_last, terminated, out):
+        ret, disc = 0.0, 1.0
+        for _, _, r, g in self.buf:
+            ret += disc * r
+            disc *= g
+        s0, a0, _, _ = self.buf.pop(0)
+        out.add(s0, a0, ret, s_last, 0.0 if terminated else disc)
+
+
+# ------------------------------------------------------------------------------------------------- rewards
+def offset_reward(r, terminated, a, reward):
+    """The served shaped reward with the potential phi - X (X = --phi-offset) instead of phi: served
+    r_task + c (gamma phi' - phi) (phi' = 0 when terminated) plus c X (1 - gamma) on a non-terminal step and c X on
+    a terminated one. Still potential-based (terminal potential 0), so the optimal policy is unchanged; it moves
+    the shaping's -c phi "bill" from the success step (served: ~1 - c) to the first step. Sparse: unchanged."""
+    if reward == "sparse" or a.phi_offset == 0:
+        return r
+    return r + a.phi_offset * a.shaping_scale * (1.0 if terminated else 1.0 - a.gamma)
+
+
+def progress_reward(r, terminated, phi_next, a, reward):
+    """`--reward-form progress`, NOT policy-invariant: r_task + c (phi' - phi) with the terminal state keeping
+    its potential, from the served reward: + c (1 - gamma) phi' (non-terminal), + c phi' (terminated)."""
+    if reward == "sparse":
+        return r
+    return r + a.shaping_scale * phi_next * (1.0 if terminated else 1.0 - a.gamma)
+
+
+def exp_potential(phi, a):
+    """`--reward-form exp`: Phi(s) = gamma^(H (1 - phi(s))), H = --horizon (steps an expert needs). Where progress
+    advances at the expert's pace this is the optimal value of the task reward (1 at success, discounted), the
+    potential that Ng et al. (1999) name ideal: the critic then starts at the task's value scale (c = 1) instead of
+    having to learn a large c * phi term and its noise."""
+    return a.gamma ** (a.horizon * (1.0 - min(max(phi, 0.0), 1.0)))
+
+
+class LearnReward:
+    """The reward learned from, per env, from each served step (the served reward, task reward and phi').
+
+    `potential` (the default): the served r_task + c (gamma phi' - phi) re-expressed with the potential phi - X
+    (`offset_reward`); `exp`: r_task + c (gamma Phi(s') - Phi(s)), Phi = `exp_potential`, terminal potential 0 (also
+    policy-invariant); `progress` (NOT policy-invariant): `progress_reward`. Sparse: the served task reward.
+    Every shaped step checks the served reward against the phi cached here (a wrong cache is an error)."""
+
+    def __init__(self, a, reward):
+        self.a, self.reward, self.phi = a, reward, None
+
+    def reset(self, info):
+        self.phi = info.get("phi")
+
+    def __call__(self, r, terminated, info):
+        a = self.a
+        if self.reward == "sparse":
+            return r
+        phi_next = float(info["phi"])
+        task = float(info["task_reward"])
+        served = task + a.shaping_scale * (a.gamma * (0.0 if terminated else phi_next) - self.phi)
+        if abs(served - r) > 1e-4 * max(1.0, abs(r)):
+            raise RuntimeError(f"served reward {r} != r_task + c (gamma phi' - phi) = {served} with the cached phi "
+                               f"{self.phi} (is the server's --gamma/--shaping-scale {a.gamma}/{a.shaping_scale}?)")
+        if a.reward_form == "exp":
+            nxt = 0.0 if terminated else exp_potential(phi_next, a)
+            out = task + a.shaping_scale * (a.gamma * nxt - exp_potential(self.phi, a))
+        elif a.reward_form == "progress":
+            out = progress_reward(r, terminated, phi_next, a, self.reward)
+        else:
+            out = offset_reward(r, terminated, a, self.reward)
+        self.phi = phi_next
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- envs, eval
+class Envs:
+    """The N envs of one `stagewise serve --envs N`, stepped concurrently (all queries out, then the replies)."""
+
+    def __init__(self, endpoint, robot, n, gamma):
+        self.session = open_session(endpoint)
+        self.envs = [StagewiseEnv(r, session=self.session, connect_timeout=120, gamma=gamma, timeout=60)
+                     for r in robot_names(robot, n)]
+
+    def close(self):
+        for e in self.envs:
+            e.client.close()
+        self.session.close()
+
+
+def reset(env: StagewiseEnv, seed=None, patience: float = 120.0):
+    """env.reset, retried while no server answers (seen once in a long run on the loaded machine: a reset query
+    finalised without a reply although the server was up; the session reconnects)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return env.reset(seed=seed)
+        except NoRuntimeError:
+            if time.monotonic() >= deadline:
+                raise
+            print(f"  (no reply to a reset of {env.client.robot}: retrying)", flush=True)
+            time.sleep(1.0)
+
+
+def evaluate(agent: SAC, envs: Envs, seeds) -> dict:
+    todo, results, active = list(seeds), [], {}
+    while todo or active:
+        for i, env in enumerate(envs.envs):
+            if i not in active and todo:
+                o, _ = reset(env, todo.pop(0))
+                active[i] = [o, 0]
+        idx = sorted(active)
+        acts = agent.act(np.stack([active[i][0] for i in idx]), deterministic=True)
+        pend = [(i, envs.envs[i].step_async(acts[j])) for j, i in enumerate(idx)]
+        for i, p in pend:
+            o, _, term, trunc, info = envs.envs[i].step_wait(p)
+            active[i][0] = o
+            active[i][1] += 1
+            if term or trunc:
+                results.append((bool(info["success"]), float(info.get("progress_oracle") or 0.0), active[i][1],
+                                int(info.get("stage") or 0)))
+                del active[i]
+    s = np.array(results, np.float64)
+    stages = np.bincount(s[:, 3].astype(int), minlength=int(s[:, 3].max()) + 1)
+    return {"success": float(s[:, 0].mean()), "final_progress": float(s[:, 1].mean()),
+            "ep_len": float(s[:, 2].mean()), "episodes": len(results), "final_stages": stages.tolist()}
+
+
+# ------------------------------------------------------------------------------------------------- export
+def export_onnx(agent: SAC, path: str, state_size: int, description: str) -> dict:
+    """The deterministic actor (features, MLP, tanh of the mean) as ONNX `state` [N, S] -> `action` [N, A], with
+    a `kind = "policy"` manifest beside it (what `stagewise eval --policy` and `run --policy` load)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], []
+
+    def gemm(x, w, b, name):
+        inits.extend([numpy_helper.from_array(np.ascontiguousarray(w, np.float32), f"{name}_w"),
+                      numpy_helper.from_array(np.ascontiguousarray(b, np.float32), f"{name}_b")])
+        nodes.append(helper.make_node("Gemm", [x, f"{name}_w", f"{name}_b"], [name], transB=1))
+        return name
+
+    x = gemm("state", agent.fw.numpy(), agent.fb.numpy(), "features")
+    k = 0
+    for m in agent.actor.body:
+        if isinstance(m, nn.Linear):
+            x = gemm(x, m.weight.detach().numpy(), m.bias.detach().numpy(), f"fc{k}")
+            k += 1
+        elif isinstance(m, nn.ReLU):
+            nodes.append(helper.make_node("Relu", [x], [f"{x}_relu"]))
+            x = f"{x}_relu"
+    act = agent.actor.act
+    x = gemm(x, agent.actor.head.weight.detach().numpy()[:act], agent.actor.head.bias.detach().numpy()[:act], "mean")
+    nodes.append(helper.make_node("Tanh", [x], ["tanh"]))
+    inits.extend([numpy_helper.from_array(np.array(-1.0, np.float32), "lo"),
+                  numpy_helper.from_array(np.array(1.0, np.float32), "hi")])
+    nodes.append(helper.make_node("Clip", ["tanh", "lo", "hi"], ["action"]))  # ORT's tanh can return 1 + 1e-7
+    graph = helper.make_graph(nodes, "stagewise_sac_policy",
+                              [helper.make_tensor_value_info("state", TensorProto.FLOAT, ["N", state_size])],
+                              [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["N", act])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="stagewise")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    data = model.SerializeToString()
+    with open(path, "wb") as fh:
+        fh.write(data)
+    manifest = os.path.splitext(path)[0] + ".toml"
+    with open(manifest, "w") as fh:
+        fh.write(f'kind = "policy"\nonnx = "{os.path.basename(path)}"\n'
+                 f'sha256 = "{hashlib.sha256(data).hexdigest()}"\nstate_size = {state_size}\n'
+                 f'description = "{description}"\n\n[inputs]\nstate = "state"\n\n[outputs]\naction = "action"\n')
+    return {"onnx": path, "manifest": manifest}
+
+
+# ---------------------------------------------------------------------------------------------------- runs
+def serve_args(a, reward, robot, envs, seed, max_steps):
+    args = ["--task", a.task, "--reward", reward, "--envs", str(envs), "--robot", robot, "--gamma", str(a.gamma),
+            "--seed", str(seed), "--shaping-scale", str(a.shaping_scale)]
+    if max_steps:
+        args += ["--max-steps", str(max_steps)]
     if reward == "model":
         args += ["--width", "32", "--height", "32"]
-    log = os.path.join(a.out, f"serve-{reward}-{seed}.log")
+        if a.model:
+            args += ["--model", a.model]
+    return args
+
+
+def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    robot = f"rl-{reward}-{seed}-{os.getpid()}"
     t0 = time.time()
-    with launch.serve(*args, log=log) as srv:
-        venv = VecMonitor(StagewiseVecEnv(a.envs, robot, connect=srv.endpoint, connect_timeout=120, gamma=a.gamma))
-        venv.seed(seed)
-        model = PPO("MlpPolicy", venv, n_steps=a.n_steps, batch_size=256, gamma=a.gamma, seed=seed,
-                    device="cpu", verbose=0)
-        cb = EpisodeLog()
-        model.learn(total_timesteps=a.steps, callback=cb)
-        venv.close()
+    logdir = os.path.join(a.out, "logs")
+    os.makedirs(logdir, exist_ok=True)
+    pol_dir = os.path.join(a.out, "policies")
+    os.makedirs(pol_dir, exist_ok=True)
+    eval_max = a.eval_max_steps if a.eval_max_steps >= 0 else a.max_steps
+    with launch.serve(*serve_args(a, reward, robot, a.envs, 1_000_000 * (seed + 1), a.max_steps),
+                      log=os.path.join(logdir, f"serve-{a.task}-{reward}-{seed}.log")) as srv, \
+            launch.serve(*serve_args(a, "sparse", robot + "-eval", a.eval_envs, 0, eval_max),
+                         log=os.path.join(logdir, f"serve-eval-{a.task}-{reward}-{seed}.log")) as esrv:
+        train = Envs(srv.endpoint, robot, a.envs, a.gamma)
+        evals = Envs(esrv.endpoint, robot + "-eval", a.eval_envs, None)
+        spec = train.envs[0].spec_msg
+        names = list(spec["state"]["names"])
+        s_dim, a_dim = len(names), len(spec["action"]["low"])
+        agent = SAC(names, a_dim, a, seed)
+        buf = Replay(a.steps + 10, s_dim, a_dim)
+        demo_buf, demo_stats = None, {"episodes": 0}
+        if a.demos > 0:
+            demo_buf = Replay(sum(len(d[2]) for d in demos) + 10, s_dim, a_dim)
+            demo_stats = replay_demos(train.envs[0], demos, a, reward, demo_buf)
+        nsteps = [NStep(a.nstep, a.gamma) for _ in train.envs]
+        eval_seeds = range(a.eval_seed, a.eval_seed + a.eval_episodes)
+        log: List[dict] = []
+        episodes: List[tuple] = []  # (env steps at the end, success, final oracle progress, length, return)
+        run = {"task": a.task, "reward": reward, "seed": seed, "steps": a.steps, "demos": demo_stats,
+               "checkpoints": log}
+        best = {"success": -1.0}
+        timing = {"env_s": 0.0, "update_s": 0.0, "eval_s": 0.0}
+
+        def checkpoint(step):
+            te = time.time()
+            ev = evaluate(agent, evals, eval_seeds)
+            timing["eval_s"] += time.time() - te
+            recent = [e for e in episodes if e[0] > step - a.eval_every]
+            ev.update(steps=step, updates=agent.updates, wall_s=time.time() - t0, **agent.stats,
+                      train_episodes=len(episodes),
+                      train_success=float(np.mean([e[1] for e in recent])) if recent else float("nan"),
+                      train_return=float(np.mean([e[4] for e in recent])) if recent else float("nan"))
+            log.append(ev)
+            print(f"  {a.task} {reward} seed {seed} step {step:>7} upd {agent.updates:>7} wall {ev['wall_s']:>5.0f}s  "
+                  f"eval {ev['success']:.0%} prog {ev['final_progress']:.2f} len {ev['ep_len']:.0f} st {ev['final_stages']}  "
+                  f"train {ev['train_success']:.0%} ret {ev['train_return']:.2f}  "
+                  f"Q {ev['q']:.2f} alpha {ev['alpha']:.4f}", flush=True)
+            if ev["success"] >= best["success"] and step > 0:
+                best.update(success=ev["success"], steps=step)
+                best.update(export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-best.onnx"), s_dim,
+                                        f"SAC, {reward} reward, seed {seed}, {step} env steps, held-out eval "
+                                        f"{ev['success']:.2f} (benches/learner_shaping.py)"))
+            save(run)
+
+        learn_rew = [LearnReward(a, reward) for _ in train.envs]
+        obs = []
+        for e, lr in zip(train.envs, learn_rew):
+            o, info = reset(e)
+            lr.reset(info)
+            obs.append(o)
+        ep_ret = [0.0] * a.envs
+        ep_len = [0] * a.envs
+        step, next_eval, decisions = 0, 0, 0
+        debt = 0.0
+        while step < a.steps:
+            if step >= next_eval:
+                checkpoint(step)
+                next_eval += a.eval_every
+            te = time.time()
+            if step < a.random_steps:
+                acts = rng.uniform(-1, 1, (a.envs, a_dim)).astype(np.float32)
+            else:
+                acts = agent.act(np.stack(obs), deterministic=False)
+            # One decision per env: the action held for up to --action-repeat env steps (fewer when the episode
+            # ends); its reward is the discounted sum of the served steps' rewards, its discount gamma^j.
+            r_acc, g_acc = [0.0] * a.envs, [1.0] * a.envs
+            live = list(range(a.envs))
+            ends = {}
+            for _ in range(a.action_repeat):
+                pend = [(i, train.envs[i].step_async(acts[i])) for i in live]
+                for i, p in pend:
+                    o2, r, term, trunc, info = train.envs[i].step_wait(p)
+                    rl = learn_rew[i](r, term, info)
+                    r_acc[i] += g_acc[i] * rl
+                    g_acc[i] *= a.gamma
+                    ep_ret[i] += rl
+                    ep_len[i] += 1
+                    step += 1
+                    ends[i] = (o2, term, term or trunc, info)
+                live = [i for i in live if not ends[i][2]]
+                if not live:
+                    break
+            for i in range(a.envs):
+                o2, term, done, info = ends[i]
+                nsteps[i].push(obs[i], acts[i], r_acc[i], o2, term, done, buf, g=g_acc[i])
+                decisions += 1
+                if done:
+                    episodes.append((step, bool(info["success"]), float(info.get("progress_oracle") or 0.0),
+                                     ep_len[i], ep_ret[i]))
+                    ep_ret[i], ep_len[i] = 0.0, 0
+                    o2, rinfo = reset(train.envs[i])
+                    learn_rew[i].reset(rinfo)
+                obs[i] = o2
+            timing["env_s"] += time.time() - te
+            if step >= a.learning_starts and buf.n + (demo_buf.n if demo_buf else 0) >= a.batch:
+                tu = time.time()
+                debt += a.utd * a.envs
+                while debt >= 1.0:
+                    debt -= 1.0
+                    agent.update(sample(buf, demo_buf, a.batch, a.demo_ratio),
+                                 actor_step=(agent.updates % a.actor_every == 0))
+                timing["update_s"] += time.time() - tu
+        checkpoint(step)
+        last = export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-last.onnx"), s_dim,
+                           f"SAC, {reward} reward, seed {seed}, {step} env steps (benches/learner_shaping.py)")
+        train.close()
+        evals.close()
     wall = time.time() - t0
-    eps = cb.episodes
-    print(f"{reward:>6} seed {seed}: {a.steps} steps in {wall:.0f} s, {len(eps)} episodes, "
-          f"success {np.mean([e[1] for e in eps]) if eps else float('nan'):.1%} overall, "
-          f"final oracle progress (last 20 eps) {np.mean([e[2] for e in eps[-20:]]) if eps else float('nan'):.3f}",
-          flush=True)
-    return {"reward": reward, "seed": seed, "steps": a.steps, "wall_s": wall, "episodes": eps}
+    run.update(wall_s=wall, **timing, updates=agent.updates, best=best, last=last,
+               decisions=decisions, train_episodes=len(episodes), train_successes=int(sum(e[1] for e in episodes)),
+               s_per_10k=wall / step * 1e4,
+               first_80=next((c["steps"] for c in log if c["success"] >= 0.8), None))
+    print(f"{a.task} {reward} seed {seed}: {step} env steps, {agent.updates} updates in {wall:.0f} s "
+          f"(env {timing['env_s']:.0f} s, updates {timing['update_s']:.0f} s, eval {timing['eval_s']:.0f} s; "
+          f"{wall / step * 1e4:.0f} s per 10k steps); best eval {best['success']:.0%} at {best.get('steps')}, "
+          f"last {log[-1]['success']:.0%}; first >= 80%: {run['first_80']}", flush=True)
+    return run
 
 
-def curve(eps, steps, bins, idx):
-    """Mean of field `idx` over the episodes that ended in each bin of env steps (nan where none ended)."""
-    edges = np.linspace(0, steps, bins + 1)
-    out = np.full(bins, np.nan)
-    t = np.array([e[0] for e in eps])
-    v = np.array([float(e[idx]) for e in eps])
-    for b in range(bins):
-        m = (t > edges[b]) & (t <= edges[b + 1])
-        if m.any():
-            out[b] = v[m].mean()
-    return edges[1:], out
-
-
+# --------------------------------------------------------------------------------------------------- plots
 def plot(runs, a, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    colors = {"sparse": "tab:gray", "model": "tab:blue", "oracle": "tab:green"}
-    for reward in REWARDS:
-        rs = [r for r in runs if r["reward"] == reward]
-        if not rs:
-            continue
-        for ax, idx, label in ((axes[0], 1, "success rate"), (axes[1], 2, "final oracle progress")):
-            ys = []
-            for r in rs:
-                x, y = curve(r["episodes"], a.steps, a.bins, idx)
-                ys.append(y)
-                ax.plot(x, y, color=colors[reward], alpha=0.25, lw=1)
-            with np.errstate(all="ignore"):
-                mean = np.nanmean(np.array(ys), axis=0)
-            ax.plot(x, mean, color=colors[reward], lw=2, label=f"{reward} ({len(rs)} seeds)")
+    tasks = sorted({r["task"] for r in runs})
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 4 * len(tasks)), squeeze=False)
+    for row, task in zip(axes, tasks):
+        for reward, color in COLORS.items():
+            rs = [r for r in runs if r["reward"] == reward and r["task"] == task]
+            for k, r in enumerate(rs):
+                x = [c["steps"] for c in r["checkpoints"]]
+                for ax, key in ((row[0], "success"), (row[1], "final_progress")):
+                    ax.plot(x, [c[key] for c in r["checkpoints"]], color=color, lw=0.8, alpha=0.45)
+            if rs:
+                n = min(len(r["checkpoints"]) for r in rs)
+                x = [c["steps"] for c in rs[0]["checkpoints"][:n]]
+                for ax, key in ((row[0], "success"), (row[1], "final_progress")):
+                    m = np.mean([[c[key] for c in r["checkpoints"][:n]] for r in rs], 0)
+                    ax.plot(x, m, color=color, lw=2.2, label=f"{reward} (mean of {len(rs)})")
+        row[0].axhline(0.8, color="k", ls=":", lw=0.8)
+        row[0].set_ylabel(f"{task}: eval success ({a.eval_episodes} held-out seeds)")
+        row[1].set_ylabel(f"{task}: eval final oracle progress")
+        for ax in row:
             ax.set_xlabel("env steps")
-            ax.set_ylabel(label)
-    axes[0].set_ylim(-0.02, 1.02)
-    axes[1].set_ylim(-0.02, 1.02)
-    axes[0].legend()
-    fig.suptitle(f"PPO on pick-place via stagewise serve: {a.steps} steps/run, {a.envs} envs, gamma {a.gamma}")
+            ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.3)
+        row[0].legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"SAC via stagewise serve: c={a.shaping_scale}, gamma={a.gamma}, potential phi-{a.phi_offset}, "
+                 f"max-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep} (thin: seeds, thick: mean)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def main():
-    torch.set_num_threads(1)  # a 64x64 MLP: more threads only add overhead
+def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=200_000, help="env steps per run (all envs together)")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--rewards", default=",".join(REWARDS))
-    ap.add_argument("--envs", type=int, default=4)
-    ap.add_argument("--n-steps", type=int, default=256, help="PPO rollout length per env")
-    ap.add_argument("--gamma", type=float, default=0.99)
-    ap.add_argument("--max-steps", type=int, default=200, help="episode length limit")
-    ap.add_argument("--bins", type=int, default=10)
-    ap.add_argument("--out", default="benches/results/learner_shaping")
+    ap.add_argument("--task", default="push-target")
+    ap.add_argument("--rewards", default="sparse,model,oracle")
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--steps", type=int, default=150_000, help="env steps per run (all training envs together)")
+    ap.add_argument("--envs", type=int, default=4, help="training envs (one server, stepped concurrently)")
+    ap.add_argument("--max-steps", type=int, default=200, help="training episode length (truncation)")
+    ap.add_argument("--eval-max-steps", type=int, default=0,
+                    help="evaluation episode length (0: the task's own, as `stagewise eval --policy`; -1: --max-steps)")
+    ap.add_argument("--gamma", type=float, default=0.97)
+    ap.add_argument("--shaping-scale", type=float, default=10.0)
+    ap.add_argument("--phi-offset", type=float, default=1.0)
+    ap.add_argument("--reward-form", choices=["potential", "exp", "progress"], default="potential",
+                    help="potential: served (phi - offset); exp: Phi = gamma^(H (1 - phi)) (both policy-invariant); "
+                         "progress: r_task + c (phi' - phi), NOT policy-invariant")
+    ap.add_argument("--horizon", type=float, default=100.0, help="H of --reward-form exp (steps an expert needs)")
+    ap.add_argument("--model", default="", help="reward model manifest for --rewards model (default: shipped)")
+    ap.add_argument("--algo", choices=["sac", "td3"], default="sac",
+                    help="sac, or td3 (deterministic actor, Gaussian exploration --expl-noise, target smoothing)")
+    ap.add_argument("--expl-noise", type=float, default=0.2, help="td3: exploration noise std")
+    ap.add_argument("--net", default="256,256")
+    ap.add_argument("--critics", type=int, default=2)
+    ap.add_argument("--layer-norm", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--tau", type=float, default=0.005)
+    ap.add_argument("--utd", type=float, default=1.0, help="critic updates per decision (env step / action repeat)")
+    ap.add_argument("--actor-every", type=int, default=1, help="one actor update per this many critic updates")
+    ap.add_argument("--nstep", type=int, default=3, help="n-step returns (in decisions)")
+    ap.add_argument("--action-repeat", type=int, default=1,
+                    help="each decision's action is held this many env steps in training (evaluation: every step)")
+    ap.add_argument("--alpha", type=float, default=0.05, help="initial entropy coefficient")
+    ap.add_argument("--auto-alpha", type=int, default=1)
+    ap.add_argument("--target-entropy", type=float, default=1.0, help="target entropy = -this * |A|")
+    ap.add_argument("--random-steps", type=int, default=5000, help="uniform random actions for the first steps")
+    ap.add_argument("--learning-starts", type=int, default=5000)
+    ap.add_argument("--eval-every", type=int, default=10_000)
+    ap.add_argument("--eval-episodes", type=int, default=50)
+    ap.add_argument("--eval-envs", type=int, default=10)
+    ap.add_argument("--eval-seed", type=int, default=7_000_000)
+    ap.add_argument("--demos", type=int, default=0, help="expert demonstrations replayed into a second buffer")
+    ap.add_argument("--demo-seed", type=int, default=100_000)
+    ap.add_argument("--demo-ratio", type=float, default=0.5, help="share of each batch from the demonstrations")
+    ap.add_argument("--demo-dir", default="", help="where recorded demonstrations are kept (default: --out)")
+    ap.add_argument("--out", default="benches/results/learner_shaping_push")
     ap.add_argument("--plot-only", action="store_true", help="re-plot <out>/curves.json")
-    a = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI size: 3000 steps, 1000 random, 100-step episodes, eval every 1500 on 5 seeds, 64x64 nets, utd 0.5")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.steps, a.random_steps, a.learning_starts, a.eval_every, a.eval_episodes = 3000, 1000, 1000, 1500, 5
+        a.net, a.eval_envs, a.max_steps, a.eval_max_steps, a.utd = "64,64", 5, 100, -1, 0.5
+    return a
+
+
+def main(argv=None):
+    torch.set_num_threads(1)
+    a = parse(argv)
     os.makedirs(a.out, exist_ok=True)
     curves = os.path.join(a.out, "curves.json")
     if a.plot_only:
         runs = json.load(open(curves))["runs"]
     else:
-        runs = []
+        runs: List[dict] = []
         t0 = time.time()
+        demos = read_demos(record_demos(a)) if a.demos > 0 else []
+
+        def save(current):
+            with open(curves, "w") as fh:
+                json.dump({"args": vars(a), "argv": sys.argv, "runs": runs + [current],
+                           "wall_s": time.time() - t0}, fh)
+
         for seed in [int(s) for s in a.seeds.split(",")]:
             for reward in a.rewards.split(","):
-                runs.append(one_run(reward, seed, a))
-                json.dump({"args": vars(a), "runs": runs, "wall_s": time.time() - t0}, open(curves, "w"))
+                runs.append(one_run(reward, seed, a, save, demos))
+                with open(curves, "w") as fh:
+                    json.dump({"args": vars(a), "argv": sys.argv, "runs": runs, "wall_s": time.time() - t0}, fh)
         print(f"total wall time {time.time() - t0:.0f} s")
-    plot(runs, a, os.path.join(a.out, "learner_shaping.png"))
-    print("reward  seeds  success(last 20% of steps)  final-progress(last 20%)  wall s/run")
-    for reward in REWARDS:
-        rs = [r for r in runs if r["reward"] == reward]
-        if not rs:
-            continue
-        late = [e for r in rs for e in r["episodes"] if e[0] > 0.8 * a.steps]
-        print(f"{reward:>6}  {len(rs):>5}  {np.mean([e[1] for e in late]) if late else float('nan'):>26.1%}"
-              f"  {np.mean([e[2] for e in late]) if late else float('nan'):>24.3f}"
-              f"  {np.mean([r['wall_s'] for r in rs]):>10.0f}")
+    try:
+        plot(runs, a, os.path.join(a.out, "curves.png"))
+    except ImportError as e:
+        print(f"no plot ({e}); pip install -r benches/requirements-learner.txt")
+    print("task reward seed  eval success by checkpoint (k steps: success)")
+    for r in runs:
+        print(f"{r['task']} {r['reward']:>6} {r['seed']:>3}  " +
+              " ".join(f"{c['steps'] // 1000}k:{c['success']:.0%}" for c in r["checkpoints"]))
+    return runs
 
 
 if __name__ == "__main__":

@@ -1,0 +1,104 @@
+"""The learning benchmark's path, seeded and CI-sized: benches/learner_shaping.py --smoke starts `stagewise serve`
+(training: the shipped push-target reward model; evaluation: a second, sparse server), trains its SAC for 3000
+env steps, evaluates on held-out seeds, and writes its curve files and ONNX policies. The learning targets
+themselves are benchmark figures (benches/learner_shaping.md), not tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("learner_shaping", REPO / "benches" / "learner_shaping.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_nstep_returns_and_bootstrap_factors():
+    ls = _script()
+    buf = ls.Replay(16, 1, 1)
+    g = 0.9
+    ns = ls.NStep(3, g)
+    rewards = [1.0, 2.0, 3.0, 4.0]
+    for t, r in enumerate(rewards):
+        last = t == len(rewards) - 1
+        ns.push(np.array([t]), np.array([0.0]), r, np.array([t + 1]), terminated=last, done=last, out=buf)
+    assert buf.n == 4
+    # s0: r0 + g r1 + g^2 r2, bootstrapped from s3 with g^3; s1 the same from s4 (the terminal step: factor 0).
+    np.testing.assert_allclose(buf.r[:4].numpy(), [1 + g * 2 + g * g * 3, 2 + g * 3 + g * g * 4, 3 + g * 4, 4],
+                               rtol=1e-6)
+    np.testing.assert_allclose(buf.disc[:4].numpy(), [g ** 3, 0, 0, 0], rtol=1e-6)
+    np.testing.assert_array_equal(buf.s2[:4, 0].numpy(), [3, 4, 4, 4])
+
+
+def test_offset_potential_keeps_the_discounted_return_up_to_a_constant():
+    """With Phi = phi - 1 the discounted shaped return of an episode that terminates differs from the one with
+    Phi = phi by the same constant c for every trajectory (the offset is still potential-based)."""
+    ls = _script()
+    a = ls.parse(["--gamma", "0.95", "--shaping-scale", "7", "--phi-offset", "1"])
+    rng = np.random.default_rng(0)
+    diffs = []
+    for _ in range(5):
+        phis = np.concatenate([[rng.uniform()], rng.uniform(size=int(rng.integers(2, 30)))])
+        served, offset, disc = 0.0, 0.0, 1.0
+        for t in range(len(phis) - 1):
+            term = t == len(phis) - 2
+            nxt = 0.0 if term else phis[t + 1]
+            r = (1.0 if term else 0.0) + a.shaping_scale * (a.gamma * nxt - phis[t])
+            served += disc * r
+            offset += disc * ls.offset_reward(r, term, a, "model")
+            disc *= a.gamma
+        diffs.append(offset - served)
+    np.testing.assert_allclose(diffs, a.shaping_scale, rtol=1e-9)
+
+
+def test_exported_policy_is_the_deterministic_actor(tmp_path):
+    import onnxruntime as ort
+
+    ls = _script()
+    names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped"] + [f"block0_{f}" for f in
+                                                                      ["x", "y", "z", "qw", "qx", "qy", "qz"]]
+    names += ["target_x", "target_y"]
+    agent = ls.SAC(names, 4, ls.parse(["--net", "32,16"]), seed=1)
+    paths = ls.export_onnx(agent, str(tmp_path / "p.onnx"), len(names), "test")
+    assert Path(paths["manifest"]).read_text().count('state = "state"') == 1
+    x = np.random.default_rng(2).normal(scale=0.2, size=(9, len(names))).astype(np.float32)
+    (y,) = ort.InferenceSession(paths["onnx"]).run(["action"], {"state": x})
+    np.testing.assert_allclose(y, agent.act(x, deterministic=True), atol=1e-5)
+
+
+def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
+    import onnxruntime as ort
+
+    ls = _script()
+    out = tmp_path / "run"
+    runs = ls.main(["--smoke", "--task", "push-target", "--rewards", "model", "--seeds", "3", "--out", str(out)])
+    assert len(runs) == 1
+    run = runs[0]
+    steps = [c["steps"] for c in run["checkpoints"]]
+    assert steps == [0, 1500, 3000]
+    for c in run["checkpoints"]:
+        assert 0.0 <= c["success"] <= 1.0 and c["episodes"] == 5
+        assert 0.0 <= c["final_progress"] <= 1.0
+    assert run["updates"] == (3000 - 1000 + 4) // 2  # utd 0.5 from learning-starts (its vec step included)
+    assert run["train_episodes"] >= 3000 // 100 - 4  # 100-step episodes, 4 envs (their last ones unfinished)
+    assert math.isfinite(run["checkpoints"][-1]["q"])
+    saved = json.loads((out / "curves.json").read_text())
+    assert [(c["steps"], c["success"]) for c in saved["runs"][0]["checkpoints"]] == \
+        [(c["steps"], c["success"]) for c in run["checkpoints"]]
+    assert (out / "curves.png").stat().st_size > 10_000
+    # The exported policy: state in, action out, the deterministic action in [-1, 1].
+    manifest = (out / "policies" / "push-target-model-3-last.toml").read_text()
+    assert 'kind = "policy"' in manifest and "state_size = 14" in manifest
+    sess = ort.InferenceSession(str(out / "policies" / "push-target-model-3-last.onnx"))
+    x = np.random.default_rng(0).normal(size=(7, 14)).astype(np.float32)
+    (y,) = sess.run(["action"], {"state": x})
+    assert y.shape == (7, 4) and np.all(np.abs(y) <= 1.0)
