@@ -1,24 +1,71 @@
 //! Criterion benches for the reward-model step: one robot with 3 views at 96x96 and a window of 4 (the
-//! tiny3v test model), per-step latency for one env and batched scoring for 8 and 64 envs. The side-by-side
-//! against Python onnxruntime is benches/model_vs_python.py at the workspace root.
+//! tiny3v test model), per-step latency for one env and batched scoring for 8 and 64 envs; and the shipped
+//! pick-place model's two-part step (what the actor runs: the encoder on the new frames, the head on cached
+//! embeddings) next to its single graph's bare `Session::run` on the same window, for 1 and 64 envs. The
+//! side-by-side against Python onnxruntime is benches/model_vs_python.py at the workspace root.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use stagewise_core::Observation;
 use stagewise_model::preprocess::Normaliser;
 use stagewise_model::window::FrameWindow;
-use stagewise_model::{synthetic, OrtRuntime, Provider, RewardModel, SessionOptions};
+use stagewise_model::{synthetic, ModelForm, OrtRuntime, Provider, RewardModel, SessionOptions};
 use std::path::PathBuf;
 use std::time::Instant;
 
-fn model() -> RewardModel {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/test/tiny3v.toml");
+fn load(manifest: &str, form: ModelForm) -> RewardModel {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(manifest);
     let rt = OrtRuntime::init(None).expect("ONNX Runtime (run scripts/setup.sh)");
     let opts = SessionOptions {
         provider: Provider::Cpu,
         intra_threads: 1,
         tensorrt_cache: None,
     };
-    RewardModel::load(&path, rt, &opts).expect("tiny3v")
+    RewardModel::load_as(&path, rt, &opts, form).expect(manifest)
+}
+
+fn model() -> RewardModel {
+    load("models/test/tiny3v.toml", ModelForm::Auto)
+}
+
+/// Synthetic observations, 8 steps per env, at the model's image size.
+fn pool(m: &RewardModel, n: usize) -> Vec<Vec<Observation>> {
+    let man = m.manifest();
+    let img = man.image.clone().expect("image spec");
+    (0..n as u64)
+        .map(|e| {
+            (0..8)
+                .map(|s| {
+                    synthetic::observation(&man.views, e, s + 1, img.width, img.height, man.state_size)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The shipped pick-place model: the actor's two-part step against the single graph's bare run.
+fn two_part(c: &mut Criterion) {
+    const MODEL: &str = "models/pick-place/pick-place-progress.toml";
+    let mut group = c.benchmark_group("pick_place");
+    for n in [1usize, 64] {
+        let mut parts = load(MODEL, ModelForm::TwoPart);
+        let mut single = load(MODEL, ModelForm::SingleGraph);
+        let obs = pool(&parts, n);
+        group.throughput(Throughput::Elements(n as u64));
+        let mut t = 0usize;
+        group.bench_with_input(BenchmarkId::new("two_part_step", n), &n, |b, _| {
+            b.iter(|| {
+                let batch: Vec<&Observation> = obs.iter().map(|e| &e[t % 8]).collect();
+                t += 1;
+                parts.score(&batch).expect("score")
+            })
+        });
+        let batch: Vec<&Observation> = obs.iter().map(|e| &e[0]).collect();
+        single.score(&batch).expect("score");
+        group.bench_with_input(BenchmarkId::new("single_graph_bare_run", n), &n, |b, _| {
+            b.iter(|| single.time_bare_run(n).expect("run"))
+        });
+    }
+    group.finish();
 }
 
 fn bench(c: &mut Criterion) {
@@ -112,5 +159,5 @@ fn print_breakdown(m: &mut RewardModel, obs: &[Observation]) {
     );
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, two_part);
 criterion_main!(benches);
