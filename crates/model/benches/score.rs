@@ -13,7 +13,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 fn load(manifest: &str, form: ModelForm) -> RewardModel {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(manifest);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(manifest);
     let rt = OrtRuntime::init(None).expect("ONNX Runtime (run scripts/setup.sh)");
     let opts = SessionOptions {
         provider: Provider::Cpu,
@@ -35,7 +37,14 @@ fn pool(m: &RewardModel, n: usize) -> Vec<Vec<Observation>> {
         .map(|e| {
             (0..8)
                 .map(|s| {
-                    synthetic::observation(&man.views, e, s + 1, img.width, img.height, man.state_size)
+                    synthetic::observation(
+                        &man.views,
+                        e,
+                        s + 1,
+                        img.width,
+                        img.height,
+                        man.state_size,
+                    )
                 })
                 .collect()
         })
