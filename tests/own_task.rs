@@ -1,5 +1,6 @@
 //! docs/own-task.md end to end, every command of the walkthrough (with 6 episodes and 2 short epochs): record a video
-//! dataset, annotate (export, clear, train refuses, import), train, evaluate, label for RA-BC, run as the reward.
+//! dataset, annotate (export, clear, train refuses, import), train, evaluate, label for RA-BC, adapt from one
+//! demonstration (10 steps), run as the reward.
 //! Also: recorded video frames against the same episodes recorded as PNG (PSNR of the codec, reported), and the
 //! clear errors of `train` (simulator-only state, a missing view, ffmpeg missing).
 
@@ -292,6 +293,39 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         .progress_sparse
         .iter()
         .all(|x| x.is_finite() && (0.0..=1.0).contains(x)));
+
+    // 7 (docs: "Adapt to a variant"). Adapt the model from one annotated demonstration (a few steps here):
+    //    the same files as train writes, the model's views, state and stages kept.
+    let adapted = tmp.path().join("models/my-task-dark");
+    let out = ok(&stagewise(&[
+        "adapt",
+        "--model",
+        s(&manifest),
+        "--demo",
+        &format!("{}:0", s(&ds)),
+        "--out",
+        s(&adapted),
+        "--steps",
+        "10",
+    ]));
+    assert!(out.contains("demonstrations_after"), "{out}");
+    let text = std::fs::read_to_string(adapted.join("my-task-dark-progress.toml")).unwrap();
+    assert!(
+        text.contains(r#"views = ["front", "side", "wrist"]"#)
+            && text.contains(r#"state_names = ["ee_x", "ee_y", "ee_z", "gripper_width"]"#)
+            && text.contains("[parts]"),
+        "{text}"
+    );
+    let e = err(&stagewise(&[
+        "adapt",
+        "--model",
+        s(&manifest),
+        "--demo",
+        &format!("{}:99", s(&ds)),
+        "--out",
+        s(&tmp.path().join("x")),
+    ]));
+    assert!(e.contains("episode 99"), "{e}");
 
     // 6. The reward of `stagewise run` (simulated pick-place, the expert policy, no stream).
     let log = tmp.path().join("run.swlog");

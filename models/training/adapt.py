@@ -83,9 +83,12 @@ def main():
     ap.add_argument("--trainable", default="",
                     help="comma-separated parameter-name prefixes to fine-tune (e.g. enc.conv.0 = the first conv); "
                          "default: every parameter")
-    ap.add_argument("--balance-stages", type=int, default=1, choices=[0, 1],
+    ap.add_argument("--balance-stages", type=int, default=0, choices=[0, 1],
                     help="1: sample frames so that every stage is equally likely (the short grasp and release "
                          "stages are where a variant confuses a model most)")
+    ap.add_argument("--ema", type=float, default=0.99,
+                    help="export an exponential moving average of the fine-tuned weights with this decay "
+                         "(0: the last weights); averaging lowers the run-to-run spread of one-demo adaptation")
     ap.add_argument("--view-dropout", type=float, default=0.15)
     ap.add_argument("--shift", type=int, default=2)
     ap.add_argument("--colour", type=float, default=0.8)
@@ -137,6 +140,7 @@ def main():
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=max(args.steps, 1))
     ss = torch.from_numpy(np.asarray(model.s_std.numpy(), dtype=np.float32))
     t1 = time.time()
+    ema = [p.detach().clone() for p in params]
     counts = np.bincount(demo.stage, minlength=len(proportions)).astype(np.float64)
     sample_p = 1.0 / counts[demo.stage] if args.balance_stages else np.ones(demo.n)
     sample_p /= sample_p.sum()
@@ -158,8 +162,16 @@ def main():
         loss.backward()
         opt.step()
         sched.step()
+        if args.ema > 0:
+            with torch.no_grad():
+                for e, p in zip(ema, params):
+                    e.mul_(args.ema).add_(p.detach(), alpha=1.0 - args.ema)
         print(f"@progress {step + 1} {args.steps} {float(loss.detach()):.5f}", flush=True)
     secs = time.time() - t1
+    if args.ema > 0:
+        with torch.no_grad():
+            for e, p in zip(ema, params):
+                p.copy_(e)
     after = td.metrics(model, demo, margs, P, a)
     print(f"after {args.steps} steps ({secs:.0f}s): demonstrations VOC {after['voc']}, MAE {after['mae']:.4f}, "
           f"stage accuracy {after['stage_acc']:.3f}", flush=True)
