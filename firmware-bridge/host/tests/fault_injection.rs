@@ -200,6 +200,11 @@ impl Driver<'_> {
 
     async fn arm(&mut self) {
         for _ in 0..20 {
+            if self.bridge.fault() == Some(HostFault::SessionLost) {
+                // Another session opened while this one was not armed (allowed; the trial checks that no
+                // session ever opened while the firmware was armed): nothing to arm any more.
+                return;
+            }
             if self.bridge.arm().await.is_ok() {
                 self.re_arms += 1;
                 return;
@@ -820,9 +825,17 @@ async fn scenario_phase(
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             t.stop_ms = t0.elapsed().as_secs_f64() * 1e3;
-            // The host can see the hold's telemetry before the emulator's log of that tick is published.
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let after = emu.log().counters;
+            // The host can see the hold's telemetry before the emulator's log of that tick is published (and a
+            // starved emulator thread publishes late): wait for it, bounded.
+            let mut after = emu.log().counters;
+            for _ in 0..100 {
+                if after.actor_stalls + after.link_losses > before.actor_stalls + before.link_losses
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                after = emu.log().counters;
+            }
             t.attack_frames = 1;
             t.attack_refused = u64::from(noticed);
             check!(

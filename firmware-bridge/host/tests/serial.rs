@@ -85,19 +85,31 @@ async fn bridge_over_a_pty_pair() {
         path,
         baud: 921_600,
     };
-    let bridge = Bridge::connect(&endpoint, BridgeConfig::new(key()))
+    // The host watchdog long too (the transport is under test; emulator.rs tests the watchdog).
+    let cfg = BridgeConfig {
+        watchdog: Duration::from_secs(2),
+        ..BridgeConfig::new(key())
+    };
+    let bridge = Bridge::connect(&endpoint, cfg)
         .await
         .expect("handshake over serial");
     assert_eq!(bridge.firmware().n_joints, 3);
     bridge.arm().await.expect("arm over serial");
     let start = bridge.telemetry().expect("telemetry").telemetry.ee;
+    // At least 300 commands at 1 kHz, and on until 100 telemetry frames came back (bounded): on a loaded machine
+    // the firmware thread (it ticks by wall clock) is starved and a full pty buffer drops telemetry.
     let mut iv = tokio::time::interval(Duration::from_millis(1));
-    for _ in 0..300 {
+    let t0 = Instant::now();
+    let mut sent = 0;
+    while (sent < 300 || bridge.stats().telemetry_received < 100)
+        && t0.elapsed() < Duration::from_secs(10)
+    {
         iv.tick().await;
         bridge
             .command(&Setpoint::EeVelocity([0.1, 0.0, 0.0]), 1.0)
             .await
             .expect("command");
+        sent += 1;
     }
     let s = bridge
         .next_telemetry(0, Duration::from_secs(1))
@@ -105,13 +117,14 @@ async fn bridge_over_a_pty_pair() {
         .expect("telemetry");
     assert_eq!(s.telemetry.state, FirmwareState::Armed);
     assert!(
-        s.telemetry.ee[0] > start[0] + 0.005,
+        // A millimetre at least (the firmware thread ticks by wall clock: a starved one moves less).
+        s.telemetry.ee[0] > start[0] + 0.001,
         "moved over serial: {:?} -> {:?}",
         start,
         s.telemetry.ee
     );
     let st = bridge.stats();
-    assert!(st.telemetry_received > 100, "{st:?}");
+    assert!(st.telemetry_received >= 100, "{st:?}");
     assert!(
         st.bad_frames > 0,
         "line noise was injected and dropped: {st:?}"
@@ -121,7 +134,7 @@ async fn bridge_over_a_pty_pair() {
     let accepted = fw.join().expect("firmware thread");
     assert!(
         accepted > 200,
-        "firmware accepted {accepted} of 300 commands"
+        "firmware accepted {accepted} of {sent} commands"
     );
     drop(pty.slave);
 }
