@@ -2,7 +2,7 @@
 """SAC with expert demonstrations in the replay buffer (RLPD / HIL-SERL style) through `stagewise serve`:
 evaluated success rate against environment steps, per reward condition (sparse, oracle, model) and seed.
 
-    .venv/bin/pip install -r benches/requirements-learner.txt      # matplotlib
+    (matplotlib for the curves comes with scripts/setup.sh)
     nice -n 10 .venv/bin/python benches/learner_sac.py --task push-target --rewards oracle --seeds 0 \
         --steps 30000 --out benches/results/learner_sac_push        # then --rewards sparse (see learner_shaping.md)
 
@@ -529,7 +529,7 @@ def main():
     try:
         plot(runs, a, os.path.join(a.out, "learner_sac.png"))
     except ImportError as e:
-        print(f"no plot ({e}); pip install -r benches/requirements-learner.txt")
+        print(f"no plot ({e}); run scripts/setup.sh (it installs matplotlib)")
     print("reward  seed  eval success by checkpoint (steps: success)")
     for r in runs:
         print(f"{r['reward']:>6}  {r['seed']:>4}  " +

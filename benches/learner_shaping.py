@@ -2,7 +2,7 @@
 """Rewards that teach: an off-policy learner through `stagewise serve`, evaluated success against env steps for
 the sparse reward, the learned-model shaping and the oracle shaping (issue 17).
 
-    .venv/bin/pip install -r benches/requirements-learner.txt      # matplotlib
+    (matplotlib for the curves comes with scripts/setup.sh)
     STAGEWISE_BIN=target/release/stagewise nice -n 10 .venv/bin/python benches/learner_shaping.py \
         --task push-target --rewards sparse,model,oracle --seeds 0,1,2 --steps 150000 \
         --out benches/results/learner_shaping_push
@@ -251,6 +251,7 @@ class SAC:
         self.target_entropy = -a.target_entropy * act_dim
         self.tau, self.a = a.tau, a
         self.updates = 0
+        self.noise = a.expl_noise  # td3 exploration noise (scheduled by the run loop)
         self.stats = {"q": float("nan"), "alpha": a.alpha, "q_loss": float("nan")}
 
     def features(self, s):
@@ -262,7 +263,7 @@ class SAC:
         if self.a.algo == "td3":
             mu = self.actor(f, deterministic=True)[0]
             if not deterministic:
-                mu = (mu + self.a.expl_noise * torch.randn_like(mu)).clamp(-1.0, 1.0)
+                mu = (mu + self.noise * torch.randn_like(mu)).clamp(-1.0, 1.0)
             return mu.numpy()
         return self.actor(f, deterministic=deterministic, with_logp=False)[0].numpy()
 
@@ -623,6 +624,8 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
                 checkpoint(step)
                 next_eval += a.eval_every
             te = time.time()
+            if a.expl_noise_end >= 0:
+                agent.noise = a.expl_noise + (a.expl_noise_end - a.expl_noise) * min(step / a.steps, 1.0)
             if step < a.random_steps:
                 acts = rng.uniform(-1, 1, (a.envs, a_dim)).astype(np.float32)
             else:
@@ -667,6 +670,8 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
                                  actor_step=(agent.updates % a.actor_every == 0))
                 timing["update_s"] += time.time() - tu
         checkpoint(step)
+        torch.save({"actor": agent.actor.state_dict(), "q": agent.q.state_dict(), "names": names},
+                   os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-last.pt"))
         last = export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-last.onnx"), s_dim,
                            f"SAC, {reward} reward, seed {seed}, {step} env steps (benches/learner_shaping.py)")
         train.close()
@@ -739,7 +744,9 @@ def parse(argv=None):
     ap.add_argument("--model", default="", help="reward model manifest for --rewards model (default: shipped)")
     ap.add_argument("--algo", choices=["sac", "td3"], default="sac",
                     help="sac, or td3 (deterministic actor, Gaussian exploration --expl-noise, target smoothing)")
-    ap.add_argument("--expl-noise", type=float, default=0.2, help="td3: exploration noise std")
+    ap.add_argument("--expl-noise", type=float, default=0.2, help="td3: exploration noise std at the start")
+    ap.add_argument("--expl-noise-end", type=float, default=-1.0,
+                    help="td3: exploration noise std at the end of the run, linear in env steps (-1: constant)")
     ap.add_argument("--net", default="256,256")
     ap.add_argument("--critics", type=int, default=2)
     ap.add_argument("--layer-norm", type=int, default=1)
@@ -801,7 +808,7 @@ def main(argv=None):
     try:
         plot(runs, a, os.path.join(a.out, "curves.png"))
     except ImportError as e:
-        print(f"no plot ({e}); pip install -r benches/requirements-learner.txt")
+        print(f"no plot ({e}); run scripts/setup.sh (it installs matplotlib)")
     print("task reward seed  eval success by checkpoint (k steps: success)")
     for r in runs:
         print(f"{r['task']} {r['reward']:>6} {r['seed']:>3}  " +
