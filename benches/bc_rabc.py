@@ -430,6 +430,18 @@ def rabc_seed_job(job):
     """Train (the clean recipe, optionally weighted), export and evaluate one (arm, training seed)."""
     torch.set_num_threads(1)
     arm, seed, data, cfg, exe, pol_dir = job
+    name = {"BC": "bc", "RA-BC model": "rabc_model", "RA-BC oracle": "rabc_oracle"}[arm] + f"_seed{seed}"
+    # Plain BC does not read the labels: one BC folder serves every label configuration of a sweep.
+    label_keys = {"resume"} | ({"chunk", "kappa", "label_stride"} if arm == "BC" else set())
+    key_cfg = {k: v for k, v in cfg.items() if k not in label_keys}
+    if arm == "BC":
+        pol_dir = pol_dir.parent / "policies-bc"
+    done = pol_dir / f"{name}.result.json"
+    if cfg["resume"] and done.exists():
+        prev = json.loads(done.read_text())
+        if prev.get("cfg") == key_cfg:
+            print(f"reusing {done}", flush=True)
+            return prev["result"]
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     feats = Features(data["state"].mean(0), data["state"].std(0) + 1e-3, "rel")
@@ -449,10 +461,9 @@ def rabc_seed_job(job):
         opt.step()
         sched.step()
     t_train = time.perf_counter() - t0
-    name = {"BC": "bc", "RA-BC model": "rabc_model", "RA-BC oracle": "rabc_oracle"}[arm] + f"_seed{seed}"
     manifest = export(model, pol_dir, name, data["state"].shape[1])
-    desc = (f"{arm} on {cfg['degraded']:.0%}-degraded pick-place demonstrations (chunk {cfg['chunk']}, kappa "
-            f"{cfg['kappa']}): rel features, MLP {cfg['depth']}x{cfg['hidden']}, gripper bce, {cfg['steps']} steps "
+    labels = "" if arm == "BC" else f" (chunk {cfg['chunk']}, kappa {cfg['kappa']}, label stride {cfg['label_stride']})"
+    desc = (f"{arm} on {cfg['degraded']:.0%}-degraded pick-place demonstrations{labels}: rel features, MLP {cfg['depth']}x{cfg['hidden']}, gripper bce, {cfg['steps']} steps "
             f"(seed {seed}), benches/bc_rabc.py")
     manifest.write_text(manifest.read_text().replace(
         f'description = "BC MLP on state ({name}), benches/bc_rabc.py"', f'description = "{desc}"'))
@@ -462,6 +473,7 @@ def rabc_seed_job(job):
            "episodes": r["episodes"], "mean_final_progress": r["mean_final_progress"], "train_s": t_train,
            "eval_s": time.perf_counter() - t1, "manifest": str(manifest)}
     print(json.dumps(out), flush=True)
+    done.write_text(json.dumps({"cfg": key_cfg, "result": out}, indent=2))
     return out
 
 
@@ -472,9 +484,9 @@ def run_rabc(args):
     work = Path(args.work)
     ds = work / "ds"
     t_all = time.perf_counter()
-    cfg = {"degraded": args.degraded, "chunk": args.chunk, "kappa": args.kappa, "hidden": args.hidden,
-           "depth": args.depth, "steps": args.steps, "batch": args.batch, "lr": args.lr,
-           "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed}
+    cfg = {"degraded": args.degraded, "chunk": args.chunk, "kappa": args.kappa, "label_stride": args.label_stride,
+           "hidden": args.hidden, "depth": args.depth, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+           "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed, "resume": args.resume}
     presets = ["--presets", args.presets] if args.presets else []
     key = json.dumps({"episodes": args.episodes, "degraded": args.degraded, "seed": args.data_seed,
                       "presets": args.presets})
@@ -492,7 +504,8 @@ def run_rabc(args):
         (work / "data.key").write_text(key)
         (work / "record_s").write_text(str(t_rec))
     lab_out, t_lab = sh(exe, "--log", "warn", "label", "--dataset", ds, "--model", MODEL, "--chunk-size", args.chunk,
-                        "--kappa", args.kappa, "--weights-csv", work / "weights.csv", "--summary-json",
+                        "--kappa", args.kappa, "--stride", args.label_stride, "--weights-csv", work / "weights.csv",
+                        "--summary-json",
                         work / "label.json", "--plots", 0, "--provider", "cpu", "--workers", 2)
     print(lab_out, end="")
     data, check = load_rabc(ds, work / "weights.csv", args.chunk, args.kappa)
@@ -531,8 +544,11 @@ def run_rabc(args):
     seeds = [int(s) for s in args.train_seeds.split(",")]
     arms = [a for a in ARMS if a in args.arms.split(",")]
     # BC and RA-BC (model labels) first, seed by seed, then the oracle bound.
-    jobs = [(arm, s, data, cfg, exe, work / "policies") for s in seeds for arm in arms if arm != "RA-BC oracle"]
-    jobs += [(arm, s, data, cfg, exe, work / "policies") for s in seeds for arm in arms if arm == "RA-BC oracle"]
+    # One policy folder per label configuration, so a sweep in one work dir keeps every condition's policies.
+    pol_dir = work / f"policies-chunk{args.chunk}-kappa{args.kappa}-stride{args.label_stride}"
+    pol_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(arm, s, data, cfg, exe, pol_dir) for s in seeds for arm in arms if arm != "RA-BC oracle"]
+    jobs += [(arm, s, data, cfg, exe, pol_dir) for s in seeds for arm in arms if arm == "RA-BC oracle"]
     if args.jobs > 1:
         with cf.ProcessPoolExecutor(args.jobs) as pool:
             runs = list(pool.map(rabc_seed_job, jobs))
@@ -593,7 +609,7 @@ Measured by `benches/bc_rabc.py` (one run, {report['wall_s'] / 60:.1f} min on th
   frames from degraded demonstrations, {ws['frames_of_failed_episodes']} from failed ones; {demo_success:.0%} of the
   demonstrations succeed. Every frame is trained on (failed episodes included).
 - **Labels:** `stagewise label` with the shipped `{MODEL}` (pixels + proprioception, not trained on these seeds),
-  RA-BC chunk {args.chunk}, kappa {args.kappa} (core's `RabcWeights`, LeRobot's formula): mean weight
+  label stride {args.label_stride}, RA-BC chunk {args.chunk}, kappa {args.kappa} (core's `RabcWeights`, LeRobot's formula): mean weight
   {ws['mean_weight']['model']:.3f}. **Oracle:** the same formula on the ground-truth `progress_gt` column: mean
   weight {ws['mean_weight']['oracle']:.3f}. Share of the total weight on failed episodes: model
   {ws['weight_share_failed_episodes']['model']:.0%}, oracle {ws['weight_share_failed_episodes']['oracle']:.0%}
@@ -680,6 +696,8 @@ def main():
     ap.add_argument("--data-seed", type=int, default=4_000_000)
     ap.add_argument("--chunk", type=int, default=25, help="RA-BC chunk size (frames ahead)")
     ap.add_argument("--kappa", type=float, default=0.01)
+    ap.add_argument("--label-stride", type=int, default=1,
+                    help="`stagewise label --stride`: score every N-th frame, interpolate the rest")
     ap.add_argument("--train-seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--batch", type=int, default=512)
@@ -690,6 +708,8 @@ def main():
     ap.add_argument("--work", default="/tmp/stagewise-bc-bench")
     ap.add_argument("--out", default="benches/bc_rabc")
     ap.add_argument("--arms", default=",".join(ARMS), help="RA-BC mode: arms to train (BC, RA-BC model, RA-BC oracle)")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse a finished (arm, seed) of the same configuration from the work dir's policies")
     ap.add_argument("--reuse-data", action="store_true",
                     help="RA-BC mode: keep --work's dataset if it was recorded with the same episodes/degraded/seed")
     ap.add_argument("--depth", type=int, default=3, help="hidden layers")
