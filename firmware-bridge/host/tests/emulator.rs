@@ -218,6 +218,13 @@ fn watchdog_stops_and_faults_when_telemetry_stops() {
             .command(&Setpoint::EeVelocity([0.01, 0.0, 0.0]), 1.0)
             .await
             .expect("command");
+        // The command is in flight: wait (bounded) until the emulator took it before it goes silent.
+        for _ in 0..200 {
+            if emu.log().counters.accepted_commands >= 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let log = emu.stop().expect("stop");
         assert!(log.counters.accepted_commands >= 1);
         tokio::time::sleep(Duration::from_millis(400)).await;
