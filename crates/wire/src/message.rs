@@ -101,6 +101,18 @@ pub fn encode_into<M: Message>(msg: &M, out: &mut Vec<u8>) -> Result<(), WireErr
     })
 }
 
+/// Deepest nesting the decoder accepts. A message nests 5 levels at most (a transition's observation's images'
+/// tensor's shape); rmp_serde's own limit (1024) lets a few kilobytes of nested maps in an unknown field overflow a
+/// 2 MiB thread stack first, which aborts the process instead of returning an error (tests/corpus.rs).
+pub const MAX_DEPTH: usize = 32;
+
+/// `rmp_serde::from_slice` with [`MAX_DEPTH`].
+fn from_slice<'de, T: Deserialize<'de>>(bytes: &'de [u8]) -> Result<T, rmp_serde::decode::Error> {
+    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    de.set_max_depth(MAX_DEPTH);
+    T::deserialize(&mut de)
+}
+
 #[derive(Deserialize)]
 struct Header<'a> {
     schema: u64,
@@ -117,7 +129,7 @@ struct Header<'a> {
 /// copies them when the message must outlive the bytes).
 pub fn decode<'de, M: Message + Deserialize<'de>>(bytes: &'de [u8]) -> Result<M, WireError> {
     // Happy path: one pass (the `schema` and `kind` markers check their values as they are read).
-    let msg: M = match rmp_serde::from_slice(bytes) {
+    let msg: M = match from_slice(bytes) {
         Ok(m) => m,
         Err(e) => return Err(classify::<M>(bytes, e)),
     };
@@ -127,7 +139,7 @@ pub fn decode<'de, M: Message + Deserialize<'de>>(bytes: &'de [u8]) -> Result<M,
 
 /// Explains a failed decode: looks at `schema` and `kind` alone.
 fn classify<M: Message>(bytes: &[u8], err: rmp_serde::decode::Error) -> WireError {
-    let header: Header = match rmp_serde::from_slice(bytes) {
+    let header: Header = match from_slice(bytes) {
         Ok(h) => h,
         Err(e) => {
             return WireError::NotAMessage {
@@ -957,7 +969,7 @@ impl Message for StepReply {
 
 /// The `(schema, kind)` of a message without decoding the rest (None if the bytes are not a message).
 pub fn peek_header(bytes: &[u8]) -> Option<(u64, String)> {
-    rmp_serde::from_slice::<Header>(bytes)
+    from_slice::<Header>(bytes)
         .ok()
         .map(|h| (h.schema, h.kind.into_owned()))
 }
