@@ -27,10 +27,22 @@ benches/results/bc_clean.{md,json,png} and the policies (best one: models/polici
 
 Its switches reproduce the tries in benches/bc_rabc.md (`--features raw`, `--gripper mse`, `--episodes 200`, ...).
 
+`--task push-target` (or `stack`) runs either mode on another sim task: its demonstrations and presets
+(`stagewise record --task`), its shipped progress model for the labels (models/<task>/<task>-progress.toml), its
+evaluation (`stagewise eval --task`), and features found by name from the dataset's state fields (meta/info.json;
+push-target adds the push geometry, see `Features`). Default: pick-place, unchanged. E.g. (benches/bc_rabc.md):
+
+    nice .venv/bin/python benches/bc_rabc.py --task push-target --clean \
+        --clean-out benches/results/bc_rabc_push-target_clean
+    nice .venv/bin/python benches/bc_rabc.py --task push-target --degraded 0.6 \
+        --presets miss-grasp,wrong-place,freeze,off-table --work /tmp/bc-push --out benches/results/bc_rabc_push-target
+
+python/tests/test_bc_rabc_smoke.py runs the RA-BC mode end to end on a handful of episodes (CI's seeded smoke).
+
 Writes benches/bc_rabc.md, benches/bc_rabc.json and benches/bc_rabc.png (success rates per arm and training
 seed) and benches/bc_rabc_progress.png (labelled and true progress and RA-BC weights of one failed degraded
 episode); `--out` elsewhere for sweeps (benches/results/bc_rabc_chunk5, ...). Needs
-torch (models/training/requirements.txt) and pillow. A benchmark, not a CI test: it takes minutes.
+torch (models/training/requirements.txt) and pillow. A benchmark: it takes minutes (CI runs the smoke above).
 """
 import argparse
 import csv
@@ -51,6 +63,18 @@ from PIL import Image, ImageDraw
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "models/pick-place/pick-place-progress.toml"
+# The shipped progress model that labels each task's demonstrations (`stagewise label --model`).
+TASK_MODELS = {
+    "pick-place": MODEL,
+    "push-target": "models/push-target/push-target-progress.toml",
+    "stack": "models/stack/stack-progress.toml",
+}
+
+
+def state_names(ds: Path):
+    """The dataset's state field names (meta/info.json), which the features are built from."""
+    info = json.loads((ds / "meta/info.json").read_text())
+    return list(info["features"]["observation.state"]["names"])
 CLEAN_MARKER = "<!-- clean BC (benches/bc_rabc.py --clean); kept when the RA-BC part is rewritten -->"
 NOTES_MARKER = "<!-- RA-BC notes (hand-written); kept, with everything below, when the RA-BC part is rewritten -->"
 
@@ -81,8 +105,8 @@ def export(model, out_dir: Path, name: str, state_size: int):
     return manifest
 
 
-def evaluate(exe, manifest, episodes, seed, out_json):
-    sh(exe, "--log", "warn", "eval", "--policy", manifest, "--task", "pick-place", "--episodes", episodes,
+def evaluate(exe, manifest, episodes, seed, out_json, task="pick-place"):
+    sh(exe, "--log", "warn", "eval", "--policy", manifest, "--task", task, "--episodes", episodes,
        "--seed", seed, "--json", out_json, "--provider", "cpu")
     return json.loads(Path(out_json).read_text())
 
@@ -161,30 +185,65 @@ def load_clean(ds: Path):
 
 
 class Features(torch.nn.Module):
-    """State (14: ee_xyz, gripper_width, grasped, block0 xyz + quaternion, target_xy) -> network input.
+    """State -> network input. The fields are found by name (`names`, the dataset's state names; default: the
+    14-field layout ee_xyz, gripper_width, grasped, block0 xyz + quaternion, target_xy of pick-place and push-target).
 
     `raw`: the standardised state. `rel` adds what the expert's decisions hinge on, in units where its thresholds
     (millimetres) are not lost next to the workspace (decimetres): ee - block (3), block - target (2),
     ee - target (2), each x20 (5 cm -> 1) and the first two also through tanh(x200) (saturates at ~5 mm), plus the
-    gripper width centred. Part of the ONNX graph, so the policy still maps state [N,14] -> action [N,4].
+    gripper width centred. Part of the ONNX graph, so the policy still maps state [N,S] -> action [N,4].
+
+    `task = "push-target"` (with `rel`) adds the push expert's geometry: the unit push direction block -> target (2),
+    the TCP's offset from the block along that direction and across it (2, x20 and through tanh(x200)) and the
+    block-target distance (x20 and tanh(x200)): the expert picks its pre-push point and when to lower or stop from
+    these. `stack` (block0 onto block1): the same relative features with block1's xy as the target.
     """
 
-    def __init__(self, mean, std, kind):
+    def __init__(self, mean, std, kind, names=None, task="pick-place"):
         super().__init__()
         self.register_buffer("mean", torch.as_tensor(mean))
         self.register_buffer("std", torch.as_tensor(std))
         self.kind = kind
+        self.task = task
+        names = list(names) if names else ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped", "block0_x",
+                                           "block0_y", "block0_z", "block0_qw", "block0_qx", "block0_qy",
+                                           "block0_qz", "target_x", "target_y"]
+
+        def at(first, n):
+            if first not in names:
+                raise ValueError(f"the state has no field {first!r} (names: {names})")
+            i = names.index(first)
+            if names[i:i + n] != [first[:-1] + c for c in "xyz"[:n]]:
+                raise ValueError(f"state fields {names[i:i + n]} are not {first[:-2]}_x.. (names: {names})")
+            return i
+
+        self.ee = at("ee_x", 3)
+        self.blk = at("block0_x", 3)
+        self.tgt = at("block1_x", 2) if task == "stack" else at("target_x", 2)
+        if "gripper_width" not in names:
+            raise ValueError(f"the state has no field 'gripper_width' (names: {names})")
+        self.width = names.index("gripper_width")
 
     def forward(self, s):
         x = (s - self.mean) / self.std
         if self.kind == "raw":
             return x
-        ee, blk, tgt = s[:, 0:3], s[:, 5:8], s[:, 12:14]
+        ee, blk = s[:, self.ee:self.ee + 3], s[:, self.blk:self.blk + 3]
+        tgt = s[:, self.tgt:self.tgt + 2]
         d_eb = (ee - blk) * 20.0
         d_bt = (blk[:, :2] - tgt) * 20.0
         d_et = (ee[:, :2] - tgt) * 20.0
-        w = (s[:, 3:4] - 0.04) * 25.0
-        return torch.cat([x, d_eb, d_bt, d_et, w, torch.tanh(d_eb * 10.0), torch.tanh(d_bt * 10.0)], 1)
+        w = (s[:, self.width:self.width + 1] - 0.04) * 25.0
+        out = [x, d_eb, d_bt, d_et, w, torch.tanh(d_eb * 10.0), torch.tanh(d_bt * 10.0)]
+        if self.task == "push-target":
+            dist = torch.sqrt((d_bt ** 2).sum(1, keepdim=True) + 1e-8)  # block-target distance x20
+            u = -d_bt / dist  # unit direction block -> target
+            rel = d_eb[:, :2]
+            along = (rel * u).sum(1, keepdim=True)
+            across = rel[:, 0:1] * u[:, 1:2] - rel[:, 1:2] * u[:, 0:1]
+            geo = torch.cat([along, across], 1)
+            out += [u, geo, torch.tanh(geo * 10.0), dist, torch.tanh(dist * 10.0)]
+        return torch.cat(out, 1)
 
 
 class CleanPolicy(torch.nn.Module):
@@ -233,11 +292,11 @@ class CleanPolicy(torch.nn.Module):
         return ((per + g) * wb).mean()
 
 
-def train_clean(data, val, seed, cfg):
+def train_clean(data, val, seed, cfg, names=None, task="pick-place"):
     """One clean-BC policy; returns it, the held-out action errors and the training time."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    feats = Features(data["state"].mean(0), data["state"].std(0) + 1e-3, cfg["features"])
+    feats = Features(data["state"].mean(0), data["state"].std(0) + 1e-3, cfg["features"], names, task)
     n_in = feats(torch.as_tensor(data["state"][:2])).shape[1]
     model = CleanPolicy(feats, n_in, cfg["hidden"], cfg["depth"], cfg["gripper"])
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
@@ -268,16 +327,16 @@ def train_clean(data, val, seed, cfg):
 def clean_seed_job(job):
     """Train, export and evaluate one training seed (a process of its own with --jobs > 1)."""
     torch.set_num_threads(1)
-    seed, data, val, cfg, exe, pol_dir = job
-    model, err, t_train = train_clean(data, val, seed, cfg)
+    seed, data, val, cfg, exe, pol_dir, spec = job
+    model, err, t_train = train_clean(data, val, seed, cfg, spec["names"], spec["task"])
     name = f"clean_bc_seed{seed}"
     manifest = export(model, pol_dir, name, data["state"].shape[1])
-    desc = (f"plain BC on clean pick-place demonstrations: {cfg['features']} features, MLP {cfg['depth']}x"
+    desc = (f"plain BC on clean {spec['task']} demonstrations: {cfg['features']} features, MLP {cfg['depth']}x"
             f"{cfg['hidden']}, gripper {cfg['gripper']}, {cfg['steps']} steps (seed {seed}), benches/bc_rabc.py --clean")
     manifest.write_text(manifest.read_text().replace(
         f'description = "BC MLP on state ({name}), benches/bc_rabc.py"', f'description = "{desc}"'))
     t1 = time.perf_counter()
-    r = evaluate(exe, manifest, cfg["eval_episodes"], cfg["eval_seed"], pol_dir / f"{name}.json")
+    r = evaluate(exe, manifest, cfg["eval_episodes"], cfg["eval_seed"], pol_dir / f"{name}.json", spec["task"])
     fails = [{"seed": e["seed"], "steps": e["steps"], "final_progress": e["final_progress"]}
              for e in r["per_episode"] if not e["success"]]
     return {"seed": seed, "success_rate": r["success_rate"], "successes": r["successes"],
@@ -295,7 +354,7 @@ def run_clean(args):
     work.mkdir(parents=True)
     ds = work / "ds"
     t_all = time.perf_counter()
-    rec_out, t_rec = sh(exe, "--log", "warn", "record", "--task", "pick-place", "--episodes", args.episodes,
+    rec_out, t_rec = sh(exe, "--log", "warn", "record", "--task", args.task, "--episodes", args.episodes,
                         "--degraded", 0, "--seed", args.data_seed, "--width", 8, "--height", 8, "--out", ds)
     print(rec_out, end="")
     data = load_clean(ds)
@@ -310,7 +369,8 @@ def run_clean(args):
     print(f"{len(train['state'])} training frames from {len(eps) - len(held)} episodes, {len(val['state'])} "
           f"held-out frames ({len(held)} episodes); {json.dumps(cfg)}")
     seeds = [int(s) for s in args.train_seeds.split(",")]
-    jobs = [(s, train, val, cfg, exe, work / "policies") for s in seeds]
+    spec = {"task": args.task, "names": state_names(ds)}
+    jobs = [(s, train, val, cfg, exe, work / "policies", spec) for s in seeds]
     if args.jobs > 1:
         with cf.ProcessPoolExecutor(args.jobs) as pool:
             runs = list(pool.map(clean_seed_job, jobs))
@@ -327,12 +387,12 @@ def run_clean(args):
         dst.mkdir(parents=True, exist_ok=True)
         src = Path(best["manifest"])
         onnx = src.with_suffix(".onnx")
-        shutil.copy(onnx, dst / "pick-place-bc.onnx")
-        (dst / "pick-place-bc.toml").write_text(
-            src.read_text().replace(f'onnx = "{onnx.name}"', 'onnx = "pick-place-bc.onnx"'))
+        shutil.copy(onnx, dst / f"{args.task}-bc.onnx")
+        (dst / f"{args.task}-bc.toml").write_text(
+            src.read_text().replace(f'onnx = "{onnx.name}"', f'onnx = "{args.task}-bc.onnx"'))
         print(f"best policy (seed {best['seed']}) -> {dst}")
     report = {
-        "dataset": {"episodes": args.episodes, "degraded_fraction": 0.0, "seed": args.data_seed,
+        "dataset": {"task": args.task, "episodes": args.episodes, "degraded_fraction": 0.0, "seed": args.data_seed,
                     "train_episodes": int(len(eps) - len(held)), "held_out_episodes": int(len(held)),
                     "train_frames": int(len(train["state"])), "record_s": t_rec},
         "config": cfg,
@@ -348,11 +408,11 @@ def run_clean(args):
         f"| {r['seed']} | {r['successes']}/{r['episodes']} ({r['success_rate']:.3f}) | {r['mean_final_progress']:.3f} "
         f"| {' '.join(f'{v:.4f}' for v in r['val_mse_xyz'])} | {r['val_gripper_sign_acc']:.4f} | {r['train_s']:.0f} |"
         for r in runs)
-    md = f"""# Plain BC on clean pick-place demonstrations
+    md = f"""# Plain BC on clean {args.task} demonstrations
 
 Measured by `benches/bc_rabc.py --clean` ({report['wall_s'] / 60:.1f} min wall on this machine's shared cores).
 
-- **Data:** `stagewise record --task pick-place --episodes {args.episodes} --degraded 0 --seed {args.data_seed}`
+- **Data:** `stagewise record --task {args.task} --episodes {args.episodes} --degraded 0 --seed {args.data_seed}`
   (8x8 images, unused): {report['dataset']['train_frames']} frames of {report['dataset']['train_episodes']}
   successful episodes for training, {report['dataset']['held_out_episodes']} episodes held out for the action error.
 - **Policy:** features `{args.features}`, MLP {args.depth}x{args.hidden}, gripper `{args.gripper}`; Adam lr {args.lr}
@@ -429,11 +489,13 @@ def load_rabc(ds: Path, weights_csv: Path, chunk, kappa):
 def rabc_seed_job(job):
     """Train (the clean recipe, optionally weighted), export and evaluate one (arm, training seed)."""
     torch.set_num_threads(1)
-    arm, seed, data, cfg, exe, pol_dir = job
+    arm, seed, data, cfg, exe, pol_dir, spec = job
     name = {"BC": "bc", "RA-BC model": "rabc_model", "RA-BC oracle": "rabc_oracle"}[arm] + f"_seed{seed}"
     # Plain BC does not read the labels: one BC folder serves every label configuration of a sweep.
     label_keys = {"resume"} | ({"chunk", "kappa", "label_stride"} if arm == "BC" else set())
     key_cfg = {k: v for k, v in cfg.items() if k not in label_keys}
+    if spec["task"] != "pick-place":  # pick-place keys stay as they were (finished runs are still reused)
+        key_cfg["task"] = spec["task"]
     if arm == "BC":
         pol_dir = pol_dir.parent / "policies-bc"
     done = pol_dir / f"{name}.result.json"
@@ -444,7 +506,7 @@ def rabc_seed_job(job):
             return prev["result"]
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    feats = Features(data["state"].mean(0), data["state"].std(0) + 1e-3, "rel")
+    feats = Features(data["state"].mean(0), data["state"].std(0) + 1e-3, "rel", spec["names"], spec["task"])
     n_in = feats(torch.as_tensor(data["state"][:2])).shape[1]
     model = CleanPolicy(feats, n_in, cfg["hidden"], cfg["depth"], "bce")
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
@@ -463,12 +525,12 @@ def rabc_seed_job(job):
     t_train = time.perf_counter() - t0
     manifest = export(model, pol_dir, name, data["state"].shape[1])
     labels = "" if arm == "BC" else f" (chunk {cfg['chunk']}, kappa {cfg['kappa']}, label stride {cfg['label_stride']})"
-    desc = (f"{arm} on {cfg['degraded']:.0%}-degraded pick-place demonstrations{labels}: rel features, MLP {cfg['depth']}x{cfg['hidden']}, gripper bce, {cfg['steps']} steps "
+    desc = (f"{arm} on {cfg['degraded']:.0%}-degraded {spec['task']} demonstrations{labels}: rel features, MLP {cfg['depth']}x{cfg['hidden']}, gripper bce, {cfg['steps']} steps "
             f"(seed {seed}), benches/bc_rabc.py")
     manifest.write_text(manifest.read_text().replace(
         f'description = "BC MLP on state ({name}), benches/bc_rabc.py"', f'description = "{desc}"'))
     t1 = time.perf_counter()
-    r = evaluate(exe, manifest, cfg["eval_episodes"], cfg["eval_seed"], pol_dir / f"{name}.json")
+    r = evaluate(exe, manifest, cfg["eval_episodes"], cfg["eval_seed"], pol_dir / f"{name}.json", spec["task"])
     out = {"arm": arm, "seed": seed, "success_rate": r["success_rate"], "successes": r["successes"],
            "episodes": r["episodes"], "mean_final_progress": r["mean_final_progress"], "train_s": t_train,
            "eval_s": time.perf_counter() - t1, "manifest": str(manifest)}
@@ -488,8 +550,11 @@ def run_rabc(args):
            "hidden": args.hidden, "depth": args.depth, "steps": args.steps, "batch": args.batch, "lr": args.lr,
            "eval_episodes": args.eval_episodes, "eval_seed": args.eval_seed, "resume": args.resume}
     presets = ["--presets", args.presets] if args.presets else []
-    key = json.dumps({"episodes": args.episodes, "degraded": args.degraded, "seed": args.data_seed,
-                      "presets": args.presets})
+    key = {"episodes": args.episodes, "degraded": args.degraded, "seed": args.data_seed, "presets": args.presets}
+    if args.task != "pick-place":  # pick-place keys stay as they were (recorded datasets are still reused)
+        key["task"] = args.task
+    key = json.dumps(key)
+    model_path = TASK_MODELS[args.task]
     if args.reuse_data and (work / "data.key").exists() and (work / "data.key").read_text() == key:
         t_rec = float((work / "record_s").read_text())
         print(f"reusing {ds}")
@@ -497,13 +562,14 @@ def run_rabc(args):
         if work.exists():
             shutil.rmtree(work)
         work.mkdir(parents=True)
-        rec_out, t_rec = sh(exe, "--log", "warn", "record", "--task", "pick-place", "--episodes", args.episodes,
+        rec_out, t_rec = sh(exe, "--log", "warn", "record", "--task", args.task, "--episodes", args.episodes,
                             "--degraded", args.degraded, *presets, "--seed", args.data_seed, "--width", 32,
                             "--height", 32, "--out", ds)
         print(rec_out, end="")
         (work / "data.key").write_text(key)
         (work / "record_s").write_text(str(t_rec))
-    lab_out, t_lab = sh(exe, "--log", "warn", "label", "--dataset", ds, "--model", MODEL, "--chunk-size", args.chunk,
+    lab_out, t_lab = sh(exe, "--log", "warn", "label", "--dataset", ds, "--model", model_path, "--chunk-size",
+                        args.chunk,
                         "--kappa", args.kappa, "--stride", args.label_stride, "--weights-csv", work / "weights.csv",
                         "--summary-json",
                         work / "label.json", "--plots", 0, "--provider", "cpu", "--workers", 2)
@@ -547,8 +613,9 @@ def run_rabc(args):
     # One policy folder per label configuration, so a sweep in one work dir keeps every condition's policies.
     pol_dir = work / f"policies-chunk{args.chunk}-kappa{args.kappa}-stride{args.label_stride}"
     pol_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(arm, s, data, cfg, exe, pol_dir) for s in seeds for arm in arms if arm != "RA-BC oracle"]
-    jobs += [(arm, s, data, cfg, exe, pol_dir) for s in seeds for arm in arms if arm == "RA-BC oracle"]
+    spec = {"task": args.task, "names": state_names(ds)}
+    jobs = [(arm, s, data, cfg, exe, pol_dir, spec) for s in seeds for arm in arms if arm != "RA-BC oracle"]
+    jobs += [(arm, s, data, cfg, exe, pol_dir, spec) for s in seeds for arm in arms if arm == "RA-BC oracle"]
     if args.jobs > 1:
         with cf.ProcessPoolExecutor(args.jobs) as pool:
             runs = list(pool.map(rabc_seed_job, jobs))
@@ -564,15 +631,16 @@ def run_rabc(args):
         dst.mkdir(parents=True, exist_ok=True)
         src = Path(best["manifest"])
         onnx = src.with_suffix(".onnx")
-        shutil.copy(onnx, dst / "pick-place-rabc.onnx")
-        (dst / "pick-place-rabc.toml").write_text(
-            src.read_text().replace(f'onnx = "{onnx.name}"', 'onnx = "pick-place-rabc.onnx"'))
+        shutil.copy(onnx, dst / f"{args.task}-rabc.onnx")
+        (dst / f"{args.task}-rabc.toml").write_text(
+            src.read_text().replace(f'onnx = "{onnx.name}"', f'onnx = "{args.task}-rabc.onnx"'))
         print(f"best RA-BC policy (seed {best['seed']}) -> {dst}")
     label_summary = json.loads((work / "label.json").read_text())
     report = {
-        "dataset": {"episodes": args.episodes, "degraded_fraction": args.degraded, "seed": args.data_seed,
+        "dataset": {"task": args.task, "episodes": args.episodes, "degraded_fraction": args.degraded,
+                    "seed": args.data_seed,
                     "presets": args.presets or "all", "demo_success_rate": demo_success, "record_s": t_rec},
-        "label": {"model": MODEL, "chunk_size": args.chunk, "kappa": args.kappa, "label_wall_s": t_lab,
+        "label": {"model": model_path, "chunk_size": args.chunk, "kappa": args.kappa, "label_wall_s": t_lab,
                   "rabc_summary": label_summary["rabc"]["summary"], "numpy_vs_label_max_abs_diff": check,
                   **weight_stats},
         "training": {k: cfg[k] for k in ["hidden", "depth", "steps", "batch", "lr"]} | {
@@ -604,11 +672,11 @@ def run_rabc(args):
 
 Measured by `benches/bc_rabc.py` (one run, {report['wall_s'] / 60:.1f} min on this machine's shared CPU cores).
 
-- **Data:** `stagewise record --task pick-place --episodes {args.episodes} --degraded {args.degraded}{' --presets ' + args.presets if args.presets else ''}`
+- **Data:** `stagewise record --task {args.task} --episodes {args.episodes} --degraded {args.degraded}{' --presets ' + args.presets if args.presets else ''}`
   (seeds {args.data_seed}.., 32x32 images for the labeller): {ws['degraded_frames']} of {ws['frames']} training
   frames from degraded demonstrations, {ws['frames_of_failed_episodes']} from failed ones; {demo_success:.0%} of the
   demonstrations succeed. Every frame is trained on (failed episodes included).
-- **Labels:** `stagewise label` with the shipped `{MODEL}` (pixels + proprioception, not trained on these seeds),
+- **Labels:** `stagewise label` with the shipped `{model_path}` (pixels + proprioception, not trained on these seeds),
   label stride {args.label_stride}, RA-BC chunk {args.chunk}, kappa {args.kappa} (core's `RabcWeights`, LeRobot's formula): mean weight
   {ws['mean_weight']['model']:.3f}. **Oracle:** the same formula on the ground-truth `progress_gt` column: mean
   weight {ws['mean_weight']['oracle']:.3f}. Share of the total weight on failed episodes: model
@@ -632,9 +700,9 @@ mean RA-BC weight per frame and the preset's share of the total weight):
 |---|---|---|---|---|---|
 {prow}
 
-![success rates](bc_rabc.png)
+![success rates]({Path(args.out).name}.png)
 
-![labelled progress and RA-BC weights of a failed degraded episode](bc_rabc_progress.png)
+![labelled progress and RA-BC weights of a failed degraded episode]({Path(args.out).name}_progress.png)
 """
     md_path = Path(args.out + ".md")
     old = md_path.read_text() if md_path.exists() else ""
@@ -688,6 +756,8 @@ def weight_sweep(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--exe", default=str(ROOT / "target/release/stagewise"))
+    ap.add_argument("--task", choices=list(TASK_MODELS), default="pick-place",
+                    help="sim task: recorded, labelled with its shipped progress model (models/<task>/) and evaluated")
     ap.add_argument("--episodes", type=int, default=1000)
     ap.add_argument("--degraded", type=float, default=0.75)
     ap.add_argument("--presets", default=None,
@@ -727,6 +797,10 @@ def main():
     clean.add_argument("--gripper", choices=["bce", "mse", "mse-sign"], default="bce")
     clean.add_argument("--clean-out", default="benches/results/bc_clean")
     args = ap.parse_args()
+    if "ORT_DYLIB_PATH" not in os.environ:  # for an --exe outside this checkout (its own lookup finds no .venv)
+        libs = sorted(ROOT.glob(".venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.*"))
+        if libs:
+            os.environ["ORT_DYLIB_PATH"] = str(libs[0])
     torch.set_num_threads(1)  # a tiny MLP: more threads only contend on the shared cores
     if args.clean:
         given = {a.split("=")[0] for a in sys.argv[1:]}
