@@ -4,16 +4,18 @@
 //! metadata), then the dataset's RA-BC weight summary (core's `RabcWeights`, LeRobot's formula) and PNG progress
 //! plots for a few episodes.
 //!
-//! Work is split by episode across worker threads, each with its own ONNX Runtime session (`Session::run` takes
-//! `&mut`). A worker decodes an episode's frames once, normalises each frame once, and runs the windows
-//! `t - (F-1) s, ..., t` of the scored frames in batches (the same windows `RewardModel::score` builds step by step:
-//! early windows repeat the first frame). With `--stride N` only frames `0, N, 2N, ...` and the last frame are
-//! scored and the frames in between are interpolated linearly. LeRobot's own labelling runs one window per query.
+//! This file is argument parsing and IO (reading and checking the dataset's columns, writing the parquet, CSV,
+//! JSON and plots). The scoring is stagewise-model's (`stagewise_model::scoring`): work is split by episode across
+//! worker threads, each with its own ONNX Runtime session (`Session::run` takes `&mut`); a worker decodes an
+//! episode's frames once, and its `EpisodeScorer` normalises each needed frame once and runs the windows
+//! `t - (F-1) s, ..., t` of the scored frames in `--batch`es (the windows `RewardModel::score` builds step by step,
+//! from the same `WindowLayout`: early windows repeat the first frame). With `--stride N` only frames `0, N, 2N,
+//! ...` and the last frame are scored and the frames in between are interpolated linearly. LeRobot's own
+//! labelling runs one window per query.
 //!
 //! When the manifest has a two-part form (`[parts]`: per-frame encoder + head) each needed frame is also encoded
-//! once (at most `--batch` frames, all views, per encoder run, and fewer when their normalised pixels would pass
-//! [`ENCODE_CHUNK_BYTES`]) and the head runs on windows of embeddings, instead of the single graph re-encoding
-//! every frame of every window; `--single-graph` turns that off.
+//! once and the head runs on windows of embeddings, instead of the single graph re-encoding every frame of every
+//! window; `--single-graph` turns that off.
 //!
 //! The model's state fields are taken from the dataset's `observation.state` by name (manifest `state_names`
 //! against `features.observation.state.names` in meta/info.json): a model asking for a field the dataset lacks is
@@ -28,14 +30,10 @@ use stagewise_core::{RabcConfig, RabcWeights};
 use stagewise_dataset::{
     interpolate_linear, strided_frames, Dataset, Episode, Images, SarmProgress, STATE_KEY,
 };
-use stagewise_model::preprocess::Normaliser;
-use stagewise_model::{
-    Manifest, ModelForm, ModelKind, OrtRuntime, RewardModel, StateMap, TwoPartModel,
-};
+use stagewise_model::scoring::{self, ViewFrames};
+use stagewise_model::{EpisodeScorer, Manifest, ModelForm, ModelKind, OrtRuntime, StateMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::time::Instant;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -123,9 +121,6 @@ impl std::ops::AddAssign for StageTimes {
 struct Plan {
     /// Dataset camera key per model view, in the model's view order.
     keys: Vec<String>,
-    normaliser: Normaliser,
-    frames: usize,
-    stride_model: usize,
     /// Values of the dataset's `observation.state` per frame (0 when the model takes no state).
     state_size: usize,
     /// The model's state fields in the dataset's `observation.state`, bound by name (when it takes a state).
@@ -136,12 +131,6 @@ struct Plan {
     two_part: bool,
     /// The model's manifest, read (and its files hashed) once for all workers.
     manifest: Manifest,
-}
-
-/// A worker's model: the single graph, or the two-part form.
-enum Labeller {
-    Single(RewardModel),
-    TwoPart(TwoPartModel),
 }
 
 fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Plan> {
@@ -158,10 +147,9 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
-    let image = m
-        .image
-        .as_ref()
-        .with_context(|| format!("{}: field `image` is missing", m.path.display()))?;
+    if m.image.is_none() {
+        bail!("{}: field `image` is missing", m.path.display());
+    }
     let keys = m
         .views
         .iter()
@@ -178,9 +166,6 @@ fn check_plan(ds: &Dataset, m: &Manifest, args: &LabelArgs) -> anyhow::Result<Pl
     };
     Ok(Plan {
         keys,
-        normaliser: Normaliser::new(image),
-        frames: m.frames.max(1),
-        stride_model: m.stride.max(1),
         state_size,
         state_map,
         stride: args.stride,
@@ -250,26 +235,6 @@ pub fn bind_dataset_state(ds: &Dataset, m: &Manifest) -> anyhow::Result<(usize, 
     }
 }
 
-/// A worker's buffers, reused across episodes: fresh multi-megabyte buffers per episode cost page faults and
-/// memsets that showed up at ~7% of a label run's profile.
-#[derive(Default)]
-struct Scratch {
-    /// Normalised frames ([row, view, CHW]).
-    pre: Vec<f32>,
-    /// Embeddings of the needed frames ([row, view, E]; two-part models).
-    emb: Vec<f32>,
-    /// One batch of windows and its states.
-    windows: Vec<f32>,
-    state: Vec<f32>,
-}
-
-/// Grows `buf` to at least `len` values; the contents are overwritten by the caller.
-fn grow(buf: &mut Vec<f32>, len: usize) {
-    if buf.len() < len {
-        buf.resize(len, 0.0);
-    }
-}
-
 /// One episode read from the dataset, its frames decoded.
 struct ReadEpisode {
     ep: usize,
@@ -289,26 +254,17 @@ fn read_episode(ds: &Dataset, ep: usize) -> anyhow::Result<ReadEpisode> {
     })
 }
 
-/// Labels one read episode with `model`.
+/// Checks one read episode's columns against the plan and labels it with stagewise-model's episode scorer.
 fn label_episode(
     plan: &Plan,
-    model: &mut Labeller,
-    scratch: &mut Scratch,
+    model: &mut EpisodeScorer,
     read: ReadEpisode,
 ) -> anyhow::Result<Labelled> {
     let ReadEpisode { ep, data, seconds } = read;
-    let mut time = StageTimes {
-        read_decode: seconds,
-        ..Default::default()
-    };
-    let t0 = Instant::now();
     let len = data.len();
     if len == 0 {
         bail!("episode {ep} has no frames");
     }
-    let frame_len = plan.normaliser.frame_len();
-    let views = plan.keys.len();
-    let step_len = views * frame_len;
     let cams: Vec<&[RgbImage]> = plan
         .keys
         .iter()
@@ -345,98 +301,19 @@ fn label_episode(
             }
         }
     }
+    let state: &[f32] = if plan.state_size > 0 {
+        &data.state
+    } else {
+        &[]
+    };
+    let source = ViewFrames::new(&cams, &plan.keys, state, plan.state_size)
+        .with_context(|| format!("episode {ep}"))?;
     let scored = strided_frames(len, plan.stride);
-    let back = |t: usize, f: usize| t.saturating_sub((plan.frames - 1 - f) * plan.stride_model);
-    // The frames the scored windows need: row `slot[t]` of `rows` below holds frame t.
-    let mut slot = vec![usize::MAX; len];
-    let mut needed = Vec::new();
-    for &t in &scored {
-        for f in 0..plan.frames {
-            let b = back(t, f);
-            if slot[b] == usize::MAX {
-                slot[b] = 0;
-                needed.push(b);
-            }
-        }
-    }
-    needed.sort_unstable();
-    for (row, &t) in needed.iter().enumerate() {
-        slot[t] = row;
-    }
-    let normalise = |rows: &[usize], dst: &mut [f32]| -> anyhow::Result<()> {
-        for (&t, step) in rows.iter().zip(dst.chunks_exact_mut(step_len)) {
-            for ((v, cam), out) in cams
-                .iter()
-                .enumerate()
-                .zip(step.chunks_exact_mut(frame_len))
-            {
-                plan.normaliser.write_chw(&cam[t], out).map_err(|reason| {
-                    anyhow::anyhow!("episode {ep}, frame {t}, `{}`: {reason}", plan.keys[v])
-                })?;
-            }
-        }
-        Ok(())
-    };
-    // Rows of `rows` ([row, view, row_len]): normalised frames (single graph) or their embeddings (two-part).
-    let Scratch {
-        pre,
-        emb,
-        windows,
-        state,
-    } = scratch;
-    let (rows, row_len): (&[f32], usize) = match model {
-        Labeller::Single(_) => {
-            grow(pre, needed.len() * step_len);
-            let pre = &mut pre[..needed.len() * step_len];
-            normalise(&needed, pre)?;
-            (pre, frame_len)
-        }
-        Labeller::TwoPart(m) => {
-            // Encode every needed frame once, a chunk at a time (the chunk stays in cache between the
-            // normalising and the encoder); windows are then windows of embeddings.
-            let e = m.embedding_len();
-            emb.clear();
-            let chunk_frames =
-                (ENCODE_CHUNK_BYTES / (step_len * size_of::<f32>())).clamp(1, plan.batch);
-            grow(pre, chunk_frames * step_len);
-            for chunk in needed.chunks(chunk_frames) {
-                let pre = &mut pre[..chunk.len() * step_len];
-                normalise(chunk, pre)?;
-                let t_run = Instant::now();
-                m.encode(pre, chunk.len() * views, emb)
-                    .with_context(|| format!("encoding frames of episode {ep}"))?;
-                time.model += t_run.elapsed().as_secs_f64();
-            }
-            (emb, e)
-        }
-    };
-    let row_step = views * row_len;
-    let mut values = Vec::with_capacity(scored.len());
-    for chunk in scored.chunks(plan.batch) {
-        windows.clear();
-        state.clear();
-        for &t in chunk {
-            // [views, frames, row_len], oldest frame first (the layout of FrameWindow::window).
-            for v in 0..views {
-                for f in 0..plan.frames {
-                    let s = slot[back(t, f)] * row_step + v * row_len;
-                    windows.extend_from_slice(&rows[s..s + row_len]);
-                }
-            }
-            if plan.state_size > 0 {
-                state.extend_from_slice(data.state(t));
-            }
-        }
-        let t_run = Instant::now();
-        let out = match model {
-            Labeller::Single(m) => m.score_windows(windows, state, chunk.len()),
-            Labeller::TwoPart(m) => m.score_embeddings(windows, state, chunk.len()),
-        }
-        .with_context(|| format!("scoring episode {ep}, frames {chunk:?}"))?;
-        time.model += t_run.elapsed().as_secs_f64();
-        values.extend(out.iter().map(|p| p.phi));
-    }
-    time.prepare = t0.elapsed().as_secs_f64() - time.model;
+    let out = model
+        .score(&source, &scored)
+        .with_context(|| format!("episode {ep}"))?;
+    let timing = model.last_timing();
+    let values: Vec<f32> = out.iter().map(|p| p.phi).collect();
     let progress = interpolate_linear(len, &scored, &values)
         .map_err(|e| anyhow::anyhow!("episode {ep}: interpolating progress: {e}"))?;
     Ok(Labelled {
@@ -446,19 +323,19 @@ fn label_episode(
         progress,
         scored,
         progress_gt: data.extra("progress_gt").map(<[f64]>::to_vec),
-        time,
+        time: StageTimes {
+            read_decode: seconds,
+            prepare: timing.prepare.as_secs_f64(),
+            model: timing.model.as_secs_f64(),
+        },
     })
 }
-
-/// The most normalised pixels (bytes of f32) per encoder run: a chunk's input and the encoder's activations
-/// then stay in a core's L2 cache. Measured with the 8-16-16 pick-place model (3 views at 32x32, so 10 frames
-/// per run): 28-31 us of model time per frame against 34-38 us with 64 frames per run.
-const ENCODE_CHUNK_BYTES: usize = 384 * 1024;
 
 /// Decoded episodes a worker keeps while its model loads (bounded: a TensorRT build can take minutes).
 const READ_AHEAD: usize = 4;
 
-/// Labels every episode on `workers` threads; results in episode order.
+/// Labels every episode on `workers` threads (stagewise-model's worker pool, one ONNX Runtime session per
+/// worker); results in episode order.
 fn label_all(
     ds: &Dataset,
     plan: &Plan,
@@ -466,101 +343,33 @@ fn label_all(
     workers: usize,
     bar: &ProgressBar,
 ) -> anyhow::Result<Vec<Labelled>> {
-    let n = ds.num_episodes();
-    let next = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel::<anyhow::Result<Labelled>>();
-    let mut out: Vec<Option<Labelled>> = (0..n).map(|_| None).collect();
-    let mut first_err = None;
-    std::thread::scope(|s| {
-        for w in 0..workers {
-            let tx = tx.clone();
-            let (next, stop) = (&next, &stop);
-            s.spawn(move || {
-                // The next episode to read, or None when all are taken or a worker failed.
-                let claim = || {
-                    let ep = next.fetch_add(1, Ordering::Relaxed);
-                    (ep < n && !stop.load(Ordering::Relaxed)).then_some(ep)
-                };
-                // Loading ONNX Runtime and creating the sessions takes tens of milliseconds (~45 ms here on
-                // the CPU; minutes for a first TensorRT engine build): the worker reads and decodes episodes
-                // meanwhile, at least one and at most READ_AHEAD, until its model is ready.
-                let loader = s.spawn(move || -> anyhow::Result<Labeller> {
-                    let (rt, opts) = (args.ort.runtime()?, args.ort.session_options());
-                    let (m, path) = (plan.manifest.clone(), args.model.display());
-                    let map = plan.state_map.clone();
-                    if plan.two_part {
-                        let mut model = TwoPartModel::from_manifest(m, rt, &opts)
-                            .with_context(|| format!("loading the two-part model {path}"))?;
-                        if let Some(map) = map {
-                            model.set_state_map(map)?;
-                        }
-                        Ok(Labeller::TwoPart(model))
-                    } else {
-                        let mut model =
-                            RewardModel::from_manifest_as(m, rt, &opts, ModelForm::SingleGraph)
-                                .with_context(|| format!("loading reward model {path}"))?;
-                        if let Some(map) = map {
-                            model.set_state_map(map)?;
-                        }
-                        Ok(Labeller::Single(model))
-                    }
-                });
-                let mut pending = std::collections::VecDeque::new();
-                while pending.is_empty() || (!loader.is_finished() && pending.len() < READ_AHEAD) {
-                    match claim() {
-                        Some(ep) => pending.push_back(read_episode(ds, ep)),
-                        None => break,
-                    }
-                }
-                let loaded = loader
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                let mut model = match loaded.with_context(|| format!("worker {w}")) {
-                    Ok(m) => m,
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        return;
-                    }
-                };
-                let mut scratch = Scratch::default();
-                while let Some(read) = pending
-                    .pop_front()
-                    .or_else(|| claim().map(|ep| read_episode(ds, ep)))
-                {
-                    let r =
-                        read.and_then(|read| label_episode(plan, &mut model, &mut scratch, read));
-                    let failed = r.is_err();
-                    if tx.send(r).is_err() || failed {
-                        break;
-                    }
-                }
-            });
-        }
-        drop(tx);
-        for r in rx {
-            match r {
-                Ok(l) => {
-                    bar.inc(l.progress.len() as u64);
-                    let e = l.episode;
-                    out[e] = Some(l);
-                }
-                Err(e) => {
-                    stop.store(true, Ordering::Relaxed);
-                    if first_err.is_none() {
-                        first_err = Some(e);
-                    }
-                }
+    let load = |w: usize| -> anyhow::Result<EpisodeScorer> {
+        let load = || -> anyhow::Result<EpisodeScorer> {
+            let (rt, opts) = (args.ort.runtime()?, args.ort.session_options());
+            let (form, what) = if plan.two_part {
+                (ModelForm::TwoPart, "the two-part model")
+            } else {
+                (ModelForm::SingleGraph, "reward model")
+            };
+            let mut model =
+                EpisodeScorer::from_manifest(plan.manifest.clone(), rt, &opts, form, plan.batch)
+                    .with_context(|| format!("loading {what} {}", args.model.display()))?;
+            if let Some(map) = plan.state_map.clone() {
+                model.set_state_map(map)?;
             }
-        }
-    });
-    if let Some(e) = first_err {
-        return Err(e);
-    }
-    out.into_iter()
-        .enumerate()
-        .map(|(i, l)| l.with_context(|| format!("episode {i} was not labelled")))
-        .collect()
+            Ok(model)
+        };
+        load().with_context(|| format!("worker {w}"))
+    };
+    scoring::score_in_workers(
+        ds.num_episodes(),
+        workers,
+        READ_AHEAD,
+        load,
+        |ep| read_episode(ds, ep),
+        |model, _, read| label_episode(plan, model, read),
+        |_, l: &Labelled| bar.inc(l.progress.len() as u64),
+    )
 }
 
 pub fn run(args: LabelArgs) -> anyhow::Result<()> {

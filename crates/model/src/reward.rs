@@ -15,7 +15,7 @@ use crate::preprocess::Normaliser;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::state::StateMap;
 use crate::two_part::TwoPartModel;
-use crate::window::FrameWindow;
+use crate::window::{FrameWindow, WindowLayout};
 use crate::ModelError;
 use ort::session::Session;
 use ort::value::TensorRef;
@@ -362,11 +362,7 @@ impl RewardModel {
         t0: Instant,
     ) -> Result<Vec<Progress>, ModelError> {
         let n = obs.len();
-        let (views, frames, stride) = (
-            self.manifest.views.len(),
-            self.manifest.frames,
-            self.manifest.stride,
-        );
+        let layout = WindowLayout::of(&self.manifest);
         let frame_len = self.normaliser.frame_len();
         let window_len = self.window_len();
         // One env reads its window in place; a batch is staged row by row.
@@ -376,7 +372,7 @@ impl RewardModel {
         for (row, ((&env, o), order)) in envs.iter().zip(obs).zip(order).enumerate() {
             let fresh = o.step == 0 || self.windows[env].is_none();
             let window = self.windows[env]
-                .get_or_insert_with(|| FrameWindow::new(views, frame_len, frames, stride));
+                .get_or_insert_with(|| FrameWindow::with_layout(layout, frame_len));
             window.begin_step(fresh);
             for (v, &idx) in order.iter().enumerate() {
                 // Sizes were checked in view_order, so this cannot fail.
@@ -415,11 +411,8 @@ impl RewardModel {
         t0: Instant,
     ) -> Result<Vec<Progress>, ModelError> {
         let n = obs.len();
-        let (views, frames, stride) = (
-            self.manifest.views.len(),
-            self.manifest.frames,
-            self.manifest.stride,
-        );
+        let layout = WindowLayout::of(&self.manifest);
+        let views = layout.views();
         let frame_len = self.normaliser.frame_len();
         let Graphs::TwoPart {
             model,
@@ -445,14 +438,14 @@ impl RewardModel {
         embeddings.clear();
         model.encode(new_frames, n * views, embeddings)?;
         let encoded = Instant::now();
-        let window_len = views * frames * e;
+        let window_len = layout.window_len(e);
         let staged = n > 1;
         self.images
             .resize(if staged { n * window_len } else { 0 }, 0.0);
         for (row, (&env, o)) in envs.iter().zip(obs).enumerate() {
             let fresh = o.step == 0 || self.windows[env].is_none();
             let window =
-                self.windows[env].get_or_insert_with(|| FrameWindow::new(views, e, frames, stride));
+                self.windows[env].get_or_insert_with(|| FrameWindow::with_layout(layout, e));
             window.begin_step(fresh);
             for v in 0..views {
                 let at = (row * views + v) * e;

@@ -10,10 +10,84 @@
 //! frame fills every slot, so early windows repeat it.
 //!
 //! Cost per step: the new frames are normalised once and stored twice. Memory: `2 W s` frames per env.
+//!
+//! [`WindowLayout`] is the one definition of which frames a window holds and in what order; the ring above is
+//! checked against it (the property test below), and offline scoring ([`crate::scoring`]) gathers its windows
+//! of whole episodes with it, so the actor and `label`/`eval` feed a model the same windows.
+
+/// Which frames the window of step `t` holds, and in what order: per view (the manifest's view order), the
+/// `frames` frames `t - (frames - 1) stride, ..., t - stride, t`, oldest first, so a window is `[views, frames,
+/// frame_len]`. Before the episode start (frame 0) the first frame repeats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowLayout {
+    views: usize,
+    frames: usize,
+    stride: usize,
+}
+
+impl WindowLayout {
+    /// `frames` per window and view, `stride` steps apart, `views` views (each at least 1).
+    pub fn new(views: usize, frames: usize, stride: usize) -> Self {
+        Self {
+            views: views.max(1),
+            frames: frames.max(1),
+            stride: stride.max(1),
+        }
+    }
+
+    /// The layout of a model's windows: its views, `frames` and `stride`.
+    pub fn of(manifest: &crate::Manifest) -> Self {
+        Self::new(manifest.views.len(), manifest.frames, manifest.stride)
+    }
+
+    pub fn views(&self) -> usize {
+        self.views
+    }
+
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
+    pub fn stride(&self) -> usize {
+        self.stride
+    }
+
+    /// Values in one window of frames (or embeddings) of `frame_len` values each.
+    pub fn window_len(&self, frame_len: usize) -> usize {
+        self.views * self.frames * frame_len
+    }
+
+    /// The episode frame in slot `f` (0 = oldest) of the window whose newest frame is `t` (episode frames count
+    /// from 0).
+    pub fn frame(&self, t: usize, f: usize) -> usize {
+        t.saturating_sub((self.frames - 1 - f) * self.stride)
+    }
+
+    /// The frames of the window of step `t`, oldest first (the same for every view).
+    pub fn frames_of(&self, t: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.frames).map(move |f| self.frame(t, f))
+    }
+
+    /// Appends the window of step `t` to `out`: for each view `v`, for each of its frames `i` oldest first,
+    /// `row(i, v)` (the `frame_len` values of frame `i` of view `v`).
+    pub fn gather<'a>(
+        &self,
+        t: usize,
+        mut row: impl FnMut(usize, usize) -> &'a [f32],
+        out: &mut Vec<f32>,
+    ) {
+        for v in 0..self.views {
+            for f in 0..self.frames {
+                out.extend_from_slice(row(self.frame(t, f), v));
+            }
+        }
+    }
+}
 
 /// The frame windows of one environment.
 #[derive(Debug, Clone)]
 pub struct FrameWindow {
+    layout: WindowLayout,
     views: usize,
     frame_len: usize,
     frames: usize,
@@ -28,9 +102,15 @@ pub struct FrameWindow {
 impl FrameWindow {
     /// `frames` per window, `stride` steps apart, `views` frames of `frame_len` values per step.
     pub fn new(views: usize, frame_len: usize, frames: usize, stride: usize) -> Self {
-        let (views, frames, stride) = (views.max(1), frames.max(1), stride.max(1));
+        Self::with_layout(WindowLayout::new(views, frames, stride), frame_len)
+    }
+
+    /// The windows of `layout`, frames of `frame_len` values.
+    pub fn with_layout(layout: WindowLayout, frame_len: usize) -> Self {
+        let (views, frames, stride) = (layout.views, layout.frames, layout.stride);
         let w = views * frames;
         Self {
+            layout,
             views,
             frame_len,
             frames,
@@ -42,7 +122,12 @@ impl FrameWindow {
 
     /// Values in one window: `views * frames * frame_len`.
     pub fn window_len(&self) -> usize {
-        self.views * self.frames * self.frame_len
+        self.layout.window_len(self.frame_len)
+    }
+
+    /// Which frames a window holds, in what order.
+    pub fn layout(&self) -> WindowLayout {
+        self.layout
     }
 
     /// Frames per window and view, times views.
@@ -132,6 +217,35 @@ mod tests {
         out
     }
 
+    /// The window [`WindowLayout::gather`] builds from the episode's frames (episode start `t0`).
+    fn gathered(layout: WindowLayout, t0: u32, t: u32) -> Vec<f32> {
+        let values: Vec<Vec<f32>> = (t0..=t)
+            .map(|tt| {
+                (0..layout.views())
+                    .map(|v| tt as f32 + v as f32 / 10.0)
+                    .collect()
+            })
+            .collect();
+        let mut out = Vec::new();
+        layout.gather(
+            (t - t0) as usize,
+            |i, v| std::slice::from_ref(&values[i][v]),
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn layout_names_the_frames_of_a_window() {
+        let l = WindowLayout::new(2, 3, 4);
+        assert_eq!(l.frames_of(0).collect::<Vec<_>>(), [0, 0, 0]);
+        assert_eq!(l.frames_of(5).collect::<Vec<_>>(), [0, 1, 5]);
+        assert_eq!(l.frames_of(9).collect::<Vec<_>>(), [1, 5, 9]);
+        assert_eq!(l.window_len(7), 2 * 3 * 7);
+        // Zero frames, views or stride count as one.
+        assert_eq!(WindowLayout::new(0, 0, 0), WindowLayout::new(1, 1, 1));
+    }
+
     #[test]
     fn first_frame_repeats_then_stride_applies() {
         let mut w = FrameWindow::new(2, 1, 3, 2);
@@ -205,6 +319,8 @@ mod tests {
                 }
                 push(&mut w, t, fresh);
                 prop_assert_eq!(w.window(), &expected(views, frames, stride, t0, t)[..]);
+                // The ring holds the windows offline scoring gathers with the layout.
+                prop_assert_eq!(w.window(), &gathered(w.layout(), t0, t)[..]);
             }
         }
     }

@@ -9,5 +9,6 @@ mod hop_graph;
 mod parity;
 mod policy;
 mod score;
+mod scoring;
 mod state_names;
 mod two_part;
