@@ -3,3 +3,4 @@
 //! `cargo test -p stagewise-runtime --test integration <module>::`.
 
 mod encoder_cache;
+mod log_corpus;
