@@ -235,13 +235,7 @@ impl InfoJson {
                 return Err(field(&f, "shape is empty".into()));
             }
         }
-        for required in [
-            "index",
-            "episode_index",
-            "frame_index",
-            "timestamp",
-            "task_index",
-        ] {
+        for (required, _, _) in crate::features::DEFAULT_FEATURES {
             if self.features.get(required).is_none() {
                 return Err(field(
                     "features",

@@ -17,6 +17,7 @@ pub mod annotations;
 mod columns;
 pub mod durable;
 pub mod error;
+mod features;
 pub mod info;
 pub mod reader;
 pub mod sarm_progress;

@@ -9,29 +9,20 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 use image::RgbImage;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
+    ParquetRecordBatchReaderBuilder,
 };
 use parquet::file::statistics::Statistics;
 use rayon::prelude::*;
 
-use crate::columns::{
-    column, f32_values, f32_vectors, i64_values, image_bytes, ints_any, list_rows, numeric_f64,
-    strings,
-};
+use crate::columns::{column, i64_values, ints_any, list_rows, numeric_f64, strings};
 use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
+use crate::features::{self, Cells, Column, Kind};
 use crate::info::{
-    format_template, read_proportions_json, InfoJson, SARM_PROGRESS_FILE, STATS_PATH, TASKS_PATH,
-    TEMPORAL_PROPORTIONS_SPARSE_PATH,
+    format_template, read_proportions_json, Feature, InfoJson, SARM_PROGRESS_FILE, STATS_PATH,
+    TASKS_PATH, TEMPORAL_PROPORTIONS_SPARSE_PATH,
 };
 use crate::writer::{StageAnnotation, ACTION_KEY, STATE_KEY};
-
-const DEFAULT_COLUMNS: [&str; 5] = [
-    "timestamp",
-    "frame_index",
-    "episode_index",
-    "index",
-    "task_index",
-];
 
 /// Where one episode's frames of one video feature are (LeRobot v3 `videos/<key>/...` episode columns).
 #[derive(Debug, Clone, PartialEq)]
@@ -128,6 +119,8 @@ impl Episode {
 pub struct Dataset {
     root: PathBuf,
     info: InfoJson,
+    /// info.json's features as the column table ([`features::table`]) that reading iterates.
+    columns: Vec<Column>,
     tasks: Vec<String>,
     episodes: Vec<EpisodeMeta>,
     stats: Option<serde_json::Value>,
@@ -153,8 +146,9 @@ impl Dataset {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let root = dir.as_ref().to_owned();
         let info = InfoJson::read(&root)?;
+        let columns = features::table(&info.features);
         let tasks = read_tasks(&root.join(TASKS_PATH))?;
-        let episodes = read_episodes(&root, &info, &tasks)?;
+        let episodes = read_episodes(&root, &info, &columns, &tasks)?;
         let stats_path = root.join(STATS_PATH);
         let stats = if stats_path.exists() {
             let text = std::fs::read_to_string(&stats_path).map_err(io_err(&stats_path))?;
@@ -176,6 +170,7 @@ impl Dataset {
         Ok(Self {
             root,
             info,
+            columns,
             tasks,
             episodes,
             stats,
@@ -194,12 +189,7 @@ impl Dataset {
 
     /// The video feature keys, in info.json order.
     pub fn video_keys(&self) -> Vec<&str> {
-        self.info
-            .features
-            .iter()
-            .filter(|(_, f)| f.dtype == "video")
-            .map(|(k, _)| k)
-            .collect()
+        self.video_features().into_iter().map(|(k, _)| k).collect()
     }
 
     /// Path of the MP4 file that holds episode `ep`'s frames of video feature `key`.
@@ -382,13 +372,8 @@ impl Dataset {
         if images == Images::Skip {
             return Ok(out);
         }
-        let videos: Vec<(&str, &crate::info::Feature)> = self
-            .info
-            .features
-            .iter()
-            .filter(|(_, f)| f.dtype == "video")
-            .collect();
-        let decode = |(key, ft): &(&str, &crate::info::Feature)| -> Result<Vec<Vec<RgbImage>>> {
+        let videos = self.video_features();
+        let decode = |(key, ft): &(&str, &Feature)| -> Result<Vec<Vec<RgbImage>>> {
             let (h, w, _) = ft.image_hwc().ok_or_else(|| {
                 self.info_field(&format!("features.{key}.shape"), "not [h, w, 3]".into())
             })?;
@@ -459,33 +444,91 @@ impl Dataset {
             })
     }
 
+    /// Reads episode `ep` from its data file, in named steps: open the rows ([`Self::episode_rows`]), take the
+    /// episode's values of every column the table reads ([`read_rows`]), check the length, put the rows in
+    /// frame order, decode the image columns ([`decode_images`]) and, when `videos`, the video features.
     fn read_episode_inner(&self, ep: usize, images: Images, videos: bool) -> Result<Episode> {
         let meta = self.episode_meta(ep)?.clone();
         let path = self.data_file(ep)?;
-        let f = File::open(&path).map_err(io_err(&path))?;
-        let footer = self.footer(&path, &f)?;
+        let columns: Vec<&Column> = self
+            .columns
+            .iter()
+            .filter(|c| c.reads(images != Images::Skip))
+            .collect();
+        let rows = self.episode_rows(ep, &path, &columns)?;
+        let mut cells = read_rows(rows, &path, ep, &columns)?;
+        let frame_index = frame_index(&columns, &cells);
+        if frame_index.len() != meta.length {
+            return Err(DatasetError::Episode {
+                path,
+                episode: ep,
+                reason: format!(
+                    "episode metadata says {} frames, the data file has {} rows with episode_index {ep}",
+                    meta.length,
+                    frame_index.len()
+                ),
+            });
+        }
+        // Frames in frame_index order.
+        let mut order: Vec<usize> = (0..frame_index.len()).collect();
+        order.sort_by_key(|&i| frame_index[i]);
+        if order.iter().enumerate().any(|(a, &b)| a != b) {
+            for c in cells.iter_mut().flatten() {
+                c.permute(&order);
+            }
+        }
+        let (mut out, pngs) = self.assemble(meta, &columns, cells);
+        out.images = decode_images(&path, ep, pngs, images)?;
+        if videos && images != Images::Skip {
+            let read = |(key, ft): &(&str, &Feature)| {
+                self.read_video(&out.meta, key, ft, &out.timestamp)
+                    .map(|frames| ((*key).to_owned(), frames))
+            };
+            let features = self.video_features();
+            let decoded: Result<Vec<(String, Vec<RgbImage>)>> =
+                if images == Images::DecodeOnThisThread {
+                    features.iter().map(read).collect()
+                } else {
+                    features.par_iter().map(read).collect()
+                };
+            out.images.extend(decoded?);
+        }
+        Ok(out)
+    }
+
+    /// The video features of the column table, with their info.json entries.
+    fn video_features(&self) -> Vec<(&str, &Feature)> {
+        self.columns
+            .iter()
+            .filter(|c| matches!(c.kind, Kind::Video { .. }))
+            .filter_map(|c| Some((c.key.as_str(), self.info.features.get(&c.key)?)))
+            .collect()
+    }
+
+    /// Opens data file `path` for episode `ep`: every column in `columns` must be there (the error names the file
+    /// and the column); only those columns are read, and only the row groups whose `episode_index` statistics
+    /// may hold `ep`.
+    fn episode_rows(
+        &self,
+        ep: usize,
+        path: &Path,
+        columns: &[&Column],
+    ) -> Result<ParquetRecordBatchReader> {
+        let f = File::open(path).map_err(io_err(path))?;
+        let footer = self.footer(path, &f)?;
         let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(f, footer);
         let schema = builder.schema().clone();
-
-        // Which columns to read: every non-video feature (images only when decoding).
-        let mut wanted: Vec<&str> = Vec::new();
-        for (key, ft) in self.info.features.iter() {
-            if ft.dtype == "video" || (ft.dtype == "image" && images == Images::Skip) {
-                continue;
-            }
-            if schema.field_with_name(key).is_err() {
-                return Err(DatasetError::MissingColumn {
-                    path: path.clone(),
-                    column: key.to_owned(),
-                });
-            }
-            wanted.push(key);
+        let mut roots = Vec::with_capacity(columns.len());
+        for c in columns {
+            let i = schema
+                .index_of(&c.key)
+                .map_err(|_| DatasetError::MissingColumn {
+                    path: path.to_owned(),
+                    column: c.key.clone(),
+                })?;
+            roots.push(i);
         }
         let parquet_schema = builder.parquet_schema();
-        let roots: Vec<usize> = wanted
-            .iter()
-            .filter_map(|k| schema.index_of(k).ok())
-            .collect();
         let mask = parquet::arrow::ProjectionMask::roots(parquet_schema, roots);
 
         // Skip row groups whose episode_index statistics exclude this episode.
@@ -509,167 +552,56 @@ impl Dataset {
             )
             .map(|(i, _)| i)
             .collect();
-        let reader = builder
+        builder
             .with_projection(mask)
             .with_row_groups(groups)
             .build()
-            .map_err(pq_err(&path))?;
+            .map_err(pq_err(path))
+    }
 
-        let state_dim = self
-            .info
-            .features
-            .get(STATE_KEY)
-            .map(|f| f.shape.iter().product())
-            .unwrap_or(0);
-        let action_dim = self
-            .info
-            .features
-            .get(ACTION_KEY)
-            .map(|f| f.shape.iter().product())
-            .unwrap_or(0);
+    /// An [`Episode`] from the values read for `columns` (and the PNG bytes of the image columns, still to be
+    /// decoded).
+    fn assemble(
+        &self,
+        meta: EpisodeMeta,
+        columns: &[&Column],
+        cells: Vec<Option<Cells>>,
+    ) -> (Episode, PngColumns) {
+        let dim = |key: &str| {
+            self.info
+                .features
+                .get(key)
+                .map(|f| f.shape.iter().product())
+                .unwrap_or(0)
+        };
         let mut out = Episode {
-            meta: meta.clone(),
+            meta,
             index: Vec::new(),
             frame_index: Vec::new(),
             timestamp: Vec::new(),
             task_index: Vec::new(),
-            state_dim,
+            state_dim: dim(STATE_KEY),
             state: Vec::new(),
-            action_dim,
+            action_dim: dim(ACTION_KEY),
             action: Vec::new(),
             images: Vec::new(),
             extras: Vec::new(),
         };
-        let image_keys: Vec<&str> = wanted
-            .iter()
-            .copied()
-            .filter(|k| {
-                self.info
-                    .features
-                    .get(k)
-                    .is_some_and(|f| f.dtype == "image")
-            })
-            .collect();
-        let extra_keys: Vec<&str> = wanted
-            .iter()
-            .copied()
-            .filter(|k| {
-                !image_keys.contains(k)
-                    && *k != STATE_KEY
-                    && *k != ACTION_KEY
-                    && !DEFAULT_COLUMNS.contains(k)
-                    && self
-                        .info
-                        .features
-                        .get(k)
-                        .is_some_and(|f| f.shape.iter().product::<usize>() == 1)
-            })
-            .collect();
-        let mut png: Vec<Vec<Vec<u8>>> = vec![Vec::new(); image_keys.len()];
-        let mut extras: Vec<Vec<f64>> = vec![Vec::new(); extra_keys.len()];
-
-        for batch in reader {
-            let batch = batch.map_err(arrow_err(&path))?;
-            let epi = i64_values(
-                column(&batch, &path, "episode_index")?,
-                &path,
-                "episode_index",
-            )?;
-            let sel: Vec<usize> = (0..epi.len()).filter(|&i| epi[i] == ep as i64).collect();
-            if sel.is_empty() {
-                continue;
-            }
-            let pick_i64 = |name: &str| -> Result<Vec<i64>> {
-                let v = i64_values(column(&batch, &path, name)?, &path, name)?;
-                Ok(sel.iter().map(|&i| v[i]).collect())
-            };
-            out.index.extend(pick_i64("index")?);
-            out.frame_index.extend(pick_i64("frame_index")?);
-            out.task_index.extend(pick_i64("task_index")?);
-            let ts = f32_values(column(&batch, &path, "timestamp")?, &path, "timestamp")?;
-            out.timestamp.extend(sel.iter().map(|&i| ts[i]));
-            for (key, dim, dst) in [
-                (STATE_KEY, state_dim, &mut out.state),
-                (ACTION_KEY, action_dim, &mut out.action),
-            ] {
-                if dim == 0 || !wanted.contains(&key) {
-                    continue;
-                }
-                let v = f32_vectors(column(&batch, &path, key)?, &path, key, dim)?;
-                for &i in &sel {
-                    dst.extend_from_slice(&v[i * dim..(i + 1) * dim]);
-                }
-            }
-            for (k, key) in image_keys.iter().enumerate() {
-                png[k].extend(image_bytes(column(&batch, &path, key)?, &sel, &path, key)?);
-            }
-            for (k, key) in extra_keys.iter().enumerate() {
-                let v = numeric_f64(column(&batch, &path, key)?, &path, key)?;
-                extras[k].extend(sel.iter().map(|&i| v[i]));
+        let mut pngs = Vec::new();
+        for (col, c) in columns.iter().zip(cells) {
+            match (col.kind, c) {
+                (Kind::Index, Some(Cells::I64(v))) => out.index = v,
+                (Kind::FrameIndex, Some(Cells::I64(v))) => out.frame_index = v,
+                (Kind::TaskIndex, Some(Cells::I64(v))) => out.task_index = v,
+                (Kind::Timestamp, Some(Cells::F32(v))) => out.timestamp = v,
+                (Kind::State, Some(Cells::Vectors { values, .. })) => out.state = values,
+                (Kind::Action, Some(Cells::Vectors { values, .. })) => out.action = values,
+                (Kind::Image { .. }, Some(Cells::Png(b))) => pngs.push((col.key.clone(), b)),
+                (Kind::Extra, Some(Cells::F64(v))) => out.extras.push((col.key.clone(), v)),
+                _ => {}
             }
         }
-        if out.frame_index.len() != meta.length {
-            return Err(DatasetError::Episode {
-                path,
-                episode: ep,
-                reason: format!(
-                    "episode metadata says {} frames, the data file has {} rows with episode_index {ep}",
-                    meta.length,
-                    out.frame_index.len()
-                ),
-            });
-        }
-        // Frames in frame_index order.
-        let mut order: Vec<usize> = (0..out.len()).collect();
-        order.sort_by_key(|&i| out.frame_index[i]);
-        if order.iter().enumerate().any(|(a, &b)| a != b) {
-            permute(&mut out, &mut png, &mut extras, &order);
-        }
-
-        for (k, key) in image_keys.iter().enumerate() {
-            let decode = |(row, bytes): (usize, &Vec<u8>)| {
-                image::load_from_memory(bytes)
-                    .map(|im| im.into_rgb8())
-                    .map_err(|source| DatasetError::Image {
-                        path: path.clone(),
-                        column: (*key).to_owned(),
-                        episode: ep,
-                        frame: row,
-                        source: Box::new(source),
-                    })
-            };
-            let decoded: Result<Vec<RgbImage>> = if images == Images::DecodeOnThisThread {
-                png[k].iter().enumerate().map(decode).collect()
-            } else {
-                png[k].par_iter().enumerate().map(decode).collect()
-            };
-            out.images.push(((*key).to_owned(), decoded?));
-        }
-        if videos && images != Images::Skip {
-            let videos: Vec<(&str, &crate::info::Feature)> = self
-                .info
-                .features
-                .iter()
-                .filter(|(_, f)| f.dtype == "video")
-                .collect();
-            let read = |(key, ft): &(&str, &crate::info::Feature)| {
-                self.read_video(&meta, key, ft, &out.timestamp)
-                    .map(|frames| ((*key).to_owned(), frames))
-            };
-            let decoded: Result<Vec<(String, Vec<RgbImage>)>> =
-                if images == Images::DecodeOnThisThread {
-                    videos.iter().map(read).collect()
-                } else {
-                    videos.par_iter().map(read).collect()
-                };
-            out.images.extend(decoded?);
-        }
-        out.extras = extra_keys
-            .iter()
-            .map(|k| (*k).to_owned())
-            .zip(extras)
-            .collect();
-        Ok(out)
+        (out, pngs)
     }
 
     /// The frames of video feature `key` for the rows with `timestamps` (LeRobot: the frame nearest
@@ -678,7 +610,7 @@ impl Dataset {
         &self,
         meta: &EpisodeMeta,
         key: &str,
-        ft: &crate::info::Feature,
+        ft: &Feature,
         timestamps: &[f32],
     ) -> Result<Vec<RgbImage>> {
         let path = self.video_file(meta.episode_index, key)?;
@@ -710,31 +642,79 @@ impl Dataset {
     }
 }
 
-fn permute(out: &mut Episode, png: &mut [Vec<Vec<u8>>], extras: &mut [Vec<f64>], order: &[usize]) {
-    fn re<T: Clone>(v: &[T], order: &[usize], dim: usize) -> Vec<T> {
-        order
-            .iter()
-            .flat_map(|&i| v[i * dim..(i + 1) * dim].iter().cloned())
-            .collect()
-    }
-    out.index = re(&out.index, order, 1);
-    out.frame_index = re(&out.frame_index, order, 1);
-    out.timestamp = re(&out.timestamp, order, 1);
-    out.task_index = re(&out.task_index, order, 1);
-    if out.state_dim > 0 && !out.state.is_empty() {
-        out.state = re(&out.state, order, out.state_dim);
-    }
-    if out.action_dim > 0 && !out.action.is_empty() {
-        out.action = re(&out.action, order, out.action_dim);
-    }
-    for p in png.iter_mut() {
-        if !p.is_empty() {
-            *p = re(p, order, 1);
+/// `(feature key, encoded bytes per frame)` of the image columns of an episode, before decoding.
+type PngColumns = Vec<(String, Vec<Vec<u8>>)>;
+
+/// The values of `columns` in the rows of episode `ep` (rows of other episodes in the same row groups are left
+/// out), in file order; `None` for columns whose values are not kept.
+fn read_rows(
+    rows: ParquetRecordBatchReader,
+    path: &Path,
+    ep: usize,
+    columns: &[&Column],
+) -> Result<Vec<Option<Cells>>> {
+    let mut cells: Vec<Option<Cells>> = columns.iter().map(|c| c.empty()).collect();
+    for batch in rows {
+        let batch = batch.map_err(arrow_err(path))?;
+        let epi = i64_values(
+            column(&batch, path, "episode_index")?,
+            path,
+            "episode_index",
+        )?;
+        let sel: Vec<usize> = (0..epi.len()).filter(|&i| epi[i] == ep as i64).collect();
+        if sel.is_empty() {
+            continue;
+        }
+        for (col, acc) in columns.iter().zip(cells.iter_mut()) {
+            if let (Some(acc), Some(more)) = (acc.as_mut(), col.read(&batch, path, &sel)?) {
+                acc.append(more);
+            }
         }
     }
-    for e in extras.iter_mut() {
-        *e = re(e, order, 1);
+    Ok(cells)
+}
+
+/// The `frame_index` values among `cells`.
+fn frame_index<'c>(columns: &[&Column], cells: &'c [Option<Cells>]) -> &'c [i64] {
+    columns
+        .iter()
+        .zip(cells)
+        .find_map(|(col, c)| match (col.kind, c) {
+            (Kind::FrameIndex, Some(Cells::I64(v))) => Some(v.as_slice()),
+            _ => None,
+        })
+        .unwrap_or(&[])
+}
+
+/// Decodes the image columns' bytes (on rayon's pool, or on this thread); errors name the file, column, episode
+/// and frame.
+fn decode_images(
+    path: &Path,
+    ep: usize,
+    pngs: PngColumns,
+    images: Images,
+) -> Result<Vec<(String, Vec<RgbImage>)>> {
+    let mut out = Vec::with_capacity(pngs.len());
+    for (key, png) in pngs {
+        let decode = |(row, bytes): (usize, &Vec<u8>)| {
+            image::load_from_memory(bytes)
+                .map(|im| im.into_rgb8())
+                .map_err(|source| DatasetError::Image {
+                    path: path.to_owned(),
+                    column: key.clone(),
+                    episode: ep,
+                    frame: row,
+                    source: Box::new(source),
+                })
+        };
+        let decoded: Result<Vec<RgbImage>> = if images == Images::DecodeOnThisThread {
+            png.iter().enumerate().map(decode).collect()
+        } else {
+            png.par_iter().enumerate().map(decode).collect()
+        };
+        out.push((key, decoded?));
     }
+    Ok(out)
 }
 
 /// meta/tasks.parquet: `task_index` (int64) and `task` (string, the pandas index). Returned by task_index.
@@ -797,12 +777,16 @@ fn episode_files(root: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn read_episodes(root: &Path, info: &InfoJson, tasks: &[String]) -> Result<Vec<EpisodeMeta>> {
-    let video_keys: Vec<&str> = info
-        .features
+fn read_episodes(
+    root: &Path,
+    info: &InfoJson,
+    columns: &[Column],
+    tasks: &[String],
+) -> Result<Vec<EpisodeMeta>> {
+    let video_keys: Vec<&str> = columns
         .iter()
-        .filter(|(_, f)| f.dtype == "video")
-        .map(|(k, _)| k)
+        .filter(|c| matches!(c.kind, Kind::Video { .. }))
+        .map(|c| c.key.as_str())
         .collect();
     let mut out = Vec::new();
     for path in episode_files(root)? {

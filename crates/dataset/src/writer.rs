@@ -7,31 +7,24 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Cursor;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::builder::{
-    BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
-};
-use arrow_array::{
-    ArrayRef, BinaryArray, FixedSizeListArray, Float32Array, Float64Array, Int64Array, RecordBatch,
-    StringArray, StructArray,
-};
-use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{Field, Schema, SchemaRef};
 use image::{ImageDecoder, ImageEncoder, RgbImage};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 use rayon::prelude::*;
-use stagewise_core::StageProportions;
 
 use crate::durable;
 use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
+use crate::features::{self, Column, Kind, Slice, DEFAULT_FEATURES};
 use crate::info::{
-    format_template, write_proportions_json, Feature, InfoJson, OrderedMap, CODEBASE_VERSION,
-    DEFAULT_CHUNK_SIZE, DEFAULT_DATA_FILE_SIZE_IN_MB, DEFAULT_DATA_PATH,
-    DEFAULT_VIDEO_FILE_SIZE_IN_MB, DEFAULT_VIDEO_PATH, EPISODES_PATH, INFO_PATH, STATS_PATH,
-    TASKS_PATH, TEMPORAL_PROPORTIONS_SPARSE_PATH,
+    format_template, Feature, OrderedMap, DEFAULT_CHUNK_SIZE, DEFAULT_DATA_FILE_SIZE_IN_MB,
+    DEFAULT_DATA_PATH, DEFAULT_VIDEO_FILE_SIZE_IN_MB, DEFAULT_VIDEO_PATH,
 };
 use crate::stats::FeatureStats;
 use crate::video::{choose_encoding, VideoEncoder, VideoEncoding, VideoSettings};
@@ -62,15 +55,6 @@ pub struct ViewSpec {
 pub enum ExtraDtype {
     Float32,
     Int64,
-}
-
-impl ExtraDtype {
-    fn lerobot(self) -> &'static str {
-        match self {
-            ExtraDtype::Float32 => "float32",
-            ExtraDtype::Int64 => "int64",
-        }
-    }
 }
 
 /// An extra per-frame scalar column (ground-truth progress, stage index, reward ...).
@@ -225,12 +209,6 @@ impl ColumnValues {
             ColumnValues::I64(_) => ExtraDtype::Int64,
         }
     }
-    fn get_f64(&self, i: usize) -> f64 {
-        match self {
-            ColumnValues::F32(v) => v[i] as f64,
-            ColumnValues::I64(v) => v[i] as f64,
-        }
-    }
 }
 
 /// One episode handed to [`DatasetWriter::add_episode`].
@@ -277,10 +255,24 @@ struct EpisodeRecord {
     from: u64,
     stages: Option<StageAnnotation>,
     success: bool,
-    /// Per numeric feature (same order as `DatasetWriter::numeric`).
-    stats: Vec<FeatureStats>,
+    /// Per column of `DatasetWriter::columns`: the episode's statistics of each numeric feature (`None` for
+    /// cameras, whose statistics are kept for the whole dataset only).
+    stats: Vec<Option<FeatureStats>>,
     /// Per video camera: (chunk, file, from_timestamp, to_timestamp).
     videos: Vec<(u64, u64, f64, f64)>,
+}
+
+/// Where an episode goes, decided before its first frame is written.
+struct EpisodePlace {
+    episode_index: usize,
+    task_index: usize,
+    /// Dataset-wide index of its first frame.
+    from: u64,
+    /// The data file (chunk, file) that holds it.
+    chunk: u64,
+    file: u64,
+    /// Per video camera: the duration of the current file before it (LeRobot's `from_timestamp`).
+    video_from: Vec<f64>,
 }
 
 /// The MP4 files of one video camera.
@@ -309,7 +301,11 @@ struct OpenFile {
 pub struct DatasetWriter {
     root: PathBuf,
     info: DatasetInfo,
+    /// info.json's `features` ([`features::describe`]).
     features: OrderedMap<Feature>,
+    /// The same features as the column table every step iterates ([`features::table`]).
+    columns: Vec<Column>,
+    /// The data files' schema: the columns that have an arrow type, in order.
     schema: SchemaRef,
     tasks: Vec<String>,
     task_index: HashMap<String, usize>,
@@ -319,94 +315,19 @@ pub struct DatasetWriter {
     open: Option<OpenFile>,
     next_chunk_file: (u64, u64),
     data_files: usize,
-    /// Numeric (non-image) feature keys and their dimension, in feature order.
-    numeric: Vec<(String, usize)>,
-    stats_numeric: Vec<FeatureStats>,
-    stats_images: Vec<FeatureStats>,
+    /// Per column: the whole dataset's statistics (per channel for cameras; `None` without statistics).
+    stats: Vec<Option<FeatureStats>>,
+    /// Per view: its column in `columns`.
+    view_columns: Vec<usize>,
     /// One per view when the cameras are video features (empty otherwise).
     tracks: Vec<VideoTrack>,
-}
-
-fn image_struct_fields() -> Fields {
-    Fields::from(vec![
-        Field::new("bytes", DataType::Binary, true),
-        Field::new("path", DataType::Utf8, true),
-    ])
-}
-
-fn vector_type(n: usize) -> DataType {
-    DataType::FixedSizeList(
-        Arc::new(Field::new("item", DataType::Float32, true)),
-        n as i32,
-    )
-}
-
-fn names_json(names: &[String]) -> serde_json::Value {
-    serde_json::Value::Array(
-        names
-            .iter()
-            .map(|n| serde_json::Value::String(n.clone()))
-            .collect(),
-    )
-}
-
-fn scalar_feature(dtype: &str) -> Feature {
-    Feature {
-        dtype: dtype.into(),
-        shape: vec![1],
-        names: serde_json::Value::Null,
-        info: None,
-    }
 }
 
 impl DatasetWriter {
     /// Starts a dataset in `dir`, which must not exist or be empty.
     pub fn create(dir: impl AsRef<Path>, info: DatasetInfo) -> Result<Self> {
         let root = dir.as_ref().to_owned();
-        if info.fps == 0 {
-            return Err(DatasetError::Input("fps must be > 0".into()));
-        }
-        if info.frames_per_row_group == 0 || info.data_files_size_in_mb == 0 {
-            return Err(DatasetError::Input(
-                "frames_per_row_group and data_files_size_in_mb must be > 0".into(),
-            ));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for v in &info.views {
-            if v.name.is_empty() || v.name.contains('/') || v.height == 0 || v.width == 0 {
-                return Err(DatasetError::Input(format!(
-                    "view {:?} {}x{}: names must be non-empty without '/', sizes > 0",
-                    v.name, v.width, v.height
-                )));
-            }
-            if !seen.insert(image_key(&v.name)) {
-                return Err(DatasetError::Input(format!(
-                    "view {:?} is listed twice",
-                    v.name
-                )));
-            }
-        }
-        for e in &info.extra_columns {
-            let reserved = [
-                "index",
-                "episode_index",
-                "frame_index",
-                "timestamp",
-                "task_index",
-                STATE_KEY,
-                ACTION_KEY,
-            ];
-            if e.name.is_empty()
-                || e.name.contains('/')
-                || reserved.contains(&e.name.as_str())
-                || !seen.insert(e.name.clone())
-            {
-                return Err(DatasetError::Input(format!(
-                    "extra column {:?}: needs a unique name without '/' that is not a LeRobot default feature",
-                    e.name
-                )));
-            }
-        }
+        check_info(&info)?;
         // Video cameras: the encoder of each, chosen before anything is written (ffmpeg missing, odd sizes).
         let mut encodings = Vec::new();
         if let Some(settings) = info.video {
@@ -414,7 +335,6 @@ impl DatasetWriter {
                 encodings.push(choose_encoding(settings, v.width, v.height)?);
             }
         }
-        let mut encodings = encodings.into_iter();
         if root.exists() {
             let mut entries = std::fs::read_dir(&root).map_err(io_err(&root))?;
             if entries.next().is_some() {
@@ -427,98 +347,35 @@ impl DatasetWriter {
         }
         std::fs::create_dir_all(root.join("meta")).map_err(io_err(&root))?;
 
-        // Feature order: cameras, state, action, extras, then LeRobot's DEFAULT_FEATURES (as `create` appends them).
-        let mut features = Vec::new();
-        let mut fields = Vec::new();
-        let mut numeric = Vec::new();
+        let features = OrderedMap(features::describe(&info, &encodings));
+        let columns = features::table(&features);
+        let fields: Vec<Field> = columns
+            .iter()
+            .filter_map(|c| Some(Field::new(c.key.clone(), c.arrow_type()?, true)))
+            .collect();
+        let view_columns = (0..info.views.len())
+            .map(|v| {
+                columns
+                    .iter()
+                    .position(|c| matches!(c.kind, Kind::Image { view } | Kind::Video { view } if view == v))
+                    .ok_or_else(|| DatasetError::Input(format!("internal: no column for view {v}")))
+            })
+            .collect::<Result<_>>()?;
+        // A LeRobot video feature has no parquet column: its frames go to videos/<key>/chunk-NNN/file-NNN.mp4.
         let mut tracks = Vec::new();
-        for v in &info.views {
-            let key = image_key(&v.name);
-            let names = names_json(&["height".into(), "width".into(), "channels".into()]);
-            let shape = vec![v.height as usize, v.width as usize, 3];
-            if let Some(encoding) = encodings.next() {
-                // A LeRobot video feature: no parquet column, frames in videos/<key>/chunk-NNN/file-NNN.mp4.
-                if let Some(note) = &encoding.note {
-                    tracing::info!(view = %v.name, "{note}");
-                }
-                features.push((
-                    key.clone(),
-                    Feature {
-                        dtype: "video".into(),
-                        shape,
-                        names,
-                        info: Some(encoding.info(v.width, v.height, info.fps)),
-                    },
-                ));
-                tracks.push(VideoTrack {
-                    key,
-                    width: v.width,
-                    height: v.height,
-                    encoding,
-                    open: None,
-                    current: (0, 0),
-                    chunks: vec![0],
-                });
-                continue;
+        for (v, encoding) in info.views.iter().zip(encodings) {
+            if let Some(note) = &encoding.note {
+                tracing::info!(view = %v.name, "{note}");
             }
-            features.push((
-                key.clone(),
-                Feature {
-                    dtype: "image".into(),
-                    shape,
-                    names,
-                    info: None,
-                },
-            ));
-            fields.push(Field::new(
-                key,
-                DataType::Struct(image_struct_fields()),
-                true,
-            ));
-        }
-        for (key, names) in [
-            (STATE_KEY, &info.state_names),
-            (ACTION_KEY, &info.action_names),
-        ] {
-            if names.is_empty() {
-                continue;
-            }
-            features.push((
-                key.to_owned(),
-                Feature {
-                    dtype: "float32".into(),
-                    shape: vec![names.len()],
-                    names: names_json(names),
-                    info: None,
-                },
-            ));
-            fields.push(Field::new(key, vector_type(names.len()), true));
-            numeric.push((key.to_owned(), names.len()));
-        }
-        for e in &info.extra_columns {
-            features.push((e.name.clone(), scalar_feature(e.dtype.lerobot())));
-            let dt = match e.dtype {
-                ExtraDtype::Float32 => DataType::Float32,
-                ExtraDtype::Int64 => DataType::Int64,
-            };
-            fields.push(Field::new(e.name.clone(), dt, true));
-            numeric.push((e.name.clone(), 1));
-        }
-        for (key, dtype) in [
-            ("timestamp", "float32"),
-            ("frame_index", "int64"),
-            ("episode_index", "int64"),
-            ("index", "int64"),
-            ("task_index", "int64"),
-        ] {
-            features.push((key.to_owned(), scalar_feature(dtype)));
-            let dt = if dtype == "float32" {
-                DataType::Float32
-            } else {
-                DataType::Int64
-            };
-            fields.push(Field::new(key, dt, true));
-            numeric.push((key.to_owned(), 1));
+            tracks.push(VideoTrack {
+                key: image_key(&v.name),
+                width: v.width,
+                height: v.height,
+                encoding,
+                open: None,
+                current: (0, 0),
+                chunks: vec![0],
+            });
         }
 
         let mut tasks = Vec::new();
@@ -529,13 +386,13 @@ impl DatasetWriter {
                 tasks.push(t.clone());
             }
         }
-        let stats_numeric = numeric.iter().map(|(_, d)| FeatureStats::new(*d)).collect();
-        let stats_images = info.views.iter().map(|_| FeatureStats::new(3)).collect();
+        let stats = columns.iter().map(Column::stats).collect();
         Ok(Self {
             root,
             stage_names: info.stage_names.clone(),
             info,
-            features: OrderedMap(features),
+            features,
+            columns,
             schema: Arc::new(Schema::new(fields)),
             tasks,
             task_index,
@@ -544,9 +401,8 @@ impl DatasetWriter {
             open: None,
             next_chunk_file: (0, 0),
             data_files: 0,
-            numeric,
-            stats_numeric,
-            stats_images,
+            stats,
+            view_columns,
             tracks,
         })
     }
@@ -747,15 +603,49 @@ impl DatasetWriter {
     }
 
     /// Appends one episode: validates it against the dataset's features, encodes its images as PNG (in
-    /// parallel) and writes its frames.
+    /// parallel) and writes its frames, `frames_per_row_group` at a time.
     pub fn add_episode(&mut self, ep: &EpisodeData) -> Result<()> {
         self.validate(ep)?;
+        let place = self.place_episode(ep)?;
+        let len = ep.frames.len();
+        // The episode's statistics of each numeric feature (cameras count into the dataset's directly).
+        let mut stats: Vec<Option<FeatureStats>> =
+            self.columns.iter().map(Column::episode_stats).collect();
+        for start in (0..len).step_by(self.info.frames_per_row_group) {
+            let rows = start..(start + self.info.frames_per_row_group).min(len);
+            self.write_slice(ep, &place, rows, &mut stats)?;
+        }
+        self.end_row_group()?;
+        for (all, this) in self.stats.iter_mut().zip(&stats) {
+            if let (Some(all), Some(this)) = (all, this) {
+                all.merge(this);
+            }
+        }
+        let videos = self.place_in_videos(&place.video_from, len)?;
+        self.episodes.push(EpisodeRecord {
+            index: place.episode_index,
+            length: len,
+            task: ep.task.clone(),
+            chunk: place.chunk,
+            file: place.file,
+            from: place.from,
+            stages: ep.stages.clone(),
+            success: ep.success,
+            stats,
+            videos,
+        });
+        self.total_frames += len as u64;
+        Ok(())
+    }
+
+    /// Step 1 of [`Self::add_episode`]: the episode's index, task index (a new task is registered), first
+    /// frame, data file and place in each camera's video file. The first annotated episode names the stages.
+    fn place_episode(&mut self, ep: &EpisodeData) -> Result<EpisodePlace> {
         if self.stage_names.is_none() {
             if let Some(st) = &ep.stages {
                 self.stage_names = Some(st.names.clone());
             }
         }
-        let episode_index = self.episodes.len();
         let task_index = match self.task_index.get(&ep.task) {
             Some(&i) => i,
             None => {
@@ -765,17 +655,6 @@ impl DatasetWriter {
                 i
             }
         };
-        let from = self.total_frames;
-        let len = ep.frames.len();
-        let mut ep_stats: Vec<FeatureStats> = self
-            .numeric
-            .iter()
-            .map(|(_, d)| FeatureStats::new(*d))
-            .collect();
-        let stride = len.div_ceil(IMAGE_STATS_FRAMES).max(1);
-        let per_group = self.info.frames_per_row_group;
-        let schema = self.schema.clone();
-        let nviews = self.info.views.len();
         let (chunk, file) = {
             let f = self.open_file()?;
             (f.chunk, f.file)
@@ -783,175 +662,110 @@ impl DatasetWriter {
         // Where this episode starts in each camera's current video file (LeRobot's from_timestamp: the duration
         // of the file before it; one frame per 1/fps).
         let fps = f64::from(self.info.fps);
-        let video_from: Vec<f64> = self
+        let video_from = self
             .tracks
             .iter()
             .map(|t| t.open.as_ref().map_or(0.0, |e| e.frames as f64 / fps))
             .collect();
+        Ok(EpisodePlace {
+            episode_index: self.episodes.len(),
+            task_index,
+            from: self.total_frames,
+            chunk,
+            file,
+            video_from,
+        })
+    }
 
-        for start in (0..len).step_by(per_group) {
-            let end = (start + per_group).min(len);
-            let frames = &ep.frames[start..end];
-            // Encode PNGs (or, for video cameras, decode PNG input to RGB) and gather sampled image stats in
-            // parallel: one task per frame.
-            let video = !self.tracks.is_empty();
-            let encoded: Vec<Result<EncodedFrame>> = frames
-                .par_iter()
-                .enumerate()
-                .map(|(j, f)| {
-                    let fi = start + j;
-                    let sample = fi % stride == 0;
-                    let mut outs = Vec::with_capacity(nviews);
-                    let mut stats = Vec::with_capacity(nviews);
-                    for (v, img) in f.views.iter().enumerate() {
-                        let ctx = |e: image::ImageError| {
-                            DatasetError::Input(format!(
-                                "episode {episode_index}, frame {fi}, view {}: {e}",
-                                self.info.views[v].name
-                            ))
-                        };
-                        let decode = |bytes: &[u8]| {
-                            image::load_from_memory_with_format(bytes, image::ImageFormat::Png)
-                                .map(|im| im.to_rgb8())
-                                .map_err(ctx)
-                        };
-                        let (out, st) = match (img, video) {
-                            (FrameImage::Rgb(im), false) => (
-                                ViewOut::Png(encode_png(im).map_err(ctx)?),
-                                sample.then(|| image_stats(im)),
-                            ),
-                            (FrameImage::Rgb(im), true) => {
-                                (ViewOut::Same, sample.then(|| image_stats(im)))
-                            }
-                            (FrameImage::Png(b), false) => (
-                                ViewOut::Png(b.clone()),
-                                if sample {
-                                    Some(image_stats(&decode(b)?))
-                                } else {
-                                    None
-                                },
-                            ),
-                            (FrameImage::Png(b), true) => {
-                                let im = decode(b)?;
-                                let st = sample.then(|| image_stats(&im));
-                                (ViewOut::Decoded(im), st)
-                            }
-                        };
-                        outs.push(out);
-                        stats.push(st);
-                    }
-                    Ok((outs, stats))
-                })
-                .collect();
-            let mut per_view_png: Vec<Vec<Vec<u8>>> = if video {
-                Vec::new()
-            } else {
-                vec![Vec::with_capacity(frames.len()); nviews]
+    /// Step 2 of [`Self::add_episode`], once per slice of frames: encodes the cameras, then builds one record
+    /// batch by walking the column table (each column's values, counted into `stats`) and writes it.
+    fn write_slice(
+        &mut self,
+        ep: &EpisodeData,
+        place: &EpisodePlace,
+        rows: Range<usize>,
+        stats: &mut [Option<FeatureStats>],
+    ) -> Result<()> {
+        let pngs = self.encode_views(ep, place.episode_index, rows.clone())?;
+        let mut slice = Slice {
+            ep,
+            rows,
+            episode_index: place.episode_index,
+            task_index: place.task_index,
+            from: place.from,
+            pngs,
+        };
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        for (col, st) in self.columns.iter().zip(stats.iter_mut()) {
+            let Some(cells) = col.cells(&mut slice)? else {
+                continue;
             };
-            for (j, r) in encoded.into_iter().enumerate() {
-                let (outs, stats) = r?;
-                for (v, (out, st)) in outs.into_iter().zip(stats).enumerate() {
-                    if let Some(st) = st {
-                        self.stats_images[v].merge(&st);
-                    }
-                    match (out, &frames[j].views[v]) {
-                        (ViewOut::Png(png), _) => per_view_png[v].push(png),
-                        (ViewOut::Decoded(im), _) => self.track_encoder(v)?.write(&im)?,
-                        (ViewOut::Same, FrameImage::Rgb(im)) => self.track_encoder(v)?.write(im)?,
-                        (ViewOut::Same, FrameImage::Png(_)) => {
-                            return Err(DatasetError::Input("internal: undecoded PNG".into()))
-                        }
-                    }
-                }
+            if let Some(st) = st {
+                cells.push_stats(st);
             }
-
-            let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-            for pngs in &per_view_png {
-                let bytes = BinaryArray::from_iter_values(pngs.iter());
-                let paths = StringArray::new_null(pngs.len());
-                let st = StructArray::try_new(
-                    image_struct_fields(),
-                    vec![Arc::new(bytes) as ArrayRef, Arc::new(paths) as ArrayRef],
-                    None,
-                )
-                .map_err(arrow_err(&self.root))?;
-                cols.push(Arc::new(st));
-            }
-            let mut numeric_vals: Vec<Vec<f64>> = Vec::new();
-            if !self.info.state_names.is_empty() {
-                cols.push(vector_column(
-                    frames.iter().map(|f| f.state.as_slice()),
-                    self.info.state_names.len(),
-                    &self.root,
-                )?);
-            }
-            if !self.info.action_names.is_empty() {
-                cols.push(vector_column(
-                    frames.iter().map(|f| f.action.as_slice()),
-                    self.info.action_names.len(),
-                    &self.root,
-                )?);
-            }
-            for spec in &self.info.extra_columns {
-                let values = ep
-                    .extras
-                    .iter()
-                    .find(|(n, _)| *n == spec.name)
-                    .map(|(_, v)| v)
-                    .ok_or_else(|| {
-                        DatasetError::Input(format!("extra column {:?} is missing", spec.name))
-                    })?;
-                let arr: ArrayRef = match values {
-                    ColumnValues::F32(v) => Arc::new(Float32Array::from(v[start..end].to_vec())),
-                    ColumnValues::I64(v) => Arc::new(Int64Array::from(v[start..end].to_vec())),
-                };
-                cols.push(arr);
-                numeric_vals.push((start..end).map(|i| values.get_f64(i)).collect());
-            }
-            let ts: Vec<f32> = frames.iter().map(|f| f.timestamp).collect();
-            let frame_index: Vec<i64> = (start..end).map(|i| i as i64).collect();
-            let index: Vec<i64> = (start..end).map(|i| (from + i as u64) as i64).collect();
-            cols.push(Arc::new(Float32Array::from(ts.clone())));
-            cols.push(Arc::new(Int64Array::from(frame_index.clone())));
-            cols.push(Arc::new(Int64Array::from(vec![
-                episode_index as i64;
-                end - start
-            ])));
-            cols.push(Arc::new(Int64Array::from(index.clone())));
-            cols.push(Arc::new(Int64Array::from(vec![
-                task_index as i64;
-                end - start
-            ])));
-            let batch =
-                RecordBatch::try_new(schema.clone(), cols).map_err(arrow_err(&self.root))?;
-
-            // Statistics, in `numeric` order: state, action, extras, timestamp, frame_index, episode_index, index,
-            // task_index.
-            let has_state = !self.info.state_names.is_empty();
-            let has_action = !self.info.action_names.is_empty();
-            for (j, f) in frames.iter().enumerate() {
-                let mut sample: Vec<Vec<f64>> = Vec::with_capacity(ep_stats.len());
-                if has_state {
-                    sample.push(f.state.iter().map(|&x| x as f64).collect());
-                }
-                if has_action {
-                    sample.push(f.action.iter().map(|&x| x as f64).collect());
-                }
-                sample.extend(numeric_vals.iter().map(|vals| vec![vals[j]]));
-                sample.push(vec![ts[j] as f64]);
-                sample.push(vec![frame_index[j] as f64]);
-                sample.push(vec![episode_index as f64]);
-                sample.push(vec![index[j] as f64]);
-                sample.push(vec![task_index as f64]);
-                for (st, x) in ep_stats.iter_mut().zip(&sample) {
-                    st.push(x);
-                }
-            }
-
-            let open = self.open_file()?;
-            open.writer.write(&batch).map_err(pq_err(&open.tmp))?;
+            arrays.push(cells.into_array(&self.root)?);
         }
-        // End the row group with the episode, and roll over to a new file past the size limit.
+        let batch =
+            RecordBatch::try_new(self.schema.clone(), arrays).map_err(arrow_err(&self.root))?;
+        let open = self.open_file()?;
+        open.writer.write(&batch).map_err(pq_err(&open.tmp))
+    }
+
+    /// The cameras of frames `rows`: PNG bytes per view for image cameras (returned), or frames fed to each
+    /// camera's video encoder. Sampled frames (at most [`IMAGE_STATS_FRAMES`] per episode) count into the
+    /// cameras' statistics. Encoding runs in parallel, one task per frame.
+    fn encode_views(
+        &mut self,
+        ep: &EpisodeData,
+        episode_index: usize,
+        rows: Range<usize>,
+    ) -> Result<Vec<Vec<Vec<u8>>>> {
+        let stride = ep.frames.len().div_ceil(IMAGE_STATS_FRAMES).max(1);
+        let video = !self.tracks.is_empty();
+        let frames = &ep.frames[rows.clone()];
+        let views = &self.info.views;
+        let encoded: Vec<Result<EncodedFrame>> = frames
+            .par_iter()
+            .enumerate()
+            .map(|(j, f)| {
+                let fi = rows.start + j;
+                encode_frame(
+                    f,
+                    views,
+                    video,
+                    fi.is_multiple_of(stride),
+                    episode_index,
+                    fi,
+                )
+            })
+            .collect();
+        let mut per_view_png: Vec<Vec<Vec<u8>>> = if video {
+            Vec::new()
+        } else {
+            vec![Vec::with_capacity(frames.len()); views.len()]
+        };
+        for (j, r) in encoded.into_iter().enumerate() {
+            let (outs, stats) = r?;
+            for (v, (out, st)) in outs.into_iter().zip(stats).enumerate() {
+                if let (Some(st), Some(all)) = (st, &mut self.stats[self.view_columns[v]]) {
+                    all.merge(&st);
+                }
+                match (out, &frames[j].views[v]) {
+                    (ViewOut::Png(png), _) => per_view_png[v].push(png),
+                    (ViewOut::Decoded(im), _) => self.track_encoder(v)?.write(&im)?,
+                    (ViewOut::Same, FrameImage::Rgb(im)) => self.track_encoder(v)?.write(im)?,
+                    (ViewOut::Same, FrameImage::Png(_)) => {
+                        return Err(DatasetError::Input("internal: undecoded PNG".into()))
+                    }
+                }
+            }
+        }
+        Ok(per_view_png)
+    }
+
+    /// Step 3 of [`Self::add_episode`]: ends the parquet row group with the episode, and rolls over to a new
+    /// data file past `data_files_size_in_mb`.
+    fn end_row_group(&mut self) -> Result<()> {
         let limit = self.info.data_files_size_in_mb as usize * 1024 * 1024;
         let open = self.open_file()?;
         open.writer.flush().map_err(pq_err(&open.tmp))?;
@@ -963,14 +777,20 @@ impl DatasetWriter {
             );
             self.close_file()?;
         }
+        Ok(())
+    }
 
-        for (g, e) in self.stats_numeric.iter_mut().zip(&ep_stats) {
-            g.merge(e);
-        }
-        // Video files: this episode's place in each, and a new file once one passes video_files_size_in_mb.
+    /// Step 4 of [`Self::add_episode`]: the episode's place in each camera's video file (chunk, file,
+    /// from_timestamp, to_timestamp), and a new file once one passes `video_files_size_in_mb`.
+    fn place_in_videos(
+        &mut self,
+        video_from: &[f64],
+        len: usize,
+    ) -> Result<Vec<(u64, u64, f64, f64)>> {
+        let fps = f64::from(self.info.fps);
         let video_limit = self.info.video_files_size_in_mb.max(1) * 1024 * 1024;
         let mut videos = Vec::with_capacity(self.tracks.len());
-        for (v, from_ts) in video_from.into_iter().enumerate() {
+        for (v, &from_ts) in video_from.iter().enumerate() {
             let enc = self.track_encoder(v)?;
             let big = enc.bytes_written() >= video_limit;
             let t = &mut self.tracks[v];
@@ -984,20 +804,7 @@ impl DatasetWriter {
                 self.close_track(v)?;
             }
         }
-        self.episodes.push(EpisodeRecord {
-            index: episode_index,
-            length: len,
-            task: ep.task.clone(),
-            chunk,
-            file,
-            from,
-            stages: ep.stages.clone(),
-            success: ep.success,
-            stats: ep_stats,
-            videos,
-        });
-        self.total_frames += len as u64;
-        Ok(())
+        Ok(videos)
     }
 
     /// The running encoder of video camera `v`, started on first use.
@@ -1061,6 +868,96 @@ impl DatasetWriter {
     }
 }
 
+/// Checks what a dataset is made of: fps, sizes, camera names and extra column names (unique, not a LeRobot
+/// default feature).
+fn check_info(info: &DatasetInfo) -> Result<()> {
+    if info.fps == 0 {
+        return Err(DatasetError::Input("fps must be > 0".into()));
+    }
+    if info.frames_per_row_group == 0 || info.data_files_size_in_mb == 0 {
+        return Err(DatasetError::Input(
+            "frames_per_row_group and data_files_size_in_mb must be > 0".into(),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for v in &info.views {
+        if v.name.is_empty() || v.name.contains('/') || v.height == 0 || v.width == 0 {
+            return Err(DatasetError::Input(format!(
+                "view {:?} {}x{}: names must be non-empty without '/', sizes > 0",
+                v.name, v.width, v.height
+            )));
+        }
+        if !seen.insert(image_key(&v.name)) {
+            return Err(DatasetError::Input(format!(
+                "view {:?} is listed twice",
+                v.name
+            )));
+        }
+    }
+    for e in &info.extra_columns {
+        let reserved = e.name == STATE_KEY
+            || e.name == ACTION_KEY
+            || DEFAULT_FEATURES.iter().any(|(key, _, _)| *key == e.name);
+        if e.name.is_empty() || e.name.contains('/') || reserved || !seen.insert(e.name.clone()) {
+            return Err(DatasetError::Input(format!(
+                "extra column {:?}: needs a unique name without '/' that is not a LeRobot default feature",
+                e.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One frame's cameras: PNG bytes (image cameras) or RGB frames (video cameras), and the image statistics of
+/// each view when the frame is `sample`d. Errors name episode, frame and view.
+fn encode_frame(
+    f: &FrameData,
+    views: &[ViewSpec],
+    video: bool,
+    sample: bool,
+    episode_index: usize,
+    fi: usize,
+) -> Result<EncodedFrame> {
+    let mut outs = Vec::with_capacity(views.len());
+    let mut stats = Vec::with_capacity(views.len());
+    for (v, img) in f.views.iter().enumerate() {
+        let ctx = |e: image::ImageError| {
+            DatasetError::Input(format!(
+                "episode {episode_index}, frame {fi}, view {}: {e}",
+                views[v].name
+            ))
+        };
+        let decode = |bytes: &[u8]| {
+            image::load_from_memory_with_format(bytes, image::ImageFormat::Png)
+                .map(|im| im.to_rgb8())
+                .map_err(ctx)
+        };
+        let (out, st) = match (img, video) {
+            (FrameImage::Rgb(im), false) => (
+                ViewOut::Png(encode_png(im).map_err(ctx)?),
+                sample.then(|| image_stats(im)),
+            ),
+            (FrameImage::Rgb(im), true) => (ViewOut::Same, sample.then(|| image_stats(im))),
+            (FrameImage::Png(b), false) => (
+                ViewOut::Png(b.clone()),
+                if sample {
+                    Some(image_stats(&decode(b)?))
+                } else {
+                    None
+                },
+            ),
+            (FrameImage::Png(b), true) => {
+                let im = decode(b)?;
+                let st = sample.then(|| image_stats(&im));
+                (ViewOut::Decoded(im), st)
+            }
+        };
+        outs.push(out);
+        stats.push(st);
+    }
+    Ok((outs, stats))
+}
+
 fn encode_png(im: &RgbImage) -> std::result::Result<Vec<u8>, image::ImageError> {
     let mut buf = Vec::with_capacity(im.as_raw().len() / 2 + 64);
     image::codecs::png::PngEncoder::new(&mut buf).write_image(
@@ -1083,23 +980,6 @@ fn image_stats(im: &RgbImage) -> FeatureStats {
         ]);
     }
     s
-}
-
-fn vector_column<'a>(
-    rows: impl Iterator<Item = &'a [f32]>,
-    dim: usize,
-    root: &Path,
-) -> Result<ArrayRef> {
-    let flat: Vec<f32> = rows.flat_map(|r| r.iter().copied()).collect();
-    let values = Arc::new(Float32Array::from(flat));
-    let arr = FixedSizeListArray::try_new(
-        Arc::new(Field::new("item", DataType::Float32, true)),
-        dim as i32,
-        values,
-        None,
-    )
-    .map_err(arrow_err(root))?;
-    Ok(Arc::new(arr))
 }
 
 /// Writes one parquet file durably ([`durable::write_atomic`]: temporary name, fsync, rename, directory fsync).

@@ -1,7 +1,26 @@
 //! The `meta/` side of [`DatasetWriter`]: at [`DatasetWriter::finish`], info.json, stats.json, tasks.parquet,
 //! the episodes parquet and the SARM stage priors.
 
-use super::*;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, Float64Builder, Int64Builder, ListBuilder, StringBuilder,
+};
+use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use stagewise_core::StageProportions;
+
+use super::{write_parquet, DatasetSummary, DatasetWriter, EpisodeRecord, StageAnnotation};
+use crate::durable;
+use crate::error::{arrow_err, io_err, DatasetError, Result};
+use crate::info::{
+    format_template, write_proportions_json, InfoJson, OrderedMap, CODEBASE_VERSION,
+    DEFAULT_CHUNK_SIZE, DEFAULT_DATA_PATH, DEFAULT_VIDEO_PATH, EPISODES_PATH, INFO_PATH,
+    STATS_PATH, TASKS_PATH, TEMPORAL_PROPORTIONS_SPARSE_PATH,
+};
+use crate::stats::FeatureStats;
 
 impl DatasetWriter {
     /// Closes the data file and writes `meta/`: info.json, stats.json, tasks.parquet, the episodes parquet and,
@@ -41,16 +60,17 @@ impl DatasetWriter {
         self.write_tasks()?;
         self.write_episodes()?;
 
-        // stats.json: one entry per feature, images per channel.
+        // stats.json: one entry per feature of the column table, cameras per channel.
         let mut stats = serde_json::Map::new();
-        for (v, spec) in self.info.views.iter().enumerate() {
-            if self.stats_images[v].count > 0 {
-                stats.insert(image_key(&spec.name), self.stats_images[v].to_json_image());
-            }
-        }
-        for ((key, _), st) in self.numeric.iter().zip(&self.stats_numeric) {
-            if st.count > 0 {
-                stats.insert(key.clone(), st.to_json());
+        for (col, st) in self.columns.iter().zip(&self.stats) {
+            match st {
+                Some(st) if st.count > 0 && col.is_camera() => {
+                    stats.insert(col.key.clone(), st.to_json_image());
+                }
+                Some(st) if st.count > 0 => {
+                    stats.insert(col.key.clone(), st.to_json());
+                }
+                _ => {}
             }
         }
         let stats_path = self.root.join(STATS_PATH);
@@ -270,12 +290,17 @@ impl DatasetWriter {
         push("sparse_subtask_start_frames", Arc::new(starts.finish()));
         push("sparse_subtask_end_frames", Arc::new(ends.finish()));
 
-        // Per-episode statistics of the numeric features (`stats/<feature>/<stat>`, lists like LeRobot).
-        for (k, (key, _)) in self.numeric.iter().enumerate() {
+        // Per-episode statistics of the numeric features (`stats/<feature>/<stat>`, lists like LeRobot), in
+        // column-table order.
+        for (k, col) in self.columns.iter().enumerate() {
+            if col.episode_stats().is_none() {
+                continue;
+            }
+            let key = &col.key;
             let list = |get: &dyn Fn(&FeatureStats) -> Vec<f64>| -> ArrayRef {
                 let mut b = ListBuilder::new(Float64Builder::new());
                 for e in eps {
-                    for v in get(&e.stats[k]) {
+                    for v in e.stats[k].as_ref().map(get).unwrap_or_default() {
                         b.values().append_value(v);
                     }
                     b.append(true);
@@ -288,7 +313,9 @@ impl DatasetWriter {
             push(&format!("stats/{key}/std"), list(&|s| s.std()));
             let mut count = ListBuilder::new(Int64Builder::new());
             for e in eps {
-                count.values().append_value(e.stats[k].count as i64);
+                count
+                    .values()
+                    .append_value(e.stats[k].as_ref().map_or(0, |s| s.count) as i64);
                 count.append(true);
             }
             push(&format!("stats/{key}/count"), Arc::new(count.finish()));

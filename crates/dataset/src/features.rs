@@ -1,0 +1,467 @@
+//! The dataset's columns, described once.
+//!
+//! [`describe`] is the one place that says which features a [`DatasetInfo`] makes (LeRobot's order: cameras,
+//! `observation.state`, `action`, the extra columns, then [`DEFAULT_FEATURES`]); it becomes info.json's
+//! `features`. [`table`] reads any `features` map (ours, or a LeRobot dataset's) into [`Column`]s, each with its
+//! [`Kind`], and every part of the crate iterates that table:
+//!
+//! | step | per column |
+//! | --- | --- |
+//! | parquet schema (writer) | [`Column::arrow_type`]: struct image, `fixed_size_list<float32>[n]`, float32/int64 scalar, none for video |
+//! | write a slice of frames | [`Column::cells`] takes the values from the episode, [`Cells::into_array`] makes the arrow array |
+//! | statistics | [`Column::stats`] starts them (per channel for cameras), [`Cells::push_stats`] adds a slice |
+//! | read an episode | [`Column::reads`] (which columns a read needs), [`Column::read`] picks the episode's rows, [`Cells::permute`] puts them in frame order |
+//!
+//! [`Cells`] is the in-memory form of one column over some rows, shared by the writer and the reader.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow_array::{
+    ArrayRef, BinaryArray, FixedSizeListArray, Float32Array, Float64Array, Int64Array, RecordBatch,
+    StringArray, StructArray,
+};
+use arrow_schema::{DataType, Field, Fields};
+
+use crate::columns::{column, f32_values, f32_vectors, i64_values, image_bytes, numeric_f64};
+use crate::error::{arrow_err, DatasetError, Result};
+use crate::info::{Feature, OrderedMap};
+use crate::stats::FeatureStats;
+use crate::video::VideoEncoding;
+use crate::writer::{
+    image_key, ColumnValues, DatasetInfo, EpisodeData, ExtraDtype, ACTION_KEY, STATE_KEY,
+};
+
+/// LeRobot's `DEFAULT_FEATURES`, in the order `LeRobotDatasetMetadata.create` appends them after the user's
+/// features: `(key, dtype, kind)`. Every dataset has them (info.json is refused without them).
+pub(crate) const DEFAULT_FEATURES: [(&str, &str, Kind); 5] = [
+    ("timestamp", "float32", Kind::Timestamp),
+    ("frame_index", "int64", Kind::FrameIndex),
+    ("episode_index", "int64", Kind::EpisodeIndex),
+    ("index", "int64", Kind::Index),
+    ("task_index", "int64", Kind::TaskIndex),
+];
+
+/// What a feature is, and so how it is written, counted and read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A camera stored in the parquet: `struct<bytes: binary, path: string>` with embedded PNG bytes. `view` is
+    /// the camera's position among the dataset's cameras ([`DatasetInfo::views`] for the writer).
+    Image {
+        view: usize,
+    },
+    /// A camera stored as MP4 under `videos/` (no parquet column).
+    Video {
+        view: usize,
+    },
+    /// `observation.state`: a float32 vector per frame.
+    State,
+    /// `action`: a float32 vector per frame.
+    Action,
+    /// Any other scalar (shape `[1]`) feature: ours are [`DatasetInfo::extra_columns`].
+    Extra,
+    Timestamp,
+    FrameIndex,
+    /// Selects an episode's rows; the reader reads it first, on its own.
+    EpisodeIndex,
+    Index,
+    TaskIndex,
+    /// A feature of another dataset that this crate does not read (a vector other than state/action, ...): its
+    /// column must exist, nothing more.
+    Other,
+}
+
+impl Kind {
+    /// The kind of feature `key` of info.json.
+    fn of(key: &str, ft: &Feature, cameras: &mut usize) -> Kind {
+        let mut camera = |video: bool| {
+            let view = *cameras;
+            *cameras += 1;
+            if video {
+                Kind::Video { view }
+            } else {
+                Kind::Image { view }
+            }
+        };
+        match ft.dtype.as_str() {
+            "video" => return camera(true),
+            "image" => return camera(false),
+            _ => {}
+        }
+        if key == STATE_KEY {
+            return Kind::State;
+        }
+        if key == ACTION_KEY {
+            return Kind::Action;
+        }
+        if let Some((_, _, kind)) = DEFAULT_FEATURES.iter().find(|(k, _, _)| *k == key) {
+            return *kind;
+        }
+        if ft.shape.iter().product::<usize>() == 1 {
+            Kind::Extra
+        } else {
+            Kind::Other
+        }
+    }
+}
+
+/// One feature of the dataset: its info.json key, kind, dtype and values per frame.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Column {
+    pub key: String,
+    pub kind: Kind,
+    /// info.json's dtype (`float32`, `int64`, `image`, `video`, ...).
+    pub dtype: String,
+    /// Values per frame: the product of info.json's shape.
+    pub dim: usize,
+}
+
+/// The columns of a dataset, in info.json order.
+pub(crate) fn table(features: &OrderedMap<Feature>) -> Vec<Column> {
+    let mut cameras = 0;
+    features
+        .iter()
+        .map(|(key, ft)| Column {
+            key: key.to_owned(),
+            kind: Kind::of(key, ft, &mut cameras),
+            dtype: ft.dtype.clone(),
+            dim: ft.shape.iter().product(),
+        })
+        .collect()
+}
+
+/// info.json's `features` for a dataset made from `info`: cameras (`image`, or `video` with the encoding's info
+/// block when `encodings` has one per view), `observation.state` and `action` when they have names, the extra
+/// columns, then LeRobot's defaults.
+pub(crate) fn describe(info: &DatasetInfo, encodings: &[VideoEncoding]) -> Vec<(String, Feature)> {
+    let mut features = Vec::new();
+    for (v, view) in info.views.iter().enumerate() {
+        let (dtype, block) = match encodings.get(v) {
+            Some(enc) => ("video", Some(enc.info(view.width, view.height, info.fps))),
+            None => ("image", None),
+        };
+        features.push((
+            image_key(&view.name),
+            Feature {
+                dtype: dtype.into(),
+                shape: vec![view.height as usize, view.width as usize, 3],
+                names: names_json(&["height", "width", "channels"]),
+                info: block,
+            },
+        ));
+    }
+    for (key, names) in [
+        (STATE_KEY, &info.state_names),
+        (ACTION_KEY, &info.action_names),
+    ] {
+        if !names.is_empty() {
+            features.push((
+                key.to_owned(),
+                Feature {
+                    dtype: "float32".into(),
+                    shape: vec![names.len()],
+                    names: names_json(names),
+                    info: None,
+                },
+            ));
+        }
+    }
+    for e in &info.extra_columns {
+        features.push((e.name.clone(), scalar_feature(extra_dtype(e.dtype))));
+    }
+    for (key, dtype, _) in DEFAULT_FEATURES {
+        features.push((key.to_owned(), scalar_feature(dtype)));
+    }
+    features
+}
+
+/// LeRobot's dtype of an extra column.
+fn extra_dtype(dtype: ExtraDtype) -> &'static str {
+    match dtype {
+        ExtraDtype::Float32 => "float32",
+        ExtraDtype::Int64 => "int64",
+    }
+}
+
+fn names_json<S: AsRef<str>>(names: &[S]) -> serde_json::Value {
+    serde_json::Value::Array(
+        names
+            .iter()
+            .map(|n| serde_json::Value::String(n.as_ref().to_owned()))
+            .collect(),
+    )
+}
+
+fn scalar_feature(dtype: &str) -> Feature {
+    Feature {
+        dtype: dtype.into(),
+        shape: vec![1],
+        names: serde_json::Value::Null,
+        info: None,
+    }
+}
+
+/// HF `datasets.Image()` as arrow: `struct<bytes: binary, path: string>`.
+fn image_struct_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("bytes", DataType::Binary, true),
+        Field::new("path", DataType::Utf8, true),
+    ])
+}
+
+fn vector_item() -> Arc<Field> {
+    Arc::new(Field::new("item", DataType::Float32, true))
+}
+
+/// The rows of one episode that the writer turns into one record batch.
+pub(crate) struct Slice<'a> {
+    pub ep: &'a EpisodeData,
+    /// Frame indices within the episode.
+    pub rows: Range<usize>,
+    pub episode_index: usize,
+    pub task_index: usize,
+    /// Dataset-wide index of the episode's first frame.
+    pub from: u64,
+    /// PNG bytes per view (image cameras), taken by the image columns.
+    pub pngs: Vec<Vec<Vec<u8>>>,
+}
+
+impl Column {
+    /// The parquet column's arrow type; `None` for features that have no column (video).
+    pub fn arrow_type(&self) -> Option<DataType> {
+        match self.kind {
+            Kind::Image { .. } => Some(DataType::Struct(image_struct_fields())),
+            Kind::Video { .. } | Kind::Other => None,
+            Kind::State | Kind::Action => {
+                Some(DataType::FixedSizeList(vector_item(), self.dim as i32))
+            }
+            _ => match self.dtype.as_str() {
+                "float32" => Some(DataType::Float32),
+                "int64" => Some(DataType::Int64),
+                _ => None,
+            },
+        }
+    }
+
+    /// Empty running statistics: per channel for cameras, per dimension for numeric features, `None` for
+    /// features without statistics.
+    pub fn stats(&self) -> Option<FeatureStats> {
+        match self.kind {
+            Kind::Image { .. } | Kind::Video { .. } => Some(FeatureStats::new(3)),
+            Kind::Other => None,
+            _ => Some(FeatureStats::new(self.dim)),
+        }
+    }
+
+    /// Empty statistics of one episode, for the episodes parquet's `stats/<key>/*` columns: numeric features
+    /// only (cameras have dataset-wide statistics only).
+    pub fn episode_stats(&self) -> Option<FeatureStats> {
+        if self.is_camera() {
+            None
+        } else {
+            self.stats()
+        }
+    }
+
+    /// Whether the statistics are per channel of a camera (stats.json's `(3, 1, 1)` shape, and no
+    /// `stats/<key>/*` episode columns).
+    pub fn is_camera(&self) -> bool {
+        matches!(self.kind, Kind::Image { .. } | Kind::Video { .. })
+    }
+
+    /// This column's values for the frames of `s`; `None` when the feature has no parquet column.
+    pub fn cells(&self, s: &mut Slice) -> Result<Option<Cells>> {
+        let frames = &s.ep.frames[s.rows.clone()];
+        let rows = s.rows.clone();
+        let n = frames.len();
+        let vectors = |get: fn(&crate::writer::FrameData) -> &[f32]| Cells::Vectors {
+            dim: self.dim,
+            values: frames.iter().flat_map(|f| get(f).iter().copied()).collect(),
+        };
+        Ok(Some(match self.kind {
+            Kind::Image { view } => {
+                let pngs = s.pngs.get_mut(view).ok_or_else(|| {
+                    DatasetError::Input(format!("internal: no PNG frames for view {view}"))
+                })?;
+                Cells::Png(std::mem::take(pngs))
+            }
+            Kind::Video { .. } | Kind::Other => return Ok(None),
+            Kind::State => vectors(|f| &f.state),
+            Kind::Action => vectors(|f| &f.action),
+            Kind::Extra => {
+                let values =
+                    s.ep.extras
+                        .iter()
+                        .find(|(n, _)| *n == self.key)
+                        .map(|(_, v)| v)
+                        .ok_or_else(|| {
+                            DatasetError::Input(format!("extra column {:?} is missing", self.key))
+                        })?;
+                match values {
+                    ColumnValues::F32(v) => Cells::F32(v[rows].to_vec()),
+                    ColumnValues::I64(v) => Cells::I64(v[rows].to_vec()),
+                }
+            }
+            Kind::Timestamp => Cells::F32(frames.iter().map(|f| f.timestamp).collect()),
+            Kind::FrameIndex => Cells::I64(rows.map(|i| i as i64).collect()),
+            Kind::EpisodeIndex => Cells::I64(vec![s.episode_index as i64; n]),
+            Kind::Index => Cells::I64(rows.map(|i| (s.from + i as u64) as i64).collect()),
+            Kind::TaskIndex => Cells::I64(vec![s.task_index as i64; n]),
+        }))
+    }
+
+    /// Whether reading an episode reads this column (video comes from its MP4 files, images only when they
+    /// are decoded). Every column read must exist in the data file.
+    pub fn reads(&self, images: bool) -> bool {
+        match self.kind {
+            Kind::Video { .. } => false,
+            Kind::Image { .. } => images,
+            _ => true,
+        }
+    }
+
+    /// Empty values of the form [`Self::read`] returns; `None` for columns whose values are not kept.
+    pub fn empty(&self) -> Option<Cells> {
+        match self.kind {
+            Kind::Image { .. } => Some(Cells::Png(Vec::new())),
+            Kind::State | Kind::Action if self.dim > 0 => Some(Cells::Vectors {
+                dim: self.dim,
+                values: Vec::new(),
+            }),
+            Kind::Extra => Some(Cells::F64(Vec::new())),
+            Kind::Timestamp => Some(Cells::F32(Vec::new())),
+            Kind::FrameIndex | Kind::Index | Kind::TaskIndex => Some(Cells::I64(Vec::new())),
+            _ => None,
+        }
+    }
+
+    /// The values of rows `sel` of `batch` (read from data file `path`); `None` for columns whose values are not
+    /// kept (see [`Self::empty`]). Accepted types: see [`crate::columns`].
+    pub fn read(&self, batch: &RecordBatch, path: &Path, sel: &[usize]) -> Result<Option<Cells>> {
+        let key = self.key.as_str();
+        let Some(empty) = self.empty() else {
+            return Ok(None);
+        };
+        let a = column(batch, path, key)?;
+        Ok(Some(match empty {
+            Cells::Png(_) => Cells::Png(image_bytes(a, sel, path, key)?),
+            Cells::Vectors { dim, .. } => {
+                let v = f32_vectors(a, path, key, dim)?;
+                let mut values = Vec::with_capacity(sel.len() * dim);
+                for &i in sel {
+                    values.extend_from_slice(&v[i * dim..(i + 1) * dim]);
+                }
+                Cells::Vectors { dim, values }
+            }
+            Cells::F64(_) => Cells::F64(pick(&numeric_f64(a, path, key)?, sel)),
+            Cells::F32(_) => Cells::F32(pick(&f32_values(a, path, key)?, sel)),
+            Cells::I64(_) => Cells::I64(pick(&i64_values(a, path, key)?, sel)),
+        }))
+    }
+}
+
+fn pick<T: Copy>(v: &[T], sel: &[usize]) -> Vec<T> {
+    sel.iter().map(|&i| v[i]).collect()
+}
+
+/// One column's values over some rows, in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Cells {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+    /// Scalars of any numeric type, as the reader returns extra columns (NaN for nulls).
+    F64(Vec<f64>),
+    /// `dim` float32 values per row, row-major.
+    Vectors {
+        dim: usize,
+        values: Vec<f32>,
+    },
+    /// Encoded image bytes per row.
+    Png(Vec<Vec<u8>>),
+}
+
+impl Cells {
+    /// Adds each row as one sample. Images add nothing: their statistics come from decoded pixels, gathered
+    /// when the frames are encoded.
+    pub fn push_stats(&self, st: &mut FeatureStats) {
+        match self {
+            Cells::F32(v) => v.iter().for_each(|&x| st.push(&[x as f64])),
+            Cells::I64(v) => v.iter().for_each(|&x| st.push(&[x as f64])),
+            Cells::F64(v) => v.iter().for_each(|&x| st.push(&[x])),
+            Cells::Vectors { dim, values } if *dim > 0 => {
+                for row in values.chunks_exact(*dim) {
+                    st.push(&row.iter().map(|&x| x as f64).collect::<Vec<_>>());
+                }
+            }
+            Cells::Vectors { .. } | Cells::Png(_) => {}
+        }
+    }
+
+    /// The arrow array the writer stores (errors name `root`).
+    pub fn into_array(self, root: &Path) -> Result<ArrayRef> {
+        Ok(match self {
+            Cells::F32(v) => Arc::new(Float32Array::from(v)),
+            Cells::I64(v) => Arc::new(Int64Array::from(v)),
+            Cells::F64(v) => Arc::new(Float64Array::from(v)),
+            Cells::Vectors { dim, values } => Arc::new(
+                FixedSizeListArray::try_new(
+                    vector_item(),
+                    dim as i32,
+                    Arc::new(Float32Array::from(values)),
+                    None,
+                )
+                .map_err(arrow_err(root))?,
+            ),
+            Cells::Png(pngs) => {
+                let bytes = BinaryArray::from_iter_values(pngs.iter());
+                let paths = StringArray::new_null(pngs.len());
+                Arc::new(
+                    StructArray::try_new(
+                        image_struct_fields(),
+                        vec![Arc::new(bytes) as ArrayRef, Arc::new(paths) as ArrayRef],
+                        None,
+                    )
+                    .map_err(arrow_err(root))?,
+                )
+            }
+        })
+    }
+
+    /// Appends `more` (values of the same column).
+    pub fn append(&mut self, more: Cells) {
+        match (self, more) {
+            (Cells::F32(a), Cells::F32(b)) => a.extend(b),
+            (Cells::I64(a), Cells::I64(b)) => a.extend(b),
+            (Cells::F64(a), Cells::F64(b)) => a.extend(b),
+            (Cells::Vectors { values: a, .. }, Cells::Vectors { values: b, .. }) => a.extend(b),
+            (Cells::Png(a), Cells::Png(b)) => a.extend(b),
+            _ => debug_assert!(false, "appending cells of another column"),
+        }
+    }
+
+    /// Reorders the rows: row `k` becomes old row `order[k]`.
+    pub fn permute(&mut self, order: &[usize]) {
+        fn re<T: Clone>(v: &[T], order: &[usize], dim: usize) -> Vec<T> {
+            order
+                .iter()
+                .flat_map(|&i| v[i * dim..(i + 1) * dim].iter().cloned())
+                .collect()
+        }
+        match self {
+            Cells::F32(v) => *v = re(v, order, 1),
+            Cells::I64(v) => *v = re(v, order, 1),
+            Cells::F64(v) => *v = re(v, order, 1),
+            Cells::Vectors { dim, values } => {
+                if *dim > 0 && !values.is_empty() {
+                    *values = re(values, order, *dim)
+                }
+            }
+            Cells::Png(v) => {
+                if !v.is_empty() {
+                    *v = re(v, order, 1)
+                }
+            }
+        }
+    }
+}
