@@ -9,6 +9,9 @@
 //! - [`SarmProgress`] reads and writes `sarm_progress.parquet`, the per-frame progress file LeRobot's RA-BC loads.
 //! - Every file is written under a temporary name, fsynced, renamed into place and its directory fsynced
 //!   ([`durable`]): a crash or a power cut leaves the previous file or the whole new one, never half a file.
+//! - The columns are described once (`features.rs`): one table of features, each with its kind, that info.json,
+//!   the parquet schema, the written arrays, the statistics and the reader all iterate (README.md, "Columns: one
+//!   table").
 //!
 //! Depends on `stagewise-core` only among the workspace crates: never on model, sim, stream or runtime (the CLI
 //! wires episodes from those into the writer's plain input types). See README.md for the layout and its sources.
