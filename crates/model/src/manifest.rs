@@ -190,6 +190,21 @@ fn one() -> usize {
     1
 }
 
+/// Largest `frames` a manifest may give.
+pub const MAX_FRAMES: usize = 1024;
+/// Largest `stride` (steps between a window's frames).
+pub const MAX_STRIDE: usize = 1 << 16;
+/// Largest `state_size`.
+pub const MAX_STATE: usize = 1 << 16;
+/// Most camera views.
+pub const MAX_VIEWS: usize = 64;
+/// Largest frame embedding of a two-part model.
+pub const MAX_EMBEDDING: usize = 1 << 16;
+/// Largest image side.
+pub const MAX_SIDE: u32 = 4096;
+/// Largest window ring of one env (2 x views x frames x stride frames of f32 RGB), bytes.
+pub const MAX_WINDOW_BYTES: u64 = 4 << 30;
+
 /// `state_size` left out of the TOML: resolved after parsing (TOML integers are i64, so no manifest can write
 /// this value itself).
 const STATE_SIZE_UNSET: usize = usize::MAX;
@@ -306,8 +321,11 @@ impl Manifest {
             if !is_sha256(&p.head_sha256) {
                 return Err(self.field_err("parts.head_sha256", "must be 64 hexadecimal digits"));
             }
-            if p.embedding == 0 {
-                return Err(self.field_err("parts.embedding", "must be >= 1"));
+            if p.embedding == 0 || p.embedding > MAX_EMBEDDING {
+                return Err(self.field_err(
+                    "parts.embedding",
+                    format!("{} is not in 1..={MAX_EMBEDDING}", p.embedding),
+                ));
             }
         }
         if self.frames == 0 {
@@ -315,6 +333,55 @@ impl Manifest {
         }
         if self.stride == 0 {
             return Err(self.field_err("stride", "must be >= 1"));
+        }
+        // Sizes the runtime allocates from: bounded, so that a bad manifest is an error here, not an overflow or
+        // an allocation failure later (tests/manifest_corpus.rs).
+        for (field, value, max) in [
+            ("frames", self.frames, MAX_FRAMES),
+            ("stride", self.stride, MAX_STRIDE),
+            ("state_size", self.state_size, MAX_STATE),
+            ("views", self.views.len(), MAX_VIEWS),
+        ] {
+            if value > max {
+                return Err(self.field_err(field, format!("{value} is more than {max}")));
+            }
+        }
+        if let Some(img) = &self.image {
+            if img.width > MAX_SIDE || img.height > MAX_SIDE {
+                return Err(self.field_err(
+                    "image",
+                    format!(
+                        "{}x{} is larger than {MAX_SIDE}x{MAX_SIDE}",
+                        img.width, img.height
+                    ),
+                ));
+            }
+            // The window ring of one env: 2 x views x frames x stride normalised RGB frames (window.rs).
+            let bytes = [
+                2,
+                self.views.len().max(1) as u64,
+                self.frames as u64,
+                self.stride as u64,
+                u64::from(img.width) * u64::from(img.height),
+                12,
+            ]
+            .into_iter()
+            .try_fold(1u64, u64::checked_mul)
+            .unwrap_or(u64::MAX);
+            if bytes > MAX_WINDOW_BYTES {
+                return Err(self.field_err(
+                    "frames",
+                    format!(
+                        "{} frames {} steps apart of {} views at {}x{} need {bytes} bytes of window per env \
+                         (at most {MAX_WINDOW_BYTES})",
+                        self.frames,
+                        self.stride,
+                        self.views.len(),
+                        img.width,
+                        img.height
+                    ),
+                ));
+            }
         }
         if self.state_size > 0 && self.inputs.state.is_none() {
             return Err(self.field_err(

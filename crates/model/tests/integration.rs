@@ -6,6 +6,7 @@
 mod bad_input;
 mod common;
 mod hop_graph;
+mod manifest_corpus;
 mod parity;
 mod policy;
 mod score;
