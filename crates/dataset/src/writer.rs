@@ -427,12 +427,24 @@ impl DatasetWriter {
             .collect()
     }
 
+    /// Checks an episode against the dataset's features before anything of it is written, in named steps: its
+    /// frames, its timestamps, its extra columns, its stage annotation. Errors name the episode (and the frame,
+    /// view or column).
     fn validate(&self, ep: &EpisodeData) -> Result<()> {
-        let n = self.episodes.len();
-        let bad = |msg: String| Err(DatasetError::Input(format!("episode {n}: {msg}")));
         if ep.frames.is_empty() {
-            return bad("has no frames".into());
+            return self.refuse("has no frames".into());
         }
+        self.check_frames(ep)?;
+        self.check_timestamps(ep)?;
+        self.check_extras(ep)?;
+        self.check_stages(ep)
+    }
+
+    /// Every frame has one image per view, of the view's size, state and action of the declared lengths and a
+    /// finite timestamp.
+    fn check_frames(&self, ep: &EpisodeData) -> Result<()> {
+        let n = self.episodes.len();
+        let bad = |msg: String| self.refuse(msg);
         for (i, f) in ep.frames.iter().enumerate() {
             if f.views.len() != self.info.views.len() {
                 return bad(format!(
@@ -483,6 +495,14 @@ impl DatasetWriter {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Timestamps never go backwards; a video dataset needs frame `i` at `i / fps`. Steps other than `1 / fps`
+    /// are logged.
+    fn check_timestamps(&self, ep: &EpisodeData) -> Result<()> {
+        let n = self.episodes.len();
+        let bad = |msg: String| self.refuse(msg);
         // LeRobot expects consecutive timestamps 1/fps apart (its `check_timestamps_sync`, tolerance 1e-4 s).
         // Going backwards is refused; other deviations are logged, since a real robot's clock may jitter.
         let dt = 1.0 / self.info.fps as f64;
@@ -523,6 +543,12 @@ impl DatasetWriter {
                 "timestamp steps differ from 1/fps by more than 1e-4 s (LeRobot's sync tolerance)"
             );
         }
+        Ok(())
+    }
+
+    /// One column of values per declared extra column, of its dtype, one value per frame.
+    fn check_extras(&self, ep: &EpisodeData) -> Result<()> {
+        let bad = |msg: String| self.refuse(msg);
         if ep.extras.len() != self.info.extra_columns.len() {
             return bad(format!(
                 "has {} extra columns, the dataset declares {}",
@@ -552,6 +578,12 @@ impl DatasetWriter {
                 Some(_) => {}
             }
         }
+        Ok(())
+    }
+
+    /// The stage annotation is well formed and uses the dataset's stage names.
+    fn check_stages(&self, ep: &EpisodeData) -> Result<()> {
+        let bad = |msg: String| self.refuse(msg);
         if let Some(st) = &ep.stages {
             st.check(ep.frames.len()).or_else(bad)?;
             if let Some(names) = &self.stage_names {
@@ -564,6 +596,12 @@ impl DatasetWriter {
             }
         }
         Ok(())
+    }
+
+    /// The writer's refusal of the episode being added: `episode <n>: <msg>`.
+    fn refuse<T>(&self, msg: String) -> Result<T> {
+        let n = self.episodes.len();
+        Err(DatasetError::Input(format!("episode {n}: {msg}")))
     }
 
     fn open_file(&mut self) -> Result<&mut OpenFile> {
