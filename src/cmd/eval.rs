@@ -1,12 +1,15 @@
 //! `stagewise eval --model M --dataset D`: score every episode of a LeRobot-layout dataset (as written by
 //! `stagewise record`, with `progress_gt`/`stage_gt` columns and per-episode `success`) with a reward model and
 //! print the quality metrics of DESIGN.md: VOC and VROC (on successful clean episodes), VOC-F1, stage accuracy
-//! and progress MAE (all frames), AUROC of the final progress (success vs failure). Writes one PNG per episode:
+//! and progress MAE (all frames), AUROC of the final progress (success vs failure), aggregated by
+//! `stagewise_core::report` (which also holds the ablations and their table). Writes one PNG per episode:
 //! predicted progress (blue) against the ground truth (black) over the ground-truth stage bands, with a strip of
 //! frames (one column per sampled step, one row per view) below. Plots carry no text (no font is shipped).
 //!
-//! Stage-progress models are scored through `RewardModel` (per-episode frame windows, batched across episodes);
-//! hop models through `HopModel` and core's `HopFusion` (`s_init` = the episode's first frame, `s_goal` = the
+//! This file is argument parsing and IO. Stage-progress models are scored by stagewise-model's episode scorer
+//! (`stagewise_model::scoring`: the windows the actor builds, in the two-part form when the manifest has one,
+//! `--batch` windows per run; reversed playback for VROC is the same frames last-first); hop models through
+//! `HopModel` and core's `HopFusion` (`s_init` = the episode's first frame, `s_goal` = the
 //! last frame of the first successful clean episode of the dataset, the reference goal). The model's state fields
 //! are taken from the dataset's `observation.state` by name (manifest `state_names`).
 //!
@@ -21,10 +24,14 @@ use anyhow::{bail, Context};
 use image::RgbImage;
 use indicatif::{ProgressBar, ProgressStyle};
 use plotters::prelude::*;
-use stagewise_core::metrics;
+use stagewise_core::report::{
+    ablation_rows, ablation_table, format_metric as fmt, reversed, summarise, Ablation,
+    EpisodeScores, EpisodeTruth, Summary,
+};
 use stagewise_core::{Observation, View};
 use stagewise_dataset::{Dataset, Images};
-use stagewise_model::{HopModel, Manifest, ModelKind, RewardModel, StateMap};
+use stagewise_model::scoring::{ObservationFrames, Reversed};
+use stagewise_model::{EpisodeScorer, HopModel, Manifest, ModelForm, ModelKind};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -60,8 +67,9 @@ pub struct EvalArgs {
     /// Skip the PNGs.
     #[arg(long)]
     pub no_plots: bool,
-    /// Episodes scored side by side in one batch.
-    #[arg(long, default_value_t = 16)]
+    /// Windows per model run of a stage-progress model (the single graph's or the head's; a two-part model's
+    /// encoder runs at most this many frames at once).
+    #[arg(long, default_value_t = 64)]
     pub batch: usize,
     /// Blank this camera view: every frame replaced by the manifest's normalisation mean colour (`image.mean`,
     /// zeros after normalisation: what training's view dropout feeds; a missing camera). Repeatable or
@@ -90,131 +98,7 @@ pub struct EvalArgs {
 pub struct EvalEpisode {
     pub index: usize,
     pub obs: Vec<Observation>,
-    pub progress_gt: Vec<f64>,
-    pub stage_gt: Vec<usize>,
-    pub success: bool,
-    pub degraded: bool,
-}
-
-/// Model outputs for one episode (forward and reversed playback).
-pub struct Scored {
-    pub phi: Vec<f64>,
-    pub stage: Option<Vec<usize>>,
-    pub phi_reversed: Vec<f64>,
-}
-
-/// The metrics of DESIGN.md over a set of episodes.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Summary {
-    pub episodes: usize,
-    pub expert_successes: usize,
-    pub failures: usize,
-    pub voc: f64,
-    pub voc_min: f64,
-    pub vroc: f64,
-    pub voc_f1: f64,
-    pub stage_accuracy: Option<f64>,
-    pub progress_mae: f64,
-    pub auroc: Option<f64>,
-}
-
-/// Scores stage-progress episodes in batches of `batch` episodes (one env index each).
-pub fn score_progress(
-    model: &mut RewardModel,
-    eps: &[Vec<Observation>],
-    batch: usize,
-) -> anyhow::Result<Vec<(Vec<f64>, Vec<usize>)>> {
-    let mut out = Vec::with_capacity(eps.len());
-    for chunk in eps.chunks(batch.max(1)) {
-        let mut res: Vec<(Vec<f64>, Vec<usize>)> = chunk
-            .iter()
-            .map(|e| (Vec::with_capacity(e.len()), Vec::with_capacity(e.len())))
-            .collect();
-        let max_len = chunk.iter().map(Vec::len).max().unwrap_or(0);
-        for t in 0..max_len {
-            let envs: Vec<usize> = (0..chunk.len()).filter(|&i| t < chunk[i].len()).collect();
-            let obs: Vec<&Observation> = envs.iter().map(|&i| &chunk[i][t]).collect();
-            let prog = model.score_envs(&envs, &obs)?;
-            for (&i, p) in envs.iter().zip(prog) {
-                res[i].0.push(f64::from(p.phi));
-                res[i].1.push(p.stage);
-            }
-        }
-        out.extend(res);
-    }
-    Ok(out)
-}
-
-/// The observations in reverse order, renumbered from step 0 (reversed playback for VROC).
-pub fn reversed(ep: &[Observation]) -> Vec<Observation> {
-    ep.iter()
-        .rev()
-        .enumerate()
-        .map(|(t, o)| Observation {
-            step: t as u64,
-            time: t as f64 * 0.02,
-            views: o.views.clone(),
-            state: o.state.clone(),
-        })
-        .collect()
-}
-
-/// Computes the metrics. VOC/VROC over successful clean episodes; stage accuracy and MAE over all frames;
-/// AUROC of the final progress over all episodes (needs successes and failures).
-pub fn summarise(eps: &[EvalEpisode], scored: &[Scored]) -> anyhow::Result<Summary> {
-    let mut vocs = Vec::new();
-    let mut vrocs = Vec::new();
-    let (mut pred_phi, mut gt_phi, mut pred_k, mut gt_k) = (vec![], vec![], vec![], vec![]);
-    let mut finals = Vec::new();
-    let mut labels = Vec::new();
-    for (e, s) in eps.iter().zip(scored) {
-        if e.success && !e.degraded && s.phi.len() >= 2 {
-            vocs.push(metrics::voc(&s.phi)?);
-            vrocs.push(metrics::vroc(&s.phi_reversed)?);
-        }
-        pred_phi.extend_from_slice(&s.phi);
-        gt_phi.extend_from_slice(&e.progress_gt);
-        if let Some(k) = &s.stage {
-            pred_k.extend_from_slice(k);
-            gt_k.extend_from_slice(&e.stage_gt);
-        }
-        finals.push(s.phi.clone());
-        labels.push(e.success);
-    }
-    let mean = |v: &[f64]| {
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        }
-    };
-    let voc = mean(&vocs);
-    let vroc = mean(&vrocs);
-    let auroc = if labels.iter().any(|&l| l) && labels.iter().any(|&l| !l) {
-        Some(metrics::final_progress_auroc(&finals, &labels)?)
-    } else {
-        None
-    };
-    Ok(Summary {
-        episodes: eps.len(),
-        expert_successes: vocs.len(),
-        failures: labels.iter().filter(|&&l| !l).count(),
-        voc,
-        voc_min: vocs.iter().copied().fold(f64::INFINITY, f64::min),
-        vroc,
-        voc_f1: if voc.is_finite() && vroc.is_finite() {
-            metrics::voc_f1(voc, vroc)?
-        } else {
-            f64::NAN
-        },
-        stage_accuracy: if pred_k.is_empty() {
-            None
-        } else {
-            Some(metrics::stage_accuracy(&pred_k, &gt_k)?)
-        },
-        progress_mae: metrics::progress_mae(&pred_phi, &gt_phi)?,
-        auroc,
-    })
+    pub truth: EpisodeTruth,
 }
 
 fn load_episodes(ds: &Dataset, max: Option<usize>) -> anyhow::Result<Vec<EvalEpisode>> {
@@ -267,51 +151,15 @@ fn load_episodes(ds: &Dataset, max: Option<usize>) -> anyhow::Result<Vec<EvalEpi
         out.push(EvalEpisode {
             index: i,
             obs,
-            progress_gt,
-            stage_gt,
-            success: ep.meta.success.unwrap_or(false),
-            degraded,
+            truth: EpisodeTruth {
+                progress_gt,
+                stage_gt,
+                success: ep.meta.success.unwrap_or(false),
+                degraded,
+            },
         });
     }
     Ok(out)
-}
-
-/// One way of taking information away from the model: views blanked, state fields held.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Ablation {
-    /// What the row is called ("as is", "blank front", "hold ee_x", ...).
-    pub name: String,
-    /// Views whose every frame becomes the blank colour.
-    pub blank_views: Vec<String>,
-    /// Indices in the dataset's `observation.state` held at the episode's first-frame value.
-    pub hold_state: Vec<usize>,
-}
-
-impl Ablation {
-    fn is_none(&self) -> bool {
-        self.blank_views.is_empty() && self.hold_state.is_empty()
-    }
-
-    /// `ep` with this ablation applied; `blank` is the colour of a blanked frame.
-    pub fn apply(&self, ep: &[Observation], blank: image::Rgb<u8>) -> Vec<Observation> {
-        let first: Vec<f32> = ep.first().map(|o| o.state.clone()).unwrap_or_default();
-        ep.iter()
-            .map(|o| {
-                let mut o = o.clone();
-                for v in o.views.iter_mut() {
-                    if self.blank_views.contains(&v.name) {
-                        v.rgb.pixels_mut().for_each(|p| *p = blank);
-                    }
-                }
-                for &i in &self.hold_state {
-                    if let (Some(x), Some(&x0)) = (o.state.get_mut(i), first.get(i)) {
-                        *x = x0;
-                    }
-                }
-                o
-            })
-            .collect()
-    }
 }
 
 /// The blank frame colour: the manifest's normalisation mean (0 after normalisation), as RGB8.
@@ -346,21 +194,22 @@ fn hold_indices(ds: &Dataset, fields: &[String]) -> anyhow::Result<Vec<(String, 
 
 /// A loaded model of either reward kind, bound to the dataset's state.
 enum Scorer {
-    Progress(Box<RewardModel>),
+    /// stagewise-model's episode scorer (the windows the actor builds, single graph or two-part, batched).
+    Progress(Box<EpisodeScorer>),
     /// The hop model and the reference goal observation (before any ablation).
     Hop(Box<HopModel>, Box<Observation>),
 }
 
 impl Scorer {
-    /// Scores every episode (forward and reversed) with `ablation` applied.
+    /// Scores every episode (forward and reversed) with `ablation` applied; `dt` is the dataset's time step.
     fn score(
         &mut self,
         eps: &[EvalEpisode],
         ablation: &Ablation,
         blank: image::Rgb<u8>,
-        batch: usize,
+        dt: f64,
         bar: &ProgressBar,
-    ) -> anyhow::Result<Vec<Scored>> {
+    ) -> anyhow::Result<Vec<EpisodeScores>> {
         let prepare = |e: &EvalEpisode| {
             if ablation.is_none() {
                 e.obs.clone()
@@ -371,19 +220,23 @@ impl Scorer {
         let mut out = Vec::with_capacity(eps.len());
         match self {
             Self::Progress(model) => {
-                for chunk in eps.chunks(batch.max(1)) {
-                    let fwd: Vec<Vec<Observation>> = chunk.iter().map(prepare).collect();
-                    let rev: Vec<Vec<Observation>> = fwd.iter().map(|o| reversed(o)).collect();
-                    let f = score_progress(model, &fwd, batch)?;
-                    let r = score_progress(model, &rev, batch)?;
-                    for ((phi, stage), (phi_reversed, _)) in f.into_iter().zip(r) {
-                        out.push(Scored {
-                            phi,
-                            stage: Some(stage),
-                            phi_reversed,
-                        });
-                    }
-                    bar.inc(chunk.len() as u64);
+                for e in eps {
+                    let obs = prepare(e);
+                    let views = model.manifest().views.clone();
+                    let src = ObservationFrames::new(&obs, &views)
+                        .with_context(|| format!("episode {}", e.index))?;
+                    let fwd = model
+                        .score_all(&src)
+                        .with_context(|| format!("episode {}", e.index))?;
+                    let rev = model
+                        .score_all(&Reversed(src))
+                        .with_context(|| format!("episode {} reversed", e.index))?;
+                    out.push(EpisodeScores {
+                        phi: fwd.iter().map(|p| f64::from(p.phi)).collect(),
+                        stage: Some(fwd.iter().map(|p| p.stage).collect()),
+                        phi_reversed: rev.iter().map(|p| f64::from(p.phi)).collect(),
+                    });
+                    bar.inc(1);
                 }
             }
             Self::Hop(model, goal) => {
@@ -394,8 +247,8 @@ impl Scorer {
                 for e in eps {
                     let obs = prepare(e);
                     let phi = model.fused_progress(&obs, &goal)?;
-                    let phi_reversed = model.fused_progress(&reversed(&obs), &goal)?;
-                    out.push(Scored {
+                    let phi_reversed = model.fused_progress(&reversed(&obs, dt), &goal)?;
+                    out.push(EpisodeScores {
                         phi,
                         stage: None,
                         phi_reversed,
@@ -406,58 +259,6 @@ impl Scorer {
         }
         Ok(out)
     }
-}
-
-/// The rows of `--ablations`: as is, every view blanked, each view blanked, all state read held, each
-/// `--hold-state` field held.
-fn ablation_rows(
-    m: &Manifest,
-    map: &StateMap,
-    source_names: Option<&[String]>,
-    hold: &[(String, usize)],
-) -> Vec<Ablation> {
-    let mut rows = vec![Ablation {
-        name: "as is".into(),
-        ..Ablation::default()
-    }];
-    rows.push(Ablation {
-        name: "all views blanked".into(),
-        blank_views: m.views.clone(),
-        ..Ablation::default()
-    });
-    for v in m.views.iter().filter(|_| m.views.len() > 1) {
-        rows.push(Ablation {
-            name: format!("blank {v}"),
-            blank_views: vec![v.clone()],
-            ..Ablation::default()
-        });
-    }
-    let mut read: Vec<usize> = map.indices().to_vec();
-    read.sort_unstable();
-    read.dedup();
-    if !read.is_empty() {
-        let what = match source_names {
-            Some(names) if read.len() <= 4 => read
-                .iter()
-                .filter_map(|&i| names.get(i).map(String::as_str))
-                .collect::<Vec<_>>()
-                .join(", "),
-            _ => format!("{} fields", read.len()),
-        };
-        rows.push(Ablation {
-            name: format!("hold state read ({what})"),
-            hold_state: read,
-            ..Ablation::default()
-        });
-    }
-    for (name, i) in hold {
-        rows.push(Ablation {
-            name: format!("hold {name}"),
-            hold_state: vec![*i],
-            ..Ablation::default()
-        });
-    }
-    rows
 }
 
 const STAGE_COLORS: [RGBColor; 6] = [
@@ -471,7 +272,7 @@ const STAGE_COLORS: [RGBColor; 6] = [
 
 /// Draws predicted progress (blue) and ground truth (black) over the ground-truth stage bands, with a strip
 /// of frames below (one column per sampled step, one row per view).
-pub fn plot_episode(ep: &EvalEpisode, s: &Scored, path: &Path) -> anyhow::Result<()> {
+pub fn plot_episode(ep: &EvalEpisode, s: &EpisodeScores, path: &Path) -> anyhow::Result<()> {
     let cols = 8usize;
     let (fw, fh) = ep
         .obs
@@ -488,15 +289,15 @@ pub fn plot_episode(ep: &EvalEpisode, s: &Scored, path: &Path) -> anyhow::Result
     {
         let root = BitMapBackend::with_buffer(&mut buf, (width, plot_h)).into_drawing_area();
         root.fill(&WHITE)?;
-        let n = ep.progress_gt.len().max(2);
+        let n = ep.truth.progress_gt.len().max(2);
         let mut chart = ChartBuilder::on(&root)
             .margin(12)
             .build_cartesian_2d(0f64..(n - 1) as f64, -0.02f64..1.05f64)?;
         // stage bands: contiguous runs of the ground-truth stage
         let mut start = 0usize;
-        for t in 1..=ep.stage_gt.len() {
-            if t == ep.stage_gt.len() || ep.stage_gt[t] != ep.stage_gt[start] {
-                let c = STAGE_COLORS[ep.stage_gt[start] % STAGE_COLORS.len()];
+        for t in 1..=ep.truth.stage_gt.len() {
+            if t == ep.truth.stage_gt.len() || ep.truth.stage_gt[t] != ep.truth.stage_gt[start] {
+                let c = STAGE_COLORS[ep.truth.stage_gt[start] % STAGE_COLORS.len()];
                 chart.draw_series(std::iter::once(Rectangle::new(
                     [(start as f64, -0.02), (t as f64, 1.05)],
                     c.filled(),
@@ -511,7 +312,8 @@ pub fn plot_episode(ep: &EvalEpisode, s: &Scored, path: &Path) -> anyhow::Result
             ))?;
         }
         chart.draw_series(LineSeries::new(
-            ep.progress_gt
+            ep.truth
+                .progress_gt
                 .iter()
                 .enumerate()
                 .map(|(t, &p)| (t as f64, p)),
@@ -542,50 +344,6 @@ pub fn plot_episode(ep: &EvalEpisode, s: &Scored, path: &Path) -> anyhow::Result
     img.save_with_format(path, image::ImageFormat::Png)
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
-}
-
-/// The metrics of every ablation side by side, one row each, with the MAE as a multiple of the data as is.
-fn print_ablations(base: &Ablation, summary: &Summary, rows: &[(&Ablation, Summary)]) {
-    let all: Vec<(&Ablation, &Summary)> = std::iter::once((base, summary))
-        .chain(rows.iter().map(|(a, s)| (*a, s)))
-        .collect();
-    let width = all
-        .iter()
-        .map(|(a, _)| a.name.len())
-        .max()
-        .unwrap_or(0)
-        .max(8);
-    println!();
-    println!(
-        "{:<width$}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}  {:>8}  {:>8}",
-        "ablation", "VOC", "VROC", "VOC-F1", "stage acc", "MAE", "MAE x", "AUROC"
-    );
-    for (a, s) in all {
-        let ratio = s.progress_mae / summary.progress_mae;
-        println!(
-            "{:<width$}  {:>8}  {:>8}  {:>8}  {:>9}  {:>8}  {:>8}  {:>8}",
-            a.name,
-            fmt(s.voc),
-            fmt(s.vroc),
-            fmt(s.voc_f1),
-            s.stage_accuracy.map_or("n/a".into(), fmt),
-            fmt(s.progress_mae),
-            if ratio.is_finite() {
-                format!("{ratio:.2}x")
-            } else {
-                "n/a".into()
-            },
-            s.auroc.map_or("n/a".into(), fmt),
-        );
-    }
-}
-
-fn fmt(x: f64) -> String {
-    if x.is_finite() {
-        format!("{x:.4}")
-    } else {
-        "n/a".into()
-    }
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
@@ -629,7 +387,15 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     }
     let mut scorer = match manifest.kind {
         ModelKind::StageProgress => {
-            let mut model = args.ort.load_reward_model(&model_path)?;
+            let rt = args.ort.runtime()?;
+            let mut model = EpisodeScorer::from_manifest(
+                manifest.clone(),
+                rt,
+                &args.ort.session_options(),
+                ModelForm::Auto,
+                args.batch,
+            )
+            .with_context(|| format!("loading reward model {}", model_path.display()))?;
             model.set_state_map(state_map.clone())?;
             Scorer::Progress(Box::new(model))
         }
@@ -640,7 +406,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
             model.set_state_map(state_map.clone())?;
             let goal = eps
                 .iter()
-                .find(|e| e.success && !e.degraded)
+                .find(|e| e.truth.success && !e.truth.degraded)
                 .and_then(|e| e.obs.last())
                 .context("the dataset has no successful clean episode to take the goal frame from")?
                 .clone();
@@ -649,7 +415,12 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         ModelKind::Policy => bail!("{} is a policy, not a reward model", model_path.display()),
     };
     let rows = if args.ablations {
-        ablation_rows(&manifest, &state_map, source_names.as_deref(), &hold)
+        ablation_rows(
+            &manifest.views,
+            state_map.indices(),
+            source_names.as_deref(),
+            &hold,
+        )
     } else {
         // One evaluation, with the flags' views blanked and fields held (the plots show the blanked frames).
         let ablation = Ablation {
@@ -667,12 +438,14 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         ProgressStyle::with_template("scoring [{elapsed_precise}] {wide_bar} {pos}/{len} episodes")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
+    let truth: Vec<EpisodeTruth> = eps.iter().map(|e| e.truth.clone()).collect();
+    let dt = 1.0 / f64::from(ds.fps().max(1));
     let mut results = Vec::with_capacity(rows.len());
     for ab in &rows {
         let scored = scorer
-            .score(&eps, ab, blank, args.batch, &bar)
+            .score(&eps, ab, blank, dt, &bar)
             .with_context(|| format!("scoring ({})", ab.name))?;
-        let summary = summarise(&eps, &scored)?;
+        let summary = summarise(&truth, &scored)?;
         results.push((scored, summary));
     }
     let mut results = results.into_iter();
@@ -712,7 +485,11 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     println!("progress MAE   {}", fmt(summary.progress_mae));
     println!("AUROC          {}", summary.auroc.map_or("n/a".into(), fmt));
     if args.ablations {
-        print_ablations(&rows[0], &summary, &ablated);
+        let table: Vec<(&Ablation, &Summary)> = std::iter::once((&rows[0], &summary))
+            .chain(ablated.iter().map(|(a, s)| (*a, s)))
+            .collect();
+        println!();
+        print!("{}", ablation_table(&table));
     }
 
     let stem = model_path

@@ -1,5 +1,6 @@
 //! stagewise-core: the types every other Stagewise crate speaks (observations, progress, transitions, the
-//! `Env` trait) and the pure math (stage-aware progress, potential-based shaping, reward-model metrics, RA-BC).
+//! `Env` trait) and the pure math (stage-aware progress, potential-based shaping, reward-model metrics and their
+//! reports over a dataset with ablations, RA-BC).
 //!
 //! Must not depend on ort, zenoh, tokio, rapier or any other Stagewise crate: it stays cheap to build, cheap
 //! to test and easy to reason about. No IO, no async.
@@ -9,6 +10,7 @@ pub mod hop;
 pub mod metrics;
 pub mod progress;
 pub mod rabc;
+pub mod report;
 pub mod reward_modes;
 pub mod shaping;
 pub mod types;

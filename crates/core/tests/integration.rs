@@ -7,4 +7,5 @@ mod bad_input;
 mod invariance;
 mod metrics_fixtures;
 mod rabc_fixtures;
+mod report;
 mod shaper;

@@ -7,11 +7,12 @@
 //!
 //! 1. plans the windows: the frames `t - (F-1) s, ..., t` of every scored frame `t` ([`WindowLayout`]; early
 //!    windows repeat the first frame), so that each needed frame is normalised once;
-//! 2. in the single-graph form, gathers windows of normalised frames and runs them `batch` at a time; in the
-//!    two-part form (manifest `[parts]`: per-frame encoder + head, DESIGN.md "Two-part models are the fast
-//!    path") encodes each needed frame once (at most `batch` frames, all views, per encoder run, and fewer when
-//!    their normalised pixels would pass [`ENCODE_CHUNK_BYTES`]) and runs the head on windows of embeddings,
-//!    `batch` windows at a time, instead of re-encoding every frame of every window.
+//! 2. in the single-graph form, gathers windows of normalised frames and runs them `batch` at a time (fewer when
+//!    they would pass [`WINDOW_BATCH_BYTES`]); in the two-part form (manifest `[parts]`: per-frame encoder +
+//!    head, DESIGN.md "Two-part models are the fast path") encodes each needed frame once (at most `batch`
+//!    frames, all views, per encoder run, and fewer when their normalised pixels would pass
+//!    [`ENCODE_CHUNK_BYTES`]) and runs the head on windows of embeddings, `batch` windows at a time, instead of
+//!    re-encoding every frame of every window.
 //!
 //! [`score_in_workers`] spreads items (episodes) over worker threads, one model each (`Session::run` takes
 //! `&mut`), reading ahead while the models load. LeRobot's own labelling runs one window per query.
@@ -32,6 +33,12 @@ use std::time::{Duration, Instant};
 /// then stay in a core's L2 cache. Measured with the 8-16-16 pick-place model (3 views at 32x32, so 10 frames
 /// per run): 28-31 us of model time per frame against 34-38 us with 64 frames per run.
 pub const ENCODE_CHUNK_BYTES: usize = 384 * 1024;
+
+/// The most normalised pixels (bytes of f32) per run of the single graph: a batch of windows of large frames
+/// (ONNX Runtime's activations grow with it) costs page faults and cache misses. Measured with the tiny3v test
+/// model (3 views x 4 frames at 96x96, 1.3 MB per window): 64 windows per run took 1.4-1.9x the wall time of
+/// 8-16 per run. The shipped 32x32 models' windows (73 KB) still run 64 at a time.
+pub const WINDOW_BATCH_BYTES: usize = 16 * 1024 * 1024;
 
 /// What was wrong with an episode, or with a model run on it.
 #[derive(Debug, thiserror::Error)]
@@ -485,8 +492,15 @@ impl EpisodeScorer {
             }
         };
         let row_step = views * row_len;
+        let run_windows = match graphs {
+            Graphs::Single(_) => {
+                let window_bytes = layout.window_len(frame_len) * size_of::<f32>();
+                (WINDOW_BATCH_BYTES / window_bytes.max(1)).clamp(1, batch)
+            }
+            Graphs::TwoPart(_) => batch,
+        };
         let mut out = Vec::with_capacity(frames.len());
-        for chunk in frames.chunks(batch) {
+        for chunk in frames.chunks(run_windows) {
             windows.clear();
             state.clear();
             for &t in chunk {
