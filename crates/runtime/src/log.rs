@@ -6,8 +6,9 @@
 //! ends the log cleanly at the last complete record and is reported ([`LogReader::torn_tail`], and a warning);
 //! everything before it replays. A corrupt record (an implausible length, a key that is not UTF-8) is an error.
 //!
-//! Nothing is lost: a log already at the path is kept (renamed to `<stem>.<N>.<ext>`, the first free N), and the
-//! log is fsynced at every episode end and on close. Records larger than the reader accepts are refused on write.
+//! Nothing is lost: a log already at the path is kept (renamed to `<stem>.<N>.<ext>`, the first free N), the new
+//! file and its directory are fsynced when it is created, and the log is fsynced at every episode end and on
+//! close. Records larger than the reader accepts are refused on write.
 
 use crate::RuntimeError;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -64,6 +65,18 @@ impl EpisodeLog {
             .map_err(err)?;
         let mut out = BufWriter::new(file);
         out.write_all(MAGIC).map_err(err)?;
+        // The new file's name (and the kept one's) durable too: fsynced records in a file whose directory entry
+        // was never synced can vanish with it in a power cut.
+        out.flush()
+            .and_then(|()| out.get_ref().sync_data())
+            .map_err(err)?;
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(err)?;
         Ok(Self {
             path: path.to_path_buf(),
             out,
