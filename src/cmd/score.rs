@@ -1,11 +1,14 @@
 //! `stagewise score`: load a reward model and score a sequence of frames — recorded PNGs on disk, or a
-//! generated sequence — printing per-step progress and writing it to CSV.
+//! generated sequence per env — printing per-step progress and writing it to CSV. Each sequence is scored as one
+//! episode by stagewise-model's episode scorer (`stagewise_model::scoring`: the windows the actor builds step by
+//! step, in the two-part form when the manifest has one); a sequence is held in memory while it is scored.
 
 use super::ort_args::OrtArgs;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
-use stagewise_core::{Observation, View};
-use stagewise_model::{preprocess, synthetic};
+use stagewise_core::{Observation, Progress, View};
+use stagewise_model::scoring::ObservationFrames;
+use stagewise_model::{preprocess, synthetic, EpisodeScorer, Manifest, ModelForm};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -32,23 +35,31 @@ pub struct ScoreArgs {
 }
 
 pub fn run(a: ScoreArgs) -> anyhow::Result<()> {
-    let mut model = a.ort.load_reward_model(&a.model)?;
-    let m = model.manifest().clone();
+    let m = Manifest::load(&a.model).with_context(|| format!("reading {}", a.model.display()))?;
+    let mut model = EpisodeScorer::from_manifest(
+        m.clone(),
+        a.ort.runtime()?,
+        &a.ort.session_options(),
+        ModelForm::Auto,
+        BATCH,
+    )
+    .with_context(|| format!("loading reward model {}", a.model.display()))?;
     let stage_names = m
         .stages
         .as_ref()
         .map(|s| s.names.clone())
         .unwrap_or_default();
-    let (sequences, envs) = match &a.frames {
-        Some(dir) => (vec![load_recorded(dir, &m.views, m.state_size)?], 1),
+    let recorded = match &a.frames {
+        Some(dir) => Some(load_recorded(dir, &m.views, m.state_size)?),
         None => {
             if a.envs == 0 || a.steps == 0 {
                 bail!("--envs and --steps must be >= 1");
             }
-            (Vec::new(), a.envs)
+            None
         }
     };
-    let steps = sequences.first().map_or(a.steps, |s| s.len() as u64);
+    let envs = if recorded.is_some() { 1 } else { a.envs };
+    let steps = recorded.as_ref().map_or(a.steps, |s| s.len() as u64);
     let (w, h) = m
         .image
         .as_ref()
@@ -66,30 +77,48 @@ pub fn run(a: ScoreArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    if let Some(f) = csv.as_mut() {
-        let probs: Vec<String> = stage_names.iter().map(|n| format!("p_{n}")).collect();
-        writeln!(f, "env,step,stage,tau,phi,{}", probs.join(","))?;
-    }
     let bar = ProgressBar::new(steps * envs as u64).with_style(
         ProgressStyle::with_template(
             "{spinner} scoring [{bar:30}] {pos}/{len} env-steps {per_sec} {msg}",
         )?
         .progress_chars("=> "),
     );
-    let mut last = Vec::new();
-    let mut phi_sum = 0.0;
-    for step in 0..steps {
-        let obs: Vec<Observation> = match sequences.first() {
-            Some(seq) => vec![seq[step as usize].clone()],
-            None => (0..envs as u64)
-                .map(|e| synthetic::observation(&m.views, e, step, w, h, m.state_size))
-                .collect(),
+    // Each env's sequence is one episode for stagewise-model's episode scorer (the windows the actor builds
+    // step by step; the two-part form when the manifest has one).
+    let mut per_env: Vec<Vec<Progress>> = Vec::with_capacity(envs);
+    for env in 0..envs {
+        let generated;
+        let seq = match &recorded {
+            Some(seq) => seq,
+            None => {
+                generated = (0..steps)
+                    .map(|step| {
+                        synthetic::observation(&m.views, env as u64, step, w, h, m.state_size)
+                    })
+                    .collect::<Vec<_>>();
+                &generated
+            }
         };
-        let refs: Vec<&Observation> = obs.iter().collect();
+        let src = ObservationFrames::new(seq, &m.views)?;
         let out = model
-            .score(&refs)
-            .with_context(|| format!("scoring step {step}"))?;
-        for (env, p) in out.iter().enumerate() {
+            .score_all(&src)
+            .with_context(|| format!("scoring env {env}"))?;
+        bar.set_message(format!(
+            "phi[{env}] {:.3}",
+            out.last().map_or(0.0, |p| p.phi)
+        ));
+        bar.inc(steps);
+        per_env.push(out);
+    }
+    bar.finish_and_clear();
+    let mut phi_sum = 0.0;
+    if let Some(f) = csv.as_mut() {
+        let probs: Vec<String> = stage_names.iter().map(|n| format!("p_{n}")).collect();
+        writeln!(f, "env,step,stage,tau,phi,{}", probs.join(","))?;
+    }
+    for step in 0..steps as usize {
+        for (env, out) in per_env.iter().enumerate() {
+            let p = &out[step];
             phi_sum += p.phi as f64;
             if let Some(f) = csv.as_mut() {
                 let probs: Vec<String> = p.stage_probs.iter().map(|x| format!("{x:.6}")).collect();
@@ -103,11 +132,7 @@ pub fn run(a: ScoreArgs) -> anyhow::Result<()> {
                 )?;
             }
         }
-        bar.set_message(format!("phi[0] {:.3}", out[0].phi));
-        bar.inc(envs as u64);
-        last = out;
     }
-    bar.finish_and_clear();
     if let Some(mut f) = csv {
         f.flush()?;
     }
@@ -120,7 +145,8 @@ pub fn run(a: ScoreArgs) -> anyhow::Result<()> {
         m.stride
     );
     println!("mean phi {:.4}", phi_sum / (steps as f64 * envs as f64));
-    for (env, p) in last.iter().enumerate() {
+    for (env, out) in per_env.iter().enumerate() {
+        let Some(p) = out.last() else { continue };
         let stage = stage_names.get(p.stage).map_or("?", String::as_str);
         println!(
             "env {env}: final stage {stage:<10} tau {:.3} phi {:.4}",
@@ -132,6 +158,9 @@ pub fn run(a: ScoreArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Windows per model run.
+const BATCH: usize = 64;
 
 /// Reads DIR/<view>/*.png for every view (same count per view), frames in file-name order. The state is zeros:
 /// a PNG sequence carries none.

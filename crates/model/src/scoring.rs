@@ -347,6 +347,14 @@ impl EpisodeScorer {
         }
     }
 
+    /// The execution provider the session (the encoder's, in the two-part form) got.
+    pub fn provider(&self) -> crate::Provider {
+        match &self.graphs {
+            Graphs::Single(m) => m.provider(),
+            Graphs::TwoPart(m) => m.provider(),
+        }
+    }
+
     /// The windows this model takes.
     pub fn layout(&self) -> WindowLayout {
         self.layout
