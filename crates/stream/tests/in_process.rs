@@ -455,3 +455,63 @@ fn transitions_arrive_byte_for_byte_through_the_borrowed_subscription() {
     let c = publisher.close(LONG);
     assert_eq!((c.transitions_sent, c.transitions_failed), (6, 0));
 }
+
+/// The hostile inputs of the wire corpus (`crates/wire/tests/corpus/`: nesting thousands deep, lengths that promise
+/// gigabytes, overflowing shapes, wrong types ...) sent to a serving node's env queryables and policy subscription:
+/// each query gets a reply that says what was wrong, each put arrives as an error, and the node goes on serving.
+/// (Before the decoder's depth limit, the nested maps overflowed the zenoh thread's stack: an abort of the node.)
+#[test]
+fn hostile_wire_bytes_get_errors_and_the_node_keeps_serving() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../wire/tests/corpus");
+    let mut hostile: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            let p = e.expect("entry").path();
+            let name = p.file_name().expect("name").to_string_lossy().into_owned();
+            (name, std::fs::read(&p).expect("read"))
+        })
+        .collect();
+    hostile.sort();
+    assert!(hostile.len() >= 12, "{} hostile inputs", hostile.len());
+    let (server_node, client_node) = pair();
+    let keys = Keys::new("env-hostile").expect("keys");
+    let _server = server_node
+        .serve_env(&keys, EnvAdapter::new(Line::new()))
+        .expect("serve");
+    let (_sub, rx) = server_node
+        .subscribe_policy_channel(&keys)
+        .expect("subscribe policy");
+    let client = client_node.env_client(&keys, Duration::from_secs(20));
+    assert!(client.wait_for_server(LONG).expect("querier"));
+    assert!(client_node
+        .wait_for_subscribers(&keys.policy(), LONG)
+        .expect("matching"));
+    for (name, bytes) in &hostile {
+        let raw = client
+            .query_bytes(&keys.env_step(), bytes.clone())
+            .unwrap_or_else(|e| panic!("{name}: no reply: {e}"));
+        let reply: StepReply = stagewise_stream::decode(&raw).expect("a step reply");
+        assert!(
+            reply
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("bad step request")),
+            "{name}: {reply:?}"
+        );
+        let raw = client
+            .query_bytes(&keys.env_reset(), bytes.clone())
+            .unwrap_or_else(|e| panic!("{name}: no reply: {e}"));
+        let reply: ResetReply = stagewise_stream::decode(&raw).expect("a reset reply");
+        assert!(reply.error.is_some(), "{name}: {reply:?}");
+        client_node
+            .put_bytes(&keys.policy(), bytes.clone())
+            .expect("put");
+        let got = rx.recv_timeout(LONG).expect("the put arrives");
+        assert!(got.is_err(), "{name}: {got:?}");
+    }
+    let r = client.reset(Some(2)).expect("still serving");
+    assert_eq!(
+        r.obs.expect("obs").state.to_f32_vec().expect("state"),
+        vec![2.0]
+    );
+}
