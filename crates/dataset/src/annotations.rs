@@ -22,13 +22,56 @@ use crate::info::{write_proportions_json, TEMPORAL_PROPORTIONS_SPARSE_PATH};
 use crate::reader::Dataset;
 use crate::writer::StageAnnotation;
 
-const COLUMNS: [&str; 5] = [
+/// The SARM sparse annotation columns of `meta/episodes/*/*.parquet`, in the order they are written (LeRobot's
+/// `save_annotations_to_dataset`): stage names (list<string>), start and end times in seconds (list<double>,
+/// `frame / fps`), start and end frames (list<int64>).
+pub(crate) const STAGE_COLUMNS: [&str; 5] = [
     "sparse_subtask_names",
     "sparse_subtask_start_times",
     "sparse_subtask_end_times",
     "sparse_subtask_start_frames",
     "sparse_subtask_end_frames",
 ];
+
+/// The [`STAGE_COLUMNS`] for episodes `rows` (`None`: not annotated, a null in every column), as `(name,
+/// array)`. Both the writer and [`write_annotations`] build them here.
+pub(crate) fn stage_columns(
+    rows: &[Option<&StageAnnotation>],
+    fps: f64,
+) -> [(&'static str, ArrayRef); 5] {
+    let mut names = ListBuilder::new(StringBuilder::new());
+    let mut start_t = ListBuilder::new(Float64Builder::new());
+    let mut end_t = ListBuilder::new(Float64Builder::new());
+    let mut starts = ListBuilder::new(Int64Builder::new());
+    let mut ends = ListBuilder::new(Int64Builder::new());
+    for row in rows {
+        let valid = row.is_some();
+        if let Some(a) = row {
+            for nm in &a.names {
+                names.values().append_value(nm);
+            }
+            for (&s, &e) in a.start_frames.iter().zip(&a.end_frames) {
+                start_t.values().append_value(s as f64 / fps);
+                end_t.values().append_value(e as f64 / fps);
+                starts.values().append_value(s);
+                ends.values().append_value(e);
+            }
+        }
+        names.append(valid);
+        start_t.append(valid);
+        end_t.append(valid);
+        starts.append(valid);
+        ends.append(valid);
+    }
+    let [n, st, et, sf, ef] = STAGE_COLUMNS;
+    [
+        (n, Arc::new(names.finish()) as ArrayRef),
+        (st, Arc::new(start_t.finish())),
+        (et, Arc::new(end_t.finish())),
+        (sf, Arc::new(starts.finish())),
+        (ef, Arc::new(ends.finish())),
+    ]
+}
 
 /// What [`write_annotations`] left in the dataset.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +123,7 @@ pub fn write_annotations(
     }
     let fps = f64::from(ds.fps());
 
-    // Rewrite every episodes file with the five columns (replaced where they were, appended otherwise).
+    // Rewrite every episodes file with the five stage columns (replaced where they were, appended otherwise).
     let dir = root.join("meta/episodes");
     let mut files = Vec::new();
     for chunk in std::fs::read_dir(&dir).map_err(io_err(&dir))? {
@@ -121,53 +164,13 @@ pub fn write_annotations(
             let mut fields: Vec<Field> = Vec::new();
             let mut cols: Vec<ArrayRef> = Vec::new();
             for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
-                if !COLUMNS.contains(&f.name().as_str()) {
+                if !STAGE_COLUMNS.contains(&f.name().as_str()) {
                     fields.push(f.as_ref().clone());
                     cols.push(c.clone());
                 }
             }
-            let mut names_b = ListBuilder::new(StringBuilder::new());
-            let mut st_b = ListBuilder::new(Float64Builder::new());
-            let mut et_b = ListBuilder::new(Float64Builder::new());
-            let mut sf_b = ListBuilder::new(Int64Builder::new());
-            let mut ef_b = ListBuilder::new(Int64Builder::new());
-            for r in &rows {
-                match r {
-                    Some(a) => {
-                        for nm in &a.names {
-                            names_b.values().append_value(nm);
-                        }
-                        for (&s, &e) in a.start_frames.iter().zip(&a.end_frames) {
-                            st_b.values().append_value(s as f64 / fps);
-                            et_b.values().append_value(e as f64 / fps);
-                            sf_b.values().append_value(s);
-                            ef_b.values().append_value(e);
-                        }
-                        for b in [&mut st_b, &mut et_b] {
-                            b.append(true);
-                        }
-                        names_b.append(true);
-                        sf_b.append(true);
-                        ef_b.append(true);
-                    }
-                    None => {
-                        names_b.append(false);
-                        st_b.append(false);
-                        et_b.append(false);
-                        sf_b.append(false);
-                        ef_b.append(false);
-                    }
-                }
-            }
-            let new: [ArrayRef; 5] = [
-                Arc::new(names_b.finish()),
-                Arc::new(st_b.finish()),
-                Arc::new(et_b.finish()),
-                Arc::new(sf_b.finish()),
-                Arc::new(ef_b.finish()),
-            ];
-            for (name, col) in COLUMNS.iter().zip(new) {
-                fields.push(Field::new(*name, col.data_type().clone(), true));
+            for (name, col) in stage_columns(&rows, fps) {
+                fields.push(Field::new(name, col.data_type().clone(), true));
                 cols.push(col);
             }
             let schema = Arc::new(Schema::new_with_metadata(

@@ -13,6 +13,7 @@ use arrow_schema::{DataType, Field, Schema};
 use stagewise_core::StageProportions;
 
 use super::{write_parquet, DatasetSummary, DatasetWriter, EpisodeRecord, StageAnnotation};
+use crate::annotations::stage_columns;
 use crate::durable;
 use crate::error::{arrow_err, io_err, DatasetError, Result};
 use crate::info::{
@@ -187,6 +188,9 @@ impl DatasetWriter {
         write_parquet(&path, batch)
     }
 
+    /// `meta/episodes/chunk-000/file-000.parquet`, one row per episode, its columns in LeRobot's order: where the
+    /// episode is ([`Self::location_columns`], [`Self::video_columns`]), `success`, the SARM stage columns
+    /// ([`stage_columns`]), its statistics ([`Self::stats_columns`]), then where its metadata is.
     fn write_episodes(&self) -> Result<()> {
         let rel = format_template(
             EPISODES_PATH,
@@ -198,100 +202,75 @@ impl DatasetWriter {
             std::fs::create_dir_all(parent).map_err(io_err(parent))?;
         }
         let eps = &self.episodes;
-        let i64col = |f: &dyn Fn(&EpisodeRecord) -> i64| -> ArrayRef {
-            Arc::new(Int64Array::from(eps.iter().map(f).collect::<Vec<_>>()))
-        };
-        let mut fields = Vec::new();
-        let mut cols: Vec<ArrayRef> = Vec::new();
-        let mut push = |name: &str, col: ArrayRef| {
-            fields.push(Field::new(name, col.data_type().clone(), true));
-            cols.push(col);
-        };
-        push("episode_index", i64col(&|e| e.index as i64));
+        let mut cols = EpisodeColumns::default();
+        self.location_columns(&mut cols);
+        self.video_columns(&mut cols);
+        let mut success = BooleanBuilder::new();
+        for e in eps {
+            success.append_value(e.success);
+        }
+        cols.push("success", Arc::new(success.finish()));
+        // SARM sparse annotation columns, null for episodes without annotation.
+        let stages: Vec<Option<&StageAnnotation>> = eps.iter().map(|e| e.stages.as_ref()).collect();
+        for (name, col) in stage_columns(&stages, self.info.fps as f64) {
+            cols.push(name, col);
+        }
+        self.stats_columns(&mut cols);
+        cols.int("meta/episodes/chunk_index", eps, |_| 0);
+        cols.int("meta/episodes/file_index", eps, |_| 0);
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(cols.fields)), cols.arrays)
+            .map_err(arrow_err(&path))?;
+        write_parquet(&path, batch)
+    }
+
+    /// `episode_index`, `tasks`, `length`, `data/chunk_index`, `data/file_index`, `dataset_from_index`,
+    /// `dataset_to_index`.
+    fn location_columns(&self, cols: &mut EpisodeColumns) {
+        let eps = &self.episodes;
+        cols.int("episode_index", eps, |e| e.index as i64);
         let mut tasks = ListBuilder::new(StringBuilder::new());
         for e in eps {
             tasks.values().append_value(&e.task);
             tasks.append(true);
         }
-        push("tasks", Arc::new(tasks.finish()));
-        push("length", i64col(&|e| e.length as i64));
-        push("data/chunk_index", i64col(&|e| e.chunk as i64));
-        push("data/file_index", i64col(&|e| e.file as i64));
-        push("dataset_from_index", i64col(&|e| e.from as i64));
-        push(
-            "dataset_to_index",
-            i64col(&|e| (e.from + e.length as u64) as i64),
-        );
-        // LeRobot v3 video columns: where each episode's frames are (`_save_episode_video`).
+        cols.push("tasks", Arc::new(tasks.finish()));
+        cols.int("length", eps, |e| e.length as i64);
+        cols.int("data/chunk_index", eps, |e| e.chunk as i64);
+        cols.int("data/file_index", eps, |e| e.file as i64);
+        cols.int("dataset_from_index", eps, |e| e.from as i64);
+        cols.int("dataset_to_index", eps, |e| {
+            (e.from + e.length as u64) as i64
+        });
+    }
+
+    /// LeRobot v3 video columns: where each episode's frames are (`_save_episode_video`), per video camera
+    /// `videos/<key>/{chunk_index, file_index, from_timestamp, to_timestamp}`.
+    fn video_columns(&self, cols: &mut EpisodeColumns) {
+        let eps = &self.episodes;
         for (v, t) in self.tracks.iter().enumerate() {
-            push(
-                &format!("videos/{}/chunk_index", t.key),
-                i64col(&|e| e.videos[v].0 as i64),
-            );
-            push(
-                &format!("videos/{}/file_index", t.key),
-                i64col(&|e| e.videos[v].1 as i64),
-            );
+            cols.int(&format!("videos/{}/chunk_index", t.key), eps, |e| {
+                e.videos[v].0 as i64
+            });
+            cols.int(&format!("videos/{}/file_index", t.key), eps, |e| {
+                e.videos[v].1 as i64
+            });
             let from: Vec<f64> = eps.iter().map(|e| e.videos[v].2).collect();
             let to: Vec<f64> = eps.iter().map(|e| e.videos[v].3).collect();
-            push(
+            cols.push(
                 &format!("videos/{}/from_timestamp", t.key),
                 Arc::new(Float64Array::from(from)),
             );
-            push(
+            cols.push(
                 &format!("videos/{}/to_timestamp", t.key),
                 Arc::new(Float64Array::from(to)),
             );
         }
-        let mut success = BooleanBuilder::new();
-        for e in eps {
-            success.append_value(e.success);
-        }
-        push("success", Arc::new(success.finish()));
+    }
 
-        // SARM sparse annotation columns (LeRobot subtask_annotation.py `save_annotations_to_dataset`), null for
-        // episodes without annotation.
-        let fps = self.info.fps as f64;
-        let mut names = ListBuilder::new(StringBuilder::new());
-        let mut starts = ListBuilder::new(Int64Builder::new());
-        let mut ends = ListBuilder::new(Int64Builder::new());
-        let mut start_t = ListBuilder::new(Float64Builder::new());
-        let mut end_t = ListBuilder::new(Float64Builder::new());
-        for e in eps {
-            match &e.stages {
-                Some(st) => {
-                    for n in &st.names {
-                        names.values().append_value(n);
-                    }
-                    for (&s, &en) in st.start_frames.iter().zip(&st.end_frames) {
-                        starts.values().append_value(s);
-                        ends.values().append_value(en);
-                        start_t.values().append_value(s as f64 / fps);
-                        end_t.values().append_value(en as f64 / fps);
-                    }
-                    names.append(true);
-                    starts.append(true);
-                    ends.append(true);
-                    start_t.append(true);
-                    end_t.append(true);
-                }
-                None => {
-                    names.append(false);
-                    starts.append(false);
-                    ends.append(false);
-                    start_t.append(false);
-                    end_t.append(false);
-                }
-            }
-        }
-        push("sparse_subtask_names", Arc::new(names.finish()));
-        push("sparse_subtask_start_times", Arc::new(start_t.finish()));
-        push("sparse_subtask_end_times", Arc::new(end_t.finish()));
-        push("sparse_subtask_start_frames", Arc::new(starts.finish()));
-        push("sparse_subtask_end_frames", Arc::new(ends.finish()));
-
-        // Per-episode statistics of the numeric features (`stats/<feature>/<stat>`, lists like LeRobot), in
-        // column-table order.
+    /// Per-episode statistics of the numeric features of the column table (`stats/<feature>/<stat>`, lists
+    /// like LeRobot), in table order.
+    fn stats_columns(&self, cols: &mut EpisodeColumns) {
+        let eps = &self.episodes;
         for (k, col) in self.columns.iter().enumerate() {
             if col.episode_stats().is_none() {
                 continue;
@@ -307,10 +286,10 @@ impl DatasetWriter {
                 }
                 Arc::new(b.finish())
             };
-            push(&format!("stats/{key}/min"), list(&|s| s.min.clone()));
-            push(&format!("stats/{key}/max"), list(&|s| s.max.clone()));
-            push(&format!("stats/{key}/mean"), list(&|s| s.mean.clone()));
-            push(&format!("stats/{key}/std"), list(&|s| s.std()));
+            cols.push(&format!("stats/{key}/min"), list(&|s| s.min.clone()));
+            cols.push(&format!("stats/{key}/max"), list(&|s| s.max.clone()));
+            cols.push(&format!("stats/{key}/mean"), list(&|s| s.mean.clone()));
+            cols.push(&format!("stats/{key}/std"), list(&|s| s.std()));
             let mut count = ListBuilder::new(Int64Builder::new());
             for e in eps {
                 count
@@ -318,13 +297,31 @@ impl DatasetWriter {
                     .append_value(e.stats[k].as_ref().map_or(0, |s| s.count) as i64);
                 count.append(true);
             }
-            push(&format!("stats/{key}/count"), Arc::new(count.finish()));
+            cols.push(&format!("stats/{key}/count"), Arc::new(count.finish()));
         }
-        push("meta/episodes/chunk_index", i64col(&|_| 0));
-        push("meta/episodes/file_index", i64col(&|_| 0));
-        let batch =
-            RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(arrow_err(&path))?;
-        write_parquet(&path, batch)
+    }
+}
+
+/// The columns of the episodes parquet, in the order they are pushed.
+#[derive(Default)]
+struct EpisodeColumns {
+    fields: Vec<Field>,
+    arrays: Vec<ArrayRef>,
+}
+
+impl EpisodeColumns {
+    fn push(&mut self, name: &str, col: ArrayRef) {
+        self.fields
+            .push(Field::new(name, col.data_type().clone(), true));
+        self.arrays.push(col);
+    }
+
+    /// An int64 column with one value per episode.
+    fn int(&mut self, name: &str, eps: &[EpisodeRecord], f: impl Fn(&EpisodeRecord) -> i64) {
+        self.push(
+            name,
+            Arc::new(Int64Array::from(eps.iter().map(f).collect::<Vec<_>>())),
+        );
     }
 }
 
