@@ -2,8 +2,11 @@
 //! manifest and its check against the ONNX graph, library discovery and execution providers, frame
 //! preprocessing, per-view frame windows, batched scoring into `Progress` ([`RewardModel`]: the two-part form,
 //! per-frame encoder + head, whenever the manifest has one, so each step encodes only the new frames; or the
-//! single graph, [`ModelForm`]), the two-part model itself ([`TwoPartModel`], which labelling also uses), and the
-//! by-name map from a source's state to the state fields a model reads ([`StateMap`]).
+//! single graph, [`ModelForm`]), the two-part model itself ([`TwoPartModel`]), the by-name map from a source's
+//! state to the state fields a model reads ([`StateMap`]), and the offline scoring engine ([`scoring`]:
+//! [`EpisodeScorer`] plans the windows of whole episodes, runs the single graph or the two-part form in batches,
+//! and `scoring::score_in_workers` spreads episodes over worker threads) that `stagewise label`, `eval` and
+//! `score` call. Online and offline windows come from one definition, [`window::WindowLayout`].
 //!
 //! Depends on `stagewise-core` and `ort` only: never on the simulator, streaming or runtime crates.
 //! `Session::run` takes `&mut self`, so a [`RewardModel`] is owned by one worker thread; make one per thread.

@@ -1,9 +1,10 @@
 //! The two-part fast path of a stage-progress model (DESIGN.md "Two-part models are the fast path"): a per-frame
 //! encoder and a head over windows of embeddings, from the manifest's `[parts]`. A frame is encoded once however
 //! many windows it is in (a window of F frames re-encodes F - 1 frames of the previous one in the single graph).
-//! Offline labelling uses it (encode every frame of an episode in batches, then run the head on the windows), and
-//! so does [`crate::RewardModel`] step by step whenever the manifest has `[parts]` (each step encodes only the
-//! new frame of each view and keeps the embeddings in the per-env window ring).
+//! The offline episode scorer ([`crate::scoring`]) uses it (encode every needed frame of an episode in batches,
+//! then run the head on the windows), and so does [`crate::RewardModel`] step by step whenever the manifest has
+//! `[parts]` (each step encodes only the new frame of each view and keeps the embeddings in the per-env window
+//! ring).
 
 use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind, Parts, ENCODER_INPUT, ENCODER_OUTPUT, HEAD_INPUT};
