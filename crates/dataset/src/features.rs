@@ -465,3 +465,223 @@ impl Cells {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::{ExtraColumnSpec, FrameData, ViewSpec};
+
+    fn info() -> DatasetInfo {
+        let view = |name: &str| ViewSpec {
+            name: name.into(),
+            height: 4,
+            width: 6,
+        };
+        DatasetInfo {
+            state_names: vec!["x".into(), "y".into()],
+            action_names: vec!["u".into()],
+            views: vec![view("top"), view("wrist")],
+            extra_columns: vec![
+                ExtraColumnSpec {
+                    name: "progress".into(),
+                    dtype: ExtraDtype::Float32,
+                },
+                ExtraColumnSpec {
+                    name: "stage".into(),
+                    dtype: ExtraDtype::Int64,
+                },
+            ],
+            ..DatasetInfo::default()
+        }
+    }
+
+    fn episode(len: usize) -> EpisodeData {
+        EpisodeData {
+            task: "t".into(),
+            frames: (0..len)
+                .map(|f| FrameData {
+                    views: Vec::new(),
+                    state: vec![f as f32, -(f as f32)],
+                    action: vec![0.5 * f as f32],
+                    timestamp: f as f32 / 30.0,
+                })
+                .collect(),
+            stages: None,
+            success: true,
+            extras: vec![
+                (
+                    "progress".into(),
+                    ColumnValues::F32((0..len).map(|f| f as f32 / 10.0).collect()),
+                ),
+                (
+                    "stage".into(),
+                    ColumnValues::I64((0..len as i64).map(|f| f / 3).collect()),
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn describe_then_table_gives_lerobots_order_kinds_and_types() {
+        let features = OrderedMap(describe(&info(), &[]));
+        let cols = table(&features);
+        let got: Vec<(&str, Kind, usize)> = cols
+            .iter()
+            .map(|c| (c.key.as_str(), c.kind, c.dim))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("observation.images.top", Kind::Image { view: 0 }, 72),
+                ("observation.images.wrist", Kind::Image { view: 1 }, 72),
+                (STATE_KEY, Kind::State, 2),
+                (ACTION_KEY, Kind::Action, 1),
+                ("progress", Kind::Extra, 1),
+                ("stage", Kind::Extra, 1),
+                ("timestamp", Kind::Timestamp, 1),
+                ("frame_index", Kind::FrameIndex, 1),
+                ("episode_index", Kind::EpisodeIndex, 1),
+                ("index", Kind::Index, 1),
+                ("task_index", Kind::TaskIndex, 1),
+            ]
+        );
+        let types: Vec<Option<DataType>> = cols.iter().map(Column::arrow_type).collect();
+        let image = Some(DataType::Struct(image_struct_fields()));
+        let vector = |n| Some(DataType::FixedSizeList(vector_item(), n));
+        let (f32, i64) = (Some(DataType::Float32), Some(DataType::Int64));
+        assert_eq!(
+            types,
+            [
+                image.clone(),
+                image,
+                vector(2),
+                vector(1),
+                f32.clone(),
+                i64.clone(),
+                f32,
+                i64.clone(),
+                i64.clone(),
+                i64.clone(),
+                i64
+            ]
+        );
+        let dims: Vec<Option<usize>> = cols.iter().map(|c| c.stats().map(|s| s.dim())).collect();
+        assert_eq!(&dims[..4], [Some(3), Some(3), Some(2), Some(1)]);
+        assert!(cols[0].episode_stats().is_none() && cols[2].episode_stats().is_some());
+    }
+
+    #[test]
+    fn table_reads_other_datasets_features() {
+        let ft = |dtype: &str, shape: Vec<usize>| Feature {
+            dtype: dtype.into(),
+            shape,
+            names: serde_json::Value::Null,
+            info: None,
+        };
+        let features = OrderedMap(vec![
+            ("observation.images.cam".into(), ft("video", vec![8, 8, 3])),
+            ("observation.velocity".into(), ft("float32", vec![6])),
+            ("observation.images.hand".into(), ft("image", vec![8, 8, 3])),
+            ("note".into(), ft("string", vec![1])),
+            ("index".into(), ft("int64", vec![1])),
+        ]);
+        let kinds: Vec<Kind> = table(&features).iter().map(|c| c.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                Kind::Video { view: 0 },
+                Kind::Other,
+                Kind::Image { view: 1 },
+                Kind::Extra,
+                Kind::Index
+            ]
+        );
+        let cols = table(&features);
+        assert!(!cols[0].reads(true) && cols[2].reads(true) && !cols[2].reads(false));
+        assert!(cols[1].reads(true) && cols[1].empty().is_none() && cols[1].arrow_type().is_none());
+    }
+
+    /// What the writer builds for a slice is what the reader takes back, for the rows it asks for.
+    #[test]
+    fn written_cells_read_back() {
+        let cols = table(&OrderedMap(describe(&info(), &[])));
+        let ep = episode(7);
+        let pngs: Vec<Vec<Vec<u8>>> = (0..2)
+            .map(|v| (2..6).map(|f| vec![v as u8, f as u8]).collect())
+            .collect();
+        let mut slice = Slice {
+            ep: &ep,
+            rows: 2..6,
+            episode_index: 3,
+            task_index: 1,
+            from: 100,
+            pngs,
+        };
+        let mut written = Vec::new();
+        let mut fields = Vec::new();
+        let mut arrays = Vec::new();
+        for c in &cols {
+            let cells = c
+                .cells(&mut slice)
+                .unwrap()
+                .expect("every column is in the parquet");
+            fields.push(Field::new(c.key.clone(), c.arrow_type().unwrap(), true));
+            written.push(cells.clone());
+            arrays.push(cells.into_array(Path::new("x")).unwrap());
+        }
+        assert_eq!(
+            written[9],
+            Cells::I64(vec![102, 103, 104, 105]),
+            "index = from + frame"
+        );
+        assert_eq!(written[7], Cells::I64(vec![2, 3, 4, 5]), "frame_index");
+        assert_eq!(written[8], Cells::I64(vec![3; 4]), "episode_index");
+        let batch =
+            RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields)), arrays).unwrap();
+        let sel = [3, 1];
+        for (c, w) in cols.iter().zip(&written) {
+            let Some(mut got) = c.read(&batch, Path::new("x"), &sel).unwrap() else {
+                assert_eq!(c.kind, Kind::EpisodeIndex, "only episode_index is not kept");
+                continue;
+            };
+            let mut want = w.clone();
+            want.permute(&sel);
+            if let (Cells::F64(g), Cells::F32(v)) = (&got, &want) {
+                assert_eq!(
+                    *g,
+                    v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                    "{}",
+                    c.key
+                );
+            } else if let (Cells::F64(g), Cells::I64(v)) = (&got, &want) {
+                assert_eq!(
+                    *g,
+                    v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+                    "{}",
+                    c.key
+                );
+            } else {
+                assert_eq!(got, want, "{}", c.key);
+            }
+            got.append(got.clone());
+            assert_eq!(
+                got.push_stats_count(),
+                2 * sel.len() as u64 * u64::from(!c.is_camera()),
+                "{}",
+                c.key
+            );
+        }
+    }
+
+    impl Cells {
+        fn push_stats_count(&self) -> u64 {
+            let dim = match self {
+                Cells::Vectors { dim, .. } => *dim,
+                _ => 1,
+            };
+            let mut st = FeatureStats::new(dim);
+            self.push_stats(&mut st);
+            st.count
+        }
+    }
+}
