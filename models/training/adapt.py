@@ -70,28 +70,208 @@ def load_progress_net(manifest_path):
     return net, man, {"chans": list(chans), "coord": coord, "min_size": min_size, "emb": emb, "hidden": hidden}
 
 
+def load_flat(data_dir, man, proportions):
+    """The episodes `stagewise adapt` prepared in `data_dir` as an AnnotatedFlat (checked against the model)."""
+    with open(os.path.join(data_dir, "meta.json")) as f:
+        meta = json.load(f)
+    if list(meta["stage_names"]) != list(man["stages"]["names"]):
+        raise SystemExit(f"{data_dir}: the episodes' stages {meta['stage_names']} are not the model's "
+                         f"{man['stages']['names']}")
+    frames = np.load(os.path.join(data_dir, "frames.npy"), mmap_mode="r")
+    state = np.load(os.path.join(data_dir, "state.npy"))
+    stage = np.load(os.path.join(data_dir, "stage.npy"))
+    tau = np.load(os.path.join(data_dir, "tau.npy"))
+    return td.AnnotatedFlat(frames, state, stage, tau, meta["episodes"], proportions)
+
+
+def atypical_demos(demo, proportions, names, limit=3.0):
+    """A line for each demonstration with a stage longer than `limit` times its share of the model's proportions:
+    the simulator's expert retrying a misplaced block (a second reach, grasp and carry annotated as one long
+    "release"), a long pause, or an annotation off. Adapted on such a demonstration the model learns that
+    frames that look like another stage belong to this one (docs/own-task.md, step 7, measures it)."""
+    out = []
+    for i, e in enumerate(demo.episodes):
+        share = np.bincount(demo.stage[demo.ep == i], minlength=len(proportions)) / max(e["length"], 1)
+        k = int(np.argmax(share / np.asarray(proportions)))
+        if share[k] > limit * proportions[k]:
+            out.append(f"demonstration {e['dataset']}:{e['episode_index']}: stage {names[k]} lasts "
+                       f"{share[k]:.0%} of the episode, {share[k] / proportions[k]:.1f}x its share in the model's "
+                       f"proportions ({proportions[k]:.0%}); a retry or a pause annotated as one stage? A single "
+                       f"clean attempt adapts better")
+    return out
+
+
+def make_batch(flat, g, frames, stride, shift, view_dropout, colour, rng):
+    """train.augment(train.to_tensor(flat.window(g, frames, stride)), ...) in distribution (the same shifts per
+    sample and view, colour transforms per sample, view dropout and brightness jitter), built in fewer passes:
+    the shifts as slices of the uint8 frames, one conversion, one colour product (about 4 ms of CPU per batch of
+    64 instead of 14)."""
+    u8 = flat.window(g, frames, stride)  # [B, F, V, H, W, 3]
+    b, _, v, h, w, _ = u8.shape
+    if shift > 0:
+        pad = np.pad(u8, ((0, 0), (0, 0), (0, 0), (shift, shift), (shift, shift), (0, 0)), mode="edge")
+        dy = rng.integers(0, 2 * shift + 1, size=(b, v))
+        dx = rng.integers(0, 2 * shift + 1, size=(b, v))
+        out = np.empty_like(u8)
+        for i in range(b):  # slices: faster than one fancy-indexed gather
+            for j in range(v):
+                out[i, :, j] = pad[i, :, j, dy[i, j]:dy[i, j] + h, dx[i, j]:dx[i, j] + w]
+        u8 = out
+    x = torch.from_numpy(np.ascontiguousarray(u8)).permute(0, 2, 1, 5, 3, 4).contiguous().float()
+    x.mul_(1.0 / 255.0)  # [B, V, F, 3, H, W] in [0, 1]
+    if colour > 0:
+        m = tr.colour_matrices(b, colour, rng)
+        x = (m[:, None, None] @ x.flatten(4)).reshape(x.shape).clamp_(0, 1)
+    mean = torch.tensor(tr.MEAN).view(1, 1, 1, 3, 1, 1)
+    std = torch.tensor(tr.STD).view(1, 1, 1, 3, 1, 1)
+    x = (x - mean) / std
+    if view_dropout > 0:
+        drop = rng.random((b, v)) < view_dropout
+        drop[drop.all(axis=1), 0] = False  # keep at least one view
+        x = x * torch.from_numpy(~drop).float().view(b, v, 1, 1, 1, 1)
+    return x + torch.from_numpy(rng.normal(0, 0.1, size=(b, v, 1, 1, 1, 1)).astype(np.float32))
+
+
+class Adam:
+    """Adam with PyTorch's one-cycle schedule (OneCycleLR's defaults: 30% warm-up from lr/25, cosine down to
+    lr/25e4, beta1 cycled 0.95 -> 0.85 -> 0.95), written out: constructing torch.optim's optimizers imports
+    torch._dynamo, 10-25 s of a two-minute budget on a loaded machine."""
+
+    def __init__(self, params, lr, steps, eps=1e-8, beta2=0.999):
+        self.params, self.lr, self.steps, self.eps, self.beta2 = params, lr, max(steps, 1), eps, beta2
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    def schedule(self, i):
+        """(lr, beta1) of step i (0-based), as OneCycleLR gives them."""
+        def cos(a, b, pct):
+            return b + (a - b) / 2.0 * (np.cos(np.pi * pct) + 1)
+        lo, end = self.lr / 25.0, self.lr / 25.0 / 1e4
+        up = float(0.3 * self.steps) - 1
+        if i <= up:
+            pct = i / up if up > 0 else 1.0
+            return cos(lo, self.lr, pct), cos(0.95, 0.85, pct)
+        pct = (i - up) / (self.steps - 1 - up) if self.steps - 1 > up else 1.0
+        return cos(self.lr, end, pct), cos(0.85, 0.95, pct)
+
+    @torch.no_grad()
+    def step(self):
+        lr, b1 = self.schedule(self.t)
+        self.t += 1
+        c1, c2 = 1 - b1 ** self.t, 1 - self.beta2 ** self.t
+        for p, m, v in zip(self.params, self.m, self.v):
+            if p.grad is None:
+                continue
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(self.beta2).addcmul_(p.grad, p.grad, value=1 - self.beta2)
+            p.addcdiv_(m, (v / c2).sqrt_().add_(self.eps), value=-lr / c1)
+
+    def zero_grad(self):
+        for p in self.params:
+            p.grad = None
+
+
+def finetune(model, demo, P, a, args, rng, stride, replay=None, progress=False):
+    """Fine-tunes `model` in place on `demo` (an AnnotatedFlat); returns the seconds it took. With `replay` (the
+    original task's episodes), a share `args.replay_frac` of every batch is drawn from them."""
+    Fr = model.f
+    prefixes = [p for p in args.trainable.split(",") if p]
+    params = []
+    for n, p in model.named_parameters():
+        p.requires_grad_(not prefixes or any(n.startswith(x) for x in prefixes))
+        if p.requires_grad:
+            params.append(p)
+    if not params:
+        raise SystemExit(f"--trainable {args.trainable!r} matches no parameter of the model")
+    w0 = [p.detach().clone() for p in params]
+    first = model.enc.conv[0].weight
+    coord_w = first if getattr(args, "freeze_coords", 0) and first.requires_grad and first.shape[1] == 5 else None
+    opt = Adam(params, args.lr, args.steps)
+    ss = torch.from_numpy(np.asarray(model.s_std.numpy(), dtype=np.float32))
+    t1 = time.time()
+    ema = [p.detach().clone() for p in params]
+    n_replay = int(round(args.batch * args.replay_frac)) if replay is not None else 0
+    sources = [(demo, args.batch - n_replay, args.colour)]
+    if n_replay > 0:
+        sources.append((replay, n_replay, args.replay_colour))
+    for step in range(args.steps):
+        model.train()
+        xs, sts, ks, taus, phis = [], [], [], [], []
+        for flat, nb, colour in sources:
+            if args.balance_stages:
+                counts = np.bincount(flat.stage, minlength=len(P)).astype(np.float64)
+                share = np.ones(len(P)) if args.balance_stages == 1 else a.numpy().astype(np.float64)
+                pr = share[flat.stage] / counts[flat.stage]
+                g = rng.choice(flat.n, size=nb, p=pr / pr.sum())
+            else:
+                g = rng.integers(0, flat.n, size=nb)
+            xs.append(make_batch(flat, g, Fr, stride, args.shift, args.view_dropout, colour, rng))
+            sts.append(torch.from_numpy(flat.state[g]))
+            ks.append(torch.from_numpy(flat.stage[g]))
+            taus.append(torch.from_numpy(flat.tau[g]))
+            phis.append(torch.from_numpy(flat.phi[g]))
+        x, st, k = torch.cat(xs), torch.cat(sts), torch.cat(ks)
+        st = st + torch.randn_like(st) * 0.002 * ss
+        logits, tau_p = model(x, st)
+        ce = F.cross_entropy(logits, k)
+        l_tau = F.mse_loss(tau_p.gather(1, k[:, None])[:, 0], torch.cat(taus))
+        phi_soft = (logits.softmax(1) * (P[None] + a[None] * tau_p)).sum(1)
+        l_phi = F.mse_loss(phi_soft, torch.cat(phis))
+        sp = sum(((p - q) ** 2).sum() for p, q in zip(params, w0))
+        loss = ce + 5.0 * l_tau + 20.0 * l_phi + args.l2sp * sp
+        opt.zero_grad()
+        loss.backward()
+        if coord_w is not None and coord_w.grad is not None:
+            coord_w.grad[:, 3:] = 0  # the CoordConv position channels stay as they were
+        opt.step()
+        if args.ema > 0:
+            with torch.no_grad():
+                for e, p in zip(ema, params):
+                    e.mul_(args.ema).add_(p.detach(), alpha=1.0 - args.ema)
+        if progress:
+            print(f"@progress {step + 1} {args.steps} {float(loss.detach()):.5f}", flush=True)
+    secs = time.time() - t1
+    if args.ema > 0:
+        with torch.no_grad():
+            for e, p in zip(ema, params):
+                p.copy_(e)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return secs
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="the stage_progress manifest to adapt")
     ap.add_argument("--data", required=True, help="the demonstrations `stagewise adapt` prepared")
     ap.add_argument("--out", required=True)
     ap.add_argument("--name", required=True)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--l2sp", type=float, default=1.0, help="weight of sum (w - w0)^2")
-    ap.add_argument("--trainable", default="",
-                    help="comma-separated parameter-name prefixes to fine-tune (e.g. enc.conv.0 = the first conv); "
-                         "default: every parameter")
-    ap.add_argument("--balance-stages", type=int, default=0, choices=[0, 1],
-                    help="1: sample frames so that every stage is equally likely (the short grasp and release "
-                         "stages are where a variant confuses a model most)")
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=32,
+                    help="windows per step (32: as good as 64 on one demonstration, at half the time)")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--l2sp", type=float, default=0.01, help="weight of sum (w - w0)^2")
+    ap.add_argument("--trainable", default="enc.conv",
+                    help="comma-separated parameter-name prefixes to fine-tune (enc.conv: the encoder's "
+                         "convolutions; enc.conv.0: the first; empty: every parameter)")
+    ap.add_argument("--balance-stages", type=int, default=0, choices=[0, 1, 2],
+                    help="0: every frame equally likely; 1: every stage equally likely; 2: each stage as likely as "
+                         "its share in the model's stage proportions (a demonstration whose release stage lasts "
+                         "half the episode counts as one that lasts the usual share)")
     ap.add_argument("--ema", type=float, default=0.99,
                     help="export an exponential moving average of the fine-tuned weights with this decay "
                          "(0: the last weights); averaging lowers the run-to-run spread of one-demo adaptation")
+    ap.add_argument("--freeze-coords", type=int, default=0, choices=[0, 1],
+                    help="1: keep the first convolution's weights on the CoordConv position channels (a colour "
+                         "change is the same everywhere; one demonstration's layout should not be learnt)")
     ap.add_argument("--view-dropout", type=float, default=0.15)
     ap.add_argument("--shift", type=int, default=2)
-    ap.add_argument("--colour", type=float, default=0.8)
+    ap.add_argument("--colour", type=float, default=0.8, help="colour augmentation strength on the demonstrations")
+    ap.add_argument("--replay-data", default="",
+                    help="episodes of the original task (prepared like the demonstrations) mixed into every batch")
+    ap.add_argument("--replay-frac", type=float, default=0.25, help="share of each batch drawn from --replay-data")
+    ap.add_argument("--replay-colour", type=float, default=0.8, help="colour augmentation on the replayed frames")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -103,18 +283,11 @@ def main():
     model, man, arch = load_progress_net(args.model)
     with open(os.path.join(args.data, "meta.json")) as f:
         meta = json.load(f)
-    if list(meta["stage_names"]) != list(man["stages"]["names"]):
-        raise SystemExit(f"the demonstrations' stages {meta['stage_names']} are not the model's "
-                         f"{man['stages']['names']}")
-    frames = np.load(os.path.join(args.data, "frames.npy"), mmap_mode="r")
-    state = np.load(os.path.join(args.data, "state.npy"))
-    stage = np.load(os.path.join(args.data, "stage.npy"))
-    tau = np.load(os.path.join(args.data, "tau.npy"))
     proportions = [float(p) for p in man["stages"]["proportions"]]
     s = sum(proportions)
     proportions = [p / s for p in proportions]
-    eps = meta["episodes"]
-    demo = td.AnnotatedFlat(frames, state, stage, tau, eps, proportions)
+    demo = load_flat(args.data, man, proportions)
+    eps = demo.episodes
     V, H, W = demo.images.shape[1], demo.images.shape[2], demo.images.shape[3]
     Fr, stride = man["frames"], man["stride"]
     P = torch.tensor(np.concatenate([[0.0], np.cumsum(proportions)[:-1]]), dtype=torch.float32)
@@ -122,56 +295,19 @@ def main():
     print(f"adapting {args.model} ({V} views of {W}x{H}, state {', '.join(man['state_names'])}) on {len(eps)} "
           f"demonstration(s), {demo.n} frames; loaded in {time.time() - t0:.1f}s", flush=True)
 
+    for line in atypical_demos(demo, proportions, man["stages"]["names"]):
+        print(f"warning: {line}", flush=True)
     margs = argparse.Namespace(frames=Fr, stride=stride)
     before = td.metrics(model, demo, margs, P, a)
     print(f"before: demonstrations VOC {before['voc']}, MAE {before['mae']:.4f}, stage accuracy "
           f"{before['stage_acc']:.3f}", flush=True)
 
-    prefixes = [p for p in args.trainable.split(",") if p]
-    params = []
-    for n, p in model.named_parameters():
-        p.requires_grad_(not prefixes or any(n.startswith(x) for x in prefixes))
-        if p.requires_grad:
-            params.append(p)
-    if not params:
-        raise SystemExit(f"--trainable {args.trainable!r} matches no parameter of the model")
-    w0 = [p.detach().clone() for p in params]
-    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=max(args.steps, 1))
-    ss = torch.from_numpy(np.asarray(model.s_std.numpy(), dtype=np.float32))
-    t1 = time.time()
-    ema = [p.detach().clone() for p in params]
-    counts = np.bincount(demo.stage, minlength=len(proportions)).astype(np.float64)
-    sample_p = 1.0 / counts[demo.stage] if args.balance_stages else np.ones(demo.n)
-    sample_p /= sample_p.sum()
-    for step in range(args.steps):
-        model.train()
-        g = rng.choice(demo.n, size=args.batch, p=sample_p)
-        x = tr.augment(tr.to_tensor(demo.window(g, Fr, stride)), args.shift, args.view_dropout, rng, args.colour)
-        st = torch.from_numpy(demo.state[g])
-        st = st + torch.randn_like(st) * 0.002 * ss
-        k = torch.from_numpy(demo.stage[g])
-        logits, tau_p = model(x, st)
-        ce = F.cross_entropy(logits, k)
-        l_tau = F.mse_loss(tau_p.gather(1, k[:, None])[:, 0], torch.from_numpy(demo.tau[g]))
-        phi_soft = (logits.softmax(1) * (P[None] + a[None] * tau_p)).sum(1)
-        l_phi = F.mse_loss(phi_soft, torch.from_numpy(demo.phi[g]))
-        sp = sum(((p - q) ** 2).sum() for p, q in zip(params, w0))
-        loss = ce + 5.0 * l_tau + 20.0 * l_phi + args.l2sp * sp
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        if args.ema > 0:
-            with torch.no_grad():
-                for e, p in zip(ema, params):
-                    e.mul_(args.ema).add_(p.detach(), alpha=1.0 - args.ema)
-        print(f"@progress {step + 1} {args.steps} {float(loss.detach()):.5f}", flush=True)
-    secs = time.time() - t1
-    if args.ema > 0:
-        with torch.no_grad():
-            for e, p in zip(ema, params):
-                p.copy_(e)
+    replay = None
+    if args.replay_data:
+        replay = load_flat(args.replay_data, man, proportions)
+        print(f"replaying {len(replay.episodes)} episode(s) of the original task ({replay.n} frames), "
+              f"{args.replay_frac:.0%} of each batch", flush=True)
+    secs = finetune(model, demo, P, a, args, rng, man["stride"], replay=replay, progress=True)
     after = td.metrics(model, demo, margs, P, a)
     print(f"after {args.steps} steps ({secs:.0f}s): demonstrations VOC {after['voc']}, MAE {after['mae']:.4f}, "
           f"stage accuracy {after['stage_acc']:.3f}", flush=True)

@@ -2,8 +2,10 @@
 //! demonstrations. The demonstrations are read and prepared as `stagewise train` does (any LeRobot v3 dataset,
 //! image or video cameras), at the model's own views, state fields, image size and stages; then
 //! `models/training/adapt.py` fine-tunes the model's encoder convolutions on them (train.py's loss and
-//! augmentation, stage-balanced sampling, an L2-SP pull towards the weights it started from, so the original task
-//! is kept) and exports the result like `train`: single graph, two-part form, manifest, training record.
+//! augmentation, an L2-SP pull towards the weights it started from, so the original task is kept; optionally
+//! `--replay` episodes of the original task in every batch), exports a moving average of the weights like
+//! `train` does (single graph, two-part form, manifest, training record) and warns about a demonstration whose
+//! stage durations are far from the model's proportions (a retry annotated as one stage adapts worse).
 
 use anyhow::{bail, Context};
 use stagewise_model::{Manifest, ModelKind};
@@ -23,13 +25,20 @@ pub struct AdaptArgs {
     /// (`DIR:0`, `DIR:0,4`, `DIR:0-2`); repeat for more.
     #[arg(long = "demo", required = true, value_name = "DATASET[:EPISODES]")]
     pub demos: Vec<PathBuf>,
+    /// Episodes of the original task (`DATASET[:EPISODES]`, repeatable; e.g. a few of the model's training
+    /// episodes), mixed into every fine-tuning batch (a share `--replay-frac`) so that the original task is kept.
+    #[arg(long = "replay", value_name = "DATASET[:EPISODES]")]
+    pub replay: Vec<PathBuf>,
+    /// Share of each batch drawn from `--replay` episodes.
+    #[arg(long, default_value_t = 0.25)]
+    pub replay_frac: f64,
     /// Output model directory.
     #[arg(long)]
     pub out: PathBuf,
     /// File stem of the adapted model (default: `<out directory name>-progress`).
     #[arg(long)]
     pub name: Option<String>,
-    /// Fine-tuning steps (batches of 64 windows).
+    /// Fine-tuning steps (batches of 32 windows; adapt.py's `--batch`).
     #[arg(long, default_value_t = 1000)]
     pub steps: usize,
     #[arg(long, default_value_t = 2e-3)]
@@ -88,6 +97,12 @@ pub fn run(args: AdaptArgs) -> anyhow::Result<()> {
     if args.steps == 0 {
         bail!("--steps must be at least 1");
     }
+    if !(0.0..1.0).contains(&args.replay_frac) {
+        bail!(
+            "--replay-frac {}: a share of the batch in [0, 1)",
+            args.replay_frac
+        );
+    }
     let name = match &args.name {
         Some(n) => n.clone(),
         None => format!(
@@ -118,25 +133,33 @@ pub fn run(args: AdaptArgs) -> anyhow::Result<()> {
     let training = find_training_dir(args.training_dir.as_deref())?;
     super::train::check_python(&python)?;
 
-    let mut datasets = Vec::new();
-    for d in &args.demos {
-        let (dir, sel) = parse_selection(d)?;
-        datasets.push((dir, sel, false));
-    }
+    let selections = |list: &[PathBuf]| -> anyhow::Result<Vec<_>> {
+        list.iter()
+            .map(|d| parse_selection(d).map(|(dir, sel)| (dir, sel, false)))
+            .collect()
+    };
+    let datasets = selections(&args.demos)?;
+    let replay = selections(&args.replay)?;
     let data_dir = args.out.join(format!("{name}.adapt-data"));
+    let replay_dir = args.out.join(format!("{name}.replay-data"));
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
-    prepare(&PrepareSpec {
+    let spec = |datasets, data_dir: &std::path::Path| PrepareSpec {
         datasets,
         views: &m.views,
         state: &state,
         image_size: Some((image.width, image.height)),
         val_every: 0,
         read_threads: 0,
-        data_dir: data_dir.clone(),
+        data_dir: data_dir.to_path_buf(),
         stages: Some((stages.names.clone(), stages.proportions.clone())),
         t_start,
-    })?;
+    };
+    prepare(&spec(datasets, &data_dir))?;
+    if !replay.is_empty() {
+        prepare(&spec(replay, &replay_dir))
+            .context("preparing the --replay episodes of the original task")?;
+    }
 
     let script = training.join("adapt.py");
     let mut py_args: Vec<String> = vec![
@@ -161,11 +184,20 @@ pub fn run(args: AdaptArgs) -> anyhow::Result<()> {
         py_args.push(flag.into());
         py_args.push(v);
     }
+    if !args.replay.is_empty() {
+        py_args.push("--replay-data".into());
+        py_args.push(replay_dir.display().to_string());
+        py_args.push("--replay-frac".into());
+        py_args.push(args.replay_frac.to_string());
+    }
     py_args.extend(args.extra.iter().cloned());
     run_python(&python, &script, &py_args, &data_dir)?;
     if !args.keep_data {
-        std::fs::remove_dir_all(&data_dir)
-            .with_context(|| format!("removing {}", data_dir.display()))?;
+        for d in [&data_dir, &replay_dir] {
+            if d.exists() {
+                std::fs::remove_dir_all(d).with_context(|| format!("removing {}", d.display()))?;
+            }
+        }
     }
     report_model(&args.out, &name, &manifest, t_start)
 }
