@@ -408,6 +408,7 @@ def run_clean(args):
         f"| {r['seed']} | {r['successes']}/{r['episodes']} ({r['success_rate']:.3f}) | {r['mean_final_progress']:.3f} "
         f"| {' '.join(f'{v:.4f}' for v in r['val_mse_xyz'])} | {r['val_gripper_sign_acc']:.4f} | {r['train_s']:.0f} |"
         for r in runs)
+    geo = " (+ push geometry)" if args.task == "push-target" and args.features == "rel" else ""
     md = f"""# Plain BC on clean {args.task} demonstrations
 
 Measured by `benches/bc_rabc.py --clean` ({report['wall_s'] / 60:.1f} min wall on this machine's shared cores).
@@ -415,7 +416,7 @@ Measured by `benches/bc_rabc.py --clean` ({report['wall_s'] / 60:.1f} min wall o
 - **Data:** `stagewise record --task {args.task} --episodes {args.episodes} --degraded 0 --seed {args.data_seed}`
   (8x8 images, unused): {report['dataset']['train_frames']} frames of {report['dataset']['train_episodes']}
   successful episodes for training, {report['dataset']['held_out_episodes']} episodes held out for the action error.
-- **Policy:** features `{args.features}`, MLP {args.depth}x{args.hidden}, gripper `{args.gripper}`; Adam lr {args.lr}
+- **Policy:** features `{args.features}`{geo}, MLP {args.depth}x{args.hidden}, gripper `{args.gripper}`; Adam lr {args.lr}
   (cosine), {args.steps} steps of batch {args.batch}; one torch thread per training seed.
 - **Evaluation:** `stagewise eval --policy`, {args.eval_episodes} fresh seeds ({args.eval_seed}..).
 
@@ -668,6 +669,7 @@ def run_rabc(args):
         f"{c['mean_w_model']:.2f} ({c['w_share_model']:.0%}) | {c['mean_w_oracle']:.2f} ({c['w_share_oracle']:.0%}) |"
         for k, c in comp.items())
     ws = weight_stats
+    geo = " (+ push geometry)" if args.task == "push-target" else ""
     md = f"""# Behaviour cloning with and without RA-BC weights
 
 Measured by `benches/bc_rabc.py` (one run, {report['wall_s'] / 60:.1f} min on this machine's shared CPU cores).
@@ -682,7 +684,7 @@ Measured by `benches/bc_rabc.py` (one run, {report['wall_s'] / 60:.1f} min on th
   weight {ws['mean_weight']['oracle']:.3f}. Share of the total weight on failed episodes: model
   {ws['weight_share_failed_episodes']['model']:.0%}, oracle {ws['weight_share_failed_episodes']['oracle']:.0%}
   (frames: {ws['frames_of_failed_episodes'] / ws['frames']:.0%}).
-- **Policy:** the clean-BC recipe (below) for every arm: `rel` features, MLP {args.depth}x{args.hidden}, dx/dy/dz MSE,
+- **Policy:** the clean-BC recipe (below) for every arm: `rel` features{geo}, MLP {args.depth}x{args.hidden}, dx/dy/dz MSE,
   gripper BCE (exported as +-1), Adam lr {args.lr} (cosine), {args.steps} steps of batch {args.batch}, one torch
   thread; RA-BC = each sample's loss times its weight normalised per batch (`w * B / (sum w + eps)`, LeRobot).
   Same data, batches, seeds and steps in every arm; only the weights differ.
