@@ -2,17 +2,19 @@
 //! `.../env/step`), for remote learners such as the Python gymnasium adapter (`python/`).
 //!
 //! The reward a learner gets is chosen here (`--reward`): the env's sparse task reward, or potential-based
-//! shaping (core's `VecShaper`, the same shaper as `stagewise run`) with progress from the task's reward model
-//! or from the simulator's oracle. `--envs N` serves N independent envs, each on its own thread (and, with a
+//! shaping with progress from the task's reward model or from the simulator's oracle. Each served env is a
+//! one-env `stagewise_runtime::ShapedEnv`, the reward path of `stagewise run` too; this file parses arguments
+//! and answers the queryables. `--envs N` serves N independent envs, each on its own thread (and, with a
 //! reward model, its own ONNX Runtime session), under the robot names `<robot>-0 .. <robot>-(N-1)`.
 
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
 use super::zenoh_args::{Role, ZenohArgs};
 use anyhow::{bail, Context};
-use stagewise_core::{Env, EnvSpec, Observation, ShapingConfig, StepResult, VecShaper};
-use stagewise_model::{RewardModel, StateMap};
+use stagewise_core::{Env, EnvSpec, Observation, ShapingConfig};
+use stagewise_model::StateMap;
 use stagewise_runtime::clock::{Clock, Ticker};
+use stagewise_runtime::{ProgressSource, RuntimeError, ShapedEnv};
 use stagewise_sim::SimEnv;
 use stagewise_stream::wire::{
     EnvSpecMsg, ResetReply, ResetRequest, RewardSpecMsg, StepReply, StepRequest,
@@ -61,19 +63,10 @@ pub struct ServeArgs {
     pub ort: OrtArgs,
 }
 
-/// Where the shaping potential of a served env comes from.
-enum Potential {
-    Sparse,
-    Model(Box<RewardModel>),
-    Oracle,
-}
-
-/// One served env: the simulator, the progress source and a one-env shaper.
+/// One served env: a one-env [`ShapedEnv`] (simulator, progress source, shaper) and what its replies carry.
 struct ServedEnv {
-    env: SimEnv,
+    shaped: ShapedEnv,
     spec: EnvSpecMsg,
-    potential: Potential,
-    shaper: VecShaper,
     reward: RewardSpecMsg,
     images: bool,
     next_seed: u64,
@@ -81,27 +74,15 @@ struct ServedEnv {
     ticker: Ticker,
 }
 
-impl ServedEnv {
-    /// Progress of `obs`; `step` carries the oracle when the observation came from a step. None when sparse.
-    fn phi(&mut self, obs: &Observation, step: Option<&StepResult>) -> Result<Option<f64>, String> {
-        match &mut self.potential {
-            Potential::Sparse => Ok(None),
-            Potential::Model(m) => m
-                .score_envs(&[0], &[obs])
-                .map(|p| Some(f64::from(p[0].phi)))
-                .map_err(|e| format!("reward model: {e}")),
-            // At reset no step has happened: the oracle's progress is 0 by definition (as in the actor).
-            Potential::Oracle => match step {
-                None => Ok(Some(0.0)),
-                Some(s) => s
-                    .info
-                    .progress_oracle
-                    .map(|p| Some(f64::from(p)))
-                    .ok_or_else(|| "the env reports no oracle progress".to_string()),
-            },
-        }
+/// A reply's error: the env's own message for an env error (no `environment 0:` prefix: a served env is one).
+fn reply_error(e: RuntimeError) -> String {
+    match e {
+        RuntimeError::Env { source, .. } => source.to_string(),
+        e => e.to_string(),
     }
+}
 
+impl ServedEnv {
     fn obs_msg(&self, obs: Observation) -> ObservationMsg {
         let mut msg = ObservationMsg::from_observation_owned(obs);
         if !self.images {
@@ -119,46 +100,26 @@ impl EnvHandler for ServedEnv {
             self.next_seed = self.next_seed.wrapping_add(self.seed_step);
             s
         });
-        let obs = match self.env.reset(seed) {
-            Ok(o) => o,
-            Err(e) => return ResetReply::error(e.to_string()),
+        let r = match self.shaped.reset_one(0, seed) {
+            Ok(r) => r,
+            Err(e) => return ResetReply::error(reply_error(e)),
         };
-        let phi = match self.phi(&obs, None) {
-            Ok(p) => p,
-            Err(e) => return ResetReply::error(e),
-        };
-        if let Err(e) = self.shaper.reset(0, phi.unwrap_or(0.0)) {
-            return ResetReply::error(format!("shaping: {e}"));
-        }
         ResetReply {
             spec: Some(self.spec.clone()),
-            obs: Some(self.obs_msg(obs)),
+            obs: Some(self.obs_msg(r.obs)),
             reward: Some(self.reward.clone()),
-            phi,
+            phi: r.progress.map(|p| f64::from(p.phi)),
             ..ResetReply::default()
         }
     }
 
     fn step(&mut self, req: &StepRequest) -> StepReply {
         self.ticker.tick();
-        let step = match self.env.step(&req.action) {
-            Ok(r) => r,
-            Err(e) => return StepReply::error(e.to_string()),
+        let out = match self.shaped.step(&[req.action.as_slice()]) {
+            Ok(mut out) => out.remove(0),
+            Err(e) => return StepReply::error(reply_error(e)),
         };
-        let phi = match self.phi(&step.obs, Some(&step)) {
-            Ok(p) => p,
-            Err(e) => return StepReply::error(e),
-        };
-        let shaped = match self.shaper.step(
-            0,
-            phi.unwrap_or(0.0),
-            step.reward,
-            step.terminated,
-            step.truncated,
-        ) {
-            Ok(s) => s,
-            Err(e) => return StepReply::error(format!("shaping: {e}")),
-        };
+        let (step, shaped) = (out.result, out.shaped);
         let task_reward = step.reward;
         let mut reply = StepReply {
             reward: task_reward,
@@ -167,10 +128,11 @@ impl EnvHandler for ServedEnv {
             info: (&step.info).into(),
             ..StepReply::default()
         };
-        if phi.is_some() {
+        // Sparse: the env's reward as it is, and no progress.
+        if let Some(p) = out.progress {
             reply.reward = shaped.reward;
             reply.task_reward = Some(task_reward);
-            reply.phi = phi;
+            reply.phi = Some(f64::from(p.phi));
         }
         reply.obs = Some(self.obs_msg(step.obs));
         reply
@@ -226,8 +188,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let mut servers = Vec::with_capacity(a.envs);
     for i in 0..a.envs {
         let env = SimEnv::new(cfg.clone()).context("building the simulator")?;
-        let potential = match (a.reward.as_str(), &manifest) {
-            ("oracle", _) => Potential::Oracle,
+        let progress = match (a.reward.as_str(), &manifest) {
+            ("oracle", _) => ProgressSource::Oracle,
             (_, Some(m)) => {
                 let mut model = a.ort.load_reward_model(m)?;
                 // The model's state by name from the simulator's (refused here, naming the field it lacks).
@@ -236,9 +198,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                     StateMap::bind_source(model.manifest(), &source, &env.spec().state.names, None)
                         .with_context(|| format!("binding the state fields of {}", m.display()))?;
                 model.set_state_map(map)?;
-                Potential::Model(Box::new(model))
+                ProgressSource::Model(Box::new(model))
             }
-            _ => Potential::Sparse,
+            _ => ProgressSource::Sparse,
         };
         let keys = if a.envs == 1 {
             base.clone()
@@ -247,9 +209,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         };
         let handler = ServedEnv {
             spec: spec_msg(env.spec(), a.images),
-            env,
-            potential,
-            shaper: VecShaper::new(1, shaping)?,
+            shaped: ShapedEnv::new(vec![Box::new(env) as Box<dyn Env>], progress, shaping)?,
             reward: reward.clone(),
             images: a.images,
             next_seed: a.seed.wrapping_add(i as u64),

@@ -1,29 +1,18 @@
-//! The actor loop: step N environments with a policy, read progress from a reward model (or the simulator's
-//! oracle), shape the reward, publish transitions/progress/episodes and log them.
+//! The actor loop: step N environments with a policy through a [`ShapedEnv`] (progress from a reward model or
+//! the simulator's oracle, potential-based shaping), publish transitions/progress/episodes and log them.
 
 use crate::clock::{Clock, ClockStats, Ticker};
 use crate::log::EpisodeLog;
 use crate::policy::Policy;
+use crate::shaped::{ProgressSource, ShapedEnv};
 use crate::updates::PolicyUpdates;
 use crate::RuntimeError;
-use rayon::prelude::*;
-use stagewise_core::{Env, Observation, Progress, ShapingConfig, StepResult, VecShaper};
-use stagewise_model::{RewardModel, StateMap};
+use stagewise_core::{Env, Observation, ShapingConfig};
 use stagewise_stream::{Counters, Keys, RobotPublisher};
 use stagewise_wire::{
     kind, now_ns, Encoded, EpisodeMsg, Message, ObservationMsg, ProgressMsg, Schema, TransitionMsg,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// Where the shaping potential comes from.
-pub enum ProgressSource {
-    /// A stage-aware ONNX reward model on the observations. [`Actor::new`] binds its state fields by name to the
-    /// envs' state (`EnvSpec.state.names`) unless the caller bound it already (e.g. to a robot's proprioception
-    /// alone, [`RewardModel::set_state_map`]).
-    Model(Box<RewardModel>),
-    /// The environment's ground-truth progress (`info.progress_oracle`): the simulator's upper bound.
-    Oracle,
-}
 
 #[derive(Debug, Clone)]
 pub struct ActorConfig {
@@ -150,40 +139,8 @@ impl Policies {
     }
 }
 
-/// Binds `model`'s state fields to the envs' state by name (all envs must name the same state fields), or checks
-/// that a binding made by the caller is for a state of the envs' size.
-fn bind_model_state(model: &mut RewardModel, envs: &[Box<dyn Env>]) -> Result<(), RuntimeError> {
-    let spec = envs[0].spec();
-    let names = &spec.state.names;
-    if let Some(i) = envs.iter().position(|e| &e.spec().state.names != names) {
-        return Err(RuntimeError::Config(format!(
-            "env {i} names its state fields [{}], env 0 [{}]: one reward model reads one layout",
-            envs[i].spec().state.names.join(", "),
-            names.join(", ")
-        )));
-    }
-    match model.state_map() {
-        Some(map) if map.source_len() != names.len() => Err(RuntimeError::Config(format!(
-            "the reward model {} was bound to a state of {} values; the env's state has {} ({})",
-            model.manifest().path.display(),
-            map.source_len(),
-            names.len(),
-            names.join(", ")
-        ))),
-        Some(_) => Ok(()),
-        None => {
-            let source = format!("the env's state ({})", spec.task);
-            let map = StateMap::bind_source(model.manifest(), &source, names, None)?;
-            model.set_state_map(map)?;
-            Ok(())
-        }
-    }
-}
-
 pub struct Actor {
-    envs: Vec<Box<dyn Env>>,
-    progress: ProgressSource,
-    shaper: VecShaper,
+    shaped: ShapedEnv,
     policies: Policies,
     updates: Option<PolicyUpdates>,
     publisher: Option<RobotPublisher>,
@@ -197,10 +154,11 @@ pub struct Actor {
 }
 
 impl Actor {
-    /// A model asking for a state field the envs lack is refused here, before any step, naming the field.
+    /// A model asking for a state field the envs lack is refused here, before any step, naming the field
+    /// ([`ShapedEnv::new`]).
     pub fn new(
         envs: Vec<Box<dyn Env>>,
-        mut progress: ProgressSource,
+        progress: ProgressSource,
         policy: Box<dyn Policy>,
         config: ActorConfig,
     ) -> Result<Self, RuntimeError> {
@@ -209,17 +167,13 @@ impl Actor {
                 "the actor needs at least one environment".into(),
             ));
         }
-        if let ProgressSource::Model(model) = &mut progress {
-            bind_model_state(model, &envs)?;
-        }
+        let n = envs.len();
+        let shaped = ShapedEnv::new(envs, progress, config.shaping)?;
         let keys =
             Keys::new(config.robot.clone()).map_err(|e| RuntimeError::Config(e.to_string()))?;
-        let n = envs.len();
         Ok(Self {
-            shaper: VecShaper::new(n, config.shaping)?,
+            shaped,
             policies: Policies::new(policy, n),
-            envs,
-            progress,
             updates: None,
             publisher: None,
             log: None,
@@ -262,7 +216,7 @@ impl Actor {
         stop: &AtomicBool,
         mut on_episode: impl FnMut(&EpisodeSummary, &RunStats),
     ) -> Result<RunStats, RuntimeError> {
-        let n = self.envs.len();
+        let n = self.shaped.len();
         let mut ticker = Ticker::new(self.config.clock);
         let all: Vec<usize> = (0..n).collect();
         self.obs = self.reset_envs(&all)?;
@@ -273,45 +227,28 @@ impl Actor {
             ticker.tick();
             self.poll_policy_updates();
             let actions = self.policies.act(&self.obs)?;
-            let results: Vec<Result<StepResult, _>> = self
-                .envs
-                .par_iter_mut()
-                .zip(actions.par_iter())
-                .map(|(env, a)| env.step(a))
-                .collect();
-            let mut steps = Vec::with_capacity(n);
-            for (env, r) in results.into_iter().enumerate() {
-                steps.push(r.map_err(|source| RuntimeError::Env { env, source })?);
-            }
-            let progress = self.read_progress(
-                &all,
-                &steps.iter().map(|s| &s.obs).collect::<Vec<_>>(),
-                Some(&steps),
-            )?;
+            let steps = self.shaped.step(&actions)?;
             let mut done = Vec::new();
-            for (env, (step, p)) in steps.iter().zip(&progress).enumerate() {
-                let shaped = self.shaper.step(
-                    env,
-                    p.phi as f64,
-                    step.reward,
-                    step.terminated,
-                    step.truncated,
-                )?;
-                let mut t = shaped.to_transition(actions[env].clone(), Some(p.stage as u32));
+            for (env, out) in steps.iter().enumerate() {
+                let (step, shaped) = (&out.result, &out.shaped);
+                let stage = out.progress.as_ref().map(|p| p.stage as u32);
+                let mut t = shaped.to_transition(actions[env].clone(), stage);
                 t.success = shaped.success || step.info.success;
                 let mut msg = TransitionMsg::from_transition(self.keys.robot(), &t);
                 if self.config.stream_images {
                     msg = msg.with_next_obs(ObservationMsg::from_observation(&step.obs));
                 }
                 self.emit(Emitted::Transition(Box::new(msg)))?;
-                let pmsg = ProgressMsg::new(
-                    self.keys.robot(),
-                    env as u32,
-                    shaped.episode,
-                    shaped.step + 1,
-                    p,
-                );
-                self.emit(Emitted::Progress(pmsg))?;
+                if let Some(p) = &out.progress {
+                    let pmsg = ProgressMsg::new(
+                        self.keys.robot(),
+                        env as u32,
+                        shaped.episode,
+                        shaped.step + 1,
+                        p,
+                    );
+                    self.emit(Emitted::Progress(pmsg))?;
+                }
                 let acc = &mut self.acc[env];
                 acc.ret += t.reward;
                 acc.task_ret += t.task_reward;
@@ -358,8 +295,8 @@ impl Actor {
                     done.push(env);
                 }
             }
-            for (env, step) in steps.into_iter().enumerate() {
-                self.obs[env] = step.obs;
+            for (env, out) in steps.into_iter().enumerate() {
+                self.obs[env] = out.result.obs;
             }
             if !done.is_empty() {
                 let fresh = self.reset_envs(&done)?;
@@ -394,63 +331,29 @@ impl Actor {
         self.stats.log_records = self.log.as_ref().map_or(0, EpisodeLog::records);
     }
 
-    /// Resets `envs` (each with the next seed), starts their episodes in the policies and the shaper.
+    /// Resets `envs` (each with the next seed, in env order), starts their episodes in the shaper and the
+    /// policies.
     fn reset_envs(&mut self, envs: &[usize]) -> Result<Vec<Observation>, RuntimeError> {
-        let mut obs = Vec::with_capacity(envs.len());
-        for &env in envs {
-            let seed = self.next_seed;
-            self.next_seed += 1;
-            let o = self.envs[env]
-                .reset(seed)
-                .map_err(|source| RuntimeError::Env { env, source })?;
-            self.policies.start_episode(env, seed);
-            obs.push((env, seed, o));
-        }
-        let refs: Vec<&Observation> = obs.iter().map(|(_, _, o)| o).collect();
-        let progress = self.read_progress(envs, &refs, None)?;
-        for ((env, seed, _), p) in obs.iter().zip(&progress) {
-            let episode = self.shaper.reset(*env, p.phi as f64)?;
-            self.acc[*env] = EpisodeAcc {
-                episode,
-                seed: *seed,
+        let resets: Vec<(usize, u64)> = envs
+            .iter()
+            .map(|&env| {
+                let seed = self.next_seed;
+                self.next_seed += 1;
+                (env, seed)
+            })
+            .collect();
+        let started = self.shaped.reset(&resets)?;
+        let mut obs = Vec::with_capacity(started.len());
+        for r in started {
+            self.policies.start_episode(r.env, r.seed);
+            self.acc[r.env] = EpisodeAcc {
+                episode: r.episode,
+                seed: r.seed,
                 ..Default::default()
             };
+            obs.push(r.obs);
         }
-        Ok(obs.into_iter().map(|(_, _, o)| o).collect())
-    }
-
-    /// Progress for `obs[i]` of env `envs[i]`; `steps` carries the oracle when the observations came from a step.
-    fn read_progress(
-        &mut self,
-        envs: &[usize],
-        obs: &[&Observation],
-        steps: Option<&[StepResult]>,
-    ) -> Result<Vec<Progress>, RuntimeError> {
-        match &mut self.progress {
-            ProgressSource::Model(m) => Ok(m.score_envs(envs, obs)?),
-            ProgressSource::Oracle => envs
-                .iter()
-                .enumerate()
-                .map(|(i, &env)| {
-                    // At reset no step has happened: progress is 0 by definition of the oracle.
-                    let (phi, stage) = match steps {
-                        None => (Some(0.0), Some(0)),
-                        Some(s) => (s[i].info.progress_oracle, s[i].info.stage),
-                    };
-                    let phi = phi.ok_or_else(|| {
-                        RuntimeError::Config(format!(
-                            "env {env} reports no oracle progress: use a reward model"
-                        ))
-                    })?;
-                    Ok(Progress {
-                        stage: stage.unwrap_or(0),
-                        stage_probs: Vec::new(),
-                        tau: 0.0,
-                        phi,
-                    })
-                })
-                .collect(),
-        }
+        Ok(obs)
     }
 
     /// Installs the policies the checking worker accepted since the last step (each env switches at its next

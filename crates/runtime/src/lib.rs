@@ -1,8 +1,9 @@
 //! stagewise-runtime: the actor loop. N environments (anything implementing core's `Env`: the simulator, the
-//! robot bridge), a progress source (an ONNX reward model, or the simulator's oracle), the potential-based
-//! shaper and a policy produce transitions, which are published over zenoh and written to an episode log that
-//! `replay` can put back on the stream bit-identically. Learners hot-swap the policy between episodes: a
-//! worker thread checks each one ([`PolicyGate`], [`updates`]) and the actor installs it at episode starts.
+//! robot bridge), a progress source (an ONNX reward model, or the simulator's oracle) and the potential-based
+//! shaper make one [`ShapedEnv`]; with a policy it produces transitions, which are published over zenoh and
+//! written to an episode log that `replay` can put back on the stream bit-identically. `stagewise serve` serves
+//! a [`ShapedEnv`] of one env per served env to remote learners. Learners hot-swap the policy between episodes:
+//! a worker thread checks each one ([`PolicyGate`], [`updates`]) and the actor installs it at episode starts.
 //!
 //! Depends on `stagewise-core`, `stagewise-model` and `stagewise-stream`; never on a concrete environment (the
 //! CLI wires the simulator or the robot in).
@@ -11,15 +12,17 @@ pub mod actor;
 pub mod clock;
 pub mod log;
 pub mod policy;
+pub mod shaped;
 pub mod updates;
 
-pub use actor::{Actor, ActorConfig, ProgressSource, RunStats};
+pub use actor::{Actor, ActorConfig, RunStats};
 pub use clock::{Clock, ClockStats};
 pub use log::{EpisodeLog, LogReader, LogRecord};
 pub use policy::{
     GateConfig, OnnxPolicy, Policy, PolicyError, PolicyGate, PolicyState, RandomPolicy,
     DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
 };
+pub use shaped::{ProgressSource, ResetOutcome, ShapedEnv, StepOutcome};
 pub use updates::{PolicyIntake, PolicyUpdates};
 
 /// Errors of the actor loop.

@@ -4,3 +4,4 @@
 
 mod encoder_cache;
 mod log_corpus;
+mod shaped_env;

@@ -1,0 +1,343 @@
+//! `ShapedEnv`, the reward path of both `stagewise run` (all envs in one) and `stagewise serve` (one env each):
+//! real simulated envs, the oracle, the sparse source and the shipped pick-place reward model. A one-env
+//! `ShapedEnv` per env must give what one batched `ShapedEnv` over all of them gives; the rewards are the
+//! potential-based formula on the cached potentials (terminated: `Phi(s') = 0`, truncated: kept).
+
+use stagewise_core::{Env, EnvError, EnvSpec, Observation, ShapingConfig, StepResult};
+use stagewise_model::{ModelForm, OrtRuntime, Provider, RewardModel, SessionOptions, StateMap};
+use stagewise_runtime::{ProgressSource, RuntimeError, ShapedEnv, StepOutcome};
+use stagewise_sim::{Degradation, Expert, SimConfig, SimEnv, Task};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+fn sim(task: Task, max_steps: u64, render: bool) -> SimEnv {
+    let mut cfg = SimConfig::new(task).with_resolution(32, 32);
+    cfg.max_steps = max_steps;
+    cfg.render = render;
+    cfg.depth = false;
+    SimEnv::new(cfg).expect("sim config")
+}
+
+fn boxed(envs: Vec<SimEnv>) -> Vec<Box<dyn Env>> {
+    envs.into_iter()
+        .map(|e| Box::new(e) as Box<dyn Env>)
+        .collect()
+}
+
+fn pick_place_model() -> RewardModel {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/pick-place/pick-place-progress.toml");
+    let rt = OrtRuntime::init(None).expect("ONNX Runtime (run scripts/setup.sh)");
+    let opts = SessionOptions {
+        provider: Provider::Cpu,
+        intra_threads: 1,
+        tensorrt_cache: None,
+    };
+    RewardModel::load_as(&manifest, rt, &opts, ModelForm::SingleGraph)
+        .expect("the shipped pick-place model")
+}
+
+/// A fixed, seeded action sequence that moves the gripper (so that progress changes).
+fn action(t: usize, env: usize) -> Vec<f32> {
+    let k = (t * 7 + env * 3) % 11;
+    let s = |i: usize| ((k + i * 5) % 11) as f32 / 5.0 - 1.0;
+    vec![s(0), s(1), s(2), if t % 4 < 2 { 1.0 } else { -1.0 }]
+}
+
+/// Every shaped step keeps core's potential-based formula on the potentials it reported.
+fn check_formula(out: &StepOutcome, shaping: &ShapingConfig, phi_before: f64) {
+    let s = &out.shaped;
+    assert_eq!(
+        s.phi, phi_before,
+        "the potential cached at the previous step"
+    );
+    assert_eq!(s.task_reward, out.result.reward);
+    let next = if out.result.terminated {
+        0.0
+    } else {
+        s.phi_next_observed
+    };
+    assert_eq!(s.phi_next, next);
+    let expected = s.task_reward + shaping.scale * (shaping.gamma * next - s.phi);
+    assert_eq!(s.reward, expected, "{s:?}");
+    assert_eq!(s.gamma, shaping.gamma);
+    assert_eq!(s.terminated, out.result.terminated);
+    assert_eq!(s.truncated, out.result.truncated);
+}
+
+/// Steps `batched` (N envs) and `single[i]` (env i alone) with the same actions and seeds through resets, and
+/// returns every outcome of the batched one after checking that the single ones agree to `tol`.
+fn lockstep(
+    batched: &mut ShapedEnv,
+    single: &mut [ShapedEnv],
+    steps: usize,
+    tol: f64,
+) -> Vec<Vec<StepOutcome>> {
+    let n = batched.len();
+    let shaping = *batched.shaping();
+    let seeds: Vec<(usize, u64)> = (0..n).map(|i| (i, 40 + i as u64)).collect();
+    let b = batched.reset(&seeds).expect("batched reset");
+    let mut phi = Vec::new();
+    for (i, r) in b.iter().enumerate() {
+        let s = single[i].reset_one(0, 40 + i as u64).expect("single reset");
+        assert_eq!(r.obs, s.obs);
+        assert_eq!(r.episode, s.episode);
+        let (pb, ps) = (r.progress.as_ref(), s.progress.as_ref());
+        assert_eq!(pb.is_some(), ps.is_some());
+        if let (Some(pb), Some(ps)) = (pb, ps) {
+            assert!((pb.phi - ps.phi).abs() as f64 <= tol, "{pb:?} {ps:?}");
+        }
+        phi.push(pb.map_or(0.0, |p| f64::from(p.phi)));
+    }
+    let mut all = Vec::new();
+    let mut next_seed = 100;
+    for t in 0..steps {
+        let actions: Vec<Vec<f32>> = (0..n).map(|i| action(t, i)).collect();
+        let outs = batched.step(&actions).expect("batched step");
+        let mut done = Vec::new();
+        for (i, out) in outs.iter().enumerate() {
+            let s = single[i]
+                .step(&[actions[i].as_slice()])
+                .expect("single step");
+            let s = &s[0];
+            assert_eq!(out.result.obs, s.result.obs);
+            assert_eq!(out.result.reward, s.result.reward);
+            assert_eq!(out.progress.is_some(), s.progress.is_some());
+            let (a, b) = (&out.shaped, &s.shaped);
+            assert_eq!((a.episode, a.step), (b.episode, b.step));
+            assert_eq!(
+                (a.terminated, a.truncated, a.success),
+                (b.terminated, b.truncated, b.success)
+            );
+            for (x, y) in [
+                (a.reward, b.reward),
+                (a.phi, b.phi),
+                (a.phi_next, b.phi_next),
+            ] {
+                assert!((x - y).abs() <= tol, "env {i} step {t}: {a:?} vs {b:?}");
+            }
+            check_formula(out, &shaping, phi[i]);
+            phi[i] = out.shaped.phi_next_observed;
+            if out.shaped.done() {
+                done.push((i, next_seed));
+                next_seed += 1;
+            }
+        }
+        if !done.is_empty() {
+            for (r, &(i, seed)) in batched.reset(&done).expect("reset").iter().zip(&done) {
+                single[i].reset_one(0, seed).expect("single reset");
+                phi[i] = r.progress.as_ref().map_or(0.0, |p| f64::from(p.phi));
+            }
+        }
+        all.push(outs);
+    }
+    all
+}
+
+#[test]
+fn oracle_one_env_each_steps_as_the_batch_and_is_zero_at_reset() {
+    let shaping = ShapingConfig::new(0.97, 2.0).expect("shaping");
+    let make = |n: usize| {
+        (0..n)
+            .map(|i| sim(Task::PickPlace, 9 + 4 * i as u64, false))
+            .collect()
+    };
+    let mut batched = ShapedEnv::new(boxed(make(3)), ProgressSource::Oracle, shaping).unwrap();
+    let mut single: Vec<ShapedEnv> = make(3)
+        .into_iter()
+        .map(|e| ShapedEnv::new(boxed(vec![e]), ProgressSource::Oracle, shaping).unwrap())
+        .collect();
+    for (shaped, env) in [(&mut batched, 1), (&mut single[1], 0)] {
+        let r = shaped.reset_one(env, 5).expect("reset");
+        let p = r.progress.expect("oracle progress");
+        assert_eq!(
+            (p.phi, p.stage),
+            (0.0, 0),
+            "the oracle's progress is 0 at reset"
+        );
+    }
+    let all = lockstep(&mut batched, &mut single, 30, 0.0);
+    let mut moved = false;
+    let mut truncations = 0;
+    for outs in &all {
+        for out in outs {
+            let p = out.progress.as_ref().expect("oracle progress");
+            assert_eq!(Some(p.phi), out.result.info.progress_oracle);
+            assert_eq!(p.stage, out.result.info.stage.unwrap_or(0));
+            moved |= p.phi > 0.0;
+            if out.result.truncated {
+                truncations += 1;
+                assert_eq!(out.shaped.phi_next, out.shaped.phi_next_observed, "kept");
+            }
+        }
+    }
+    assert!(moved, "the oracle's progress never moved");
+    assert!(
+        truncations >= 4,
+        "episodes of 9, 13 and 17 steps were truncated"
+    );
+}
+
+#[test]
+fn sparse_serves_the_task_reward_and_no_progress() {
+    let shaping = ShapingConfig::new(0.99, 1.0).expect("shaping");
+    let mut batched = ShapedEnv::new(
+        boxed(vec![
+            sim(Task::PushTarget, 6, false),
+            sim(Task::PushTarget, 8, false),
+        ]),
+        ProgressSource::Sparse,
+        shaping,
+    )
+    .unwrap();
+    let mut single: Vec<ShapedEnv> = [6, 8]
+        .into_iter()
+        .map(|m| {
+            let envs = boxed(vec![sim(Task::PushTarget, m, false)]);
+            ShapedEnv::new(envs, ProgressSource::Sparse, shaping).unwrap()
+        })
+        .collect();
+    assert_eq!(batched.progress_source().name(), "sparse");
+    for outs in lockstep(&mut batched, &mut single, 20, 0.0) {
+        for out in outs {
+            assert!(out.progress.is_none());
+            assert_eq!((out.shaped.phi, out.shaped.phi_next), (0.0, 0.0));
+            assert_eq!(out.shaped.reward, out.result.reward);
+        }
+    }
+}
+
+#[test]
+fn reward_model_one_env_each_reads_what_the_batch_reads() {
+    let shaping = ShapingConfig::new(0.97, 2.0).expect("shaping");
+    let make = |n: usize| {
+        (0..n)
+            .map(|i| sim(Task::PickPlace, 7 + 5 * i as u64, true))
+            .collect()
+    };
+    let model = ProgressSource::Model(Box::new(pick_place_model()));
+    let mut batched = ShapedEnv::new(boxed(make(2)), model, shaping).unwrap();
+    let mut single: Vec<ShapedEnv> = make(2)
+        .into_iter()
+        .map(|e| {
+            let model = ProgressSource::Model(Box::new(pick_place_model()));
+            ShapedEnv::new(boxed(vec![e]), model, shaping).unwrap()
+        })
+        .collect();
+    let all = lockstep(&mut batched, &mut single, 20, 1e-6);
+    let phis: Vec<f32> = all
+        .iter()
+        .flatten()
+        .map(|o| o.progress.as_ref().expect("model progress").phi)
+        .collect();
+    let (lo, hi) = phis
+        .iter()
+        .fold((f32::MAX, f32::MIN), |(l, h), &p| (l.min(p), h.max(p)));
+    assert!(hi - lo > 1e-4, "the model's progress never moved: {phis:?}");
+}
+
+/// A simulator shared with the test, so that the scripted expert can read its world between steps.
+struct Shared(Arc<Mutex<SimEnv>>, EnvSpec);
+
+impl Env for Shared {
+    fn spec(&self) -> &EnvSpec {
+        &self.1
+    }
+    fn reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
+        self.0.lock().expect("sim lock").reset(seed)
+    }
+    fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError> {
+        self.0.lock().expect("sim lock").step(action)
+    }
+}
+
+#[test]
+fn terminated_episodes_take_no_potential_from_the_final_state() {
+    let shaping = ShapingConfig::new(0.95, 3.0).expect("shaping");
+    let env = Arc::new(Mutex::new(sim(Task::PushTarget, 400, false)));
+    let spec = env.lock().unwrap().spec().clone();
+    let envs: Vec<Box<dyn Env>> = vec![Box::new(Shared(env.clone(), spec))];
+    let mut shaped = ShapedEnv::new(envs, ProgressSource::Oracle, shaping).unwrap();
+    let mut terminated = 0;
+    for seed in [1u64, 2] {
+        let mut expert = Expert::with_seed(Task::PushTarget, Degradation::none(), seed);
+        let mut phi = f64::from(shaped.reset_one(0, seed).unwrap().progress.unwrap().phi);
+        for _ in 0..400 {
+            let a = expert.act_env(&env.lock().unwrap());
+            let out = shaped.step(&[a.as_slice()]).unwrap().remove(0);
+            check_formula(&out, &shaping, phi);
+            phi = out.shaped.phi_next_observed;
+            if out.result.terminated {
+                assert_eq!(out.shaped.phi_next, 0.0);
+                assert!(out.shaped.phi_next_observed > 0.9, "{:?}", out.shaped);
+                terminated += 1;
+            }
+            if out.shaped.done() {
+                break;
+            }
+        }
+    }
+    assert_eq!(terminated, 2, "the expert pushes the block onto the target");
+}
+
+#[test]
+fn bad_calls_are_errors_that_name_the_env() {
+    let shaping = ShapingConfig::new(0.99, 1.0).expect("shaping");
+    let two = || {
+        boxed(vec![
+            sim(Task::PickPlace, 5, false),
+            sim(Task::PickPlace, 5, false),
+        ])
+    };
+    let err = ShapedEnv::new(Vec::new(), ProgressSource::Oracle, shaping)
+        .err()
+        .expect("no envs");
+    assert!(
+        err.to_string().contains("at least one environment"),
+        "{err}"
+    );
+    let mut shaped = ShapedEnv::new(two(), ProgressSource::Oracle, shaping).unwrap();
+    let err = shaped.reset_one(2, 0).expect_err("env 2 of 2");
+    assert!(
+        err.to_string().contains("reset of env 2: there are 2 envs"),
+        "{err}"
+    );
+    shaped.reset(&[(0, 1), (1, 2)]).unwrap();
+    let err = shaped.step(&[action(0, 0)]).expect_err("one action");
+    assert!(err.to_string().contains("1 actions for 2 envs"), "{err}");
+    let err = shaped
+        .step(&[action(0, 0), vec![0.0; 2]])
+        .expect_err("a short action");
+    assert!(
+        matches!(&err, RuntimeError::Env { env: 1, .. }),
+        "env 1's action is short: {err}"
+    );
+    assert!(err.to_string().contains("action has 2 values"), "{err}");
+    // One model reads one state layout: envs that name different state fields are refused, and so is a model
+    // bound by the caller to a state of another size.
+    let mixed = boxed(vec![
+        sim(Task::PickPlace, 5, false),
+        sim(Task::Stack, 5, false),
+    ]);
+    let model = ProgressSource::Model(Box::new(pick_place_model()));
+    let err = ShapedEnv::new(mixed, model, shaping)
+        .err()
+        .expect("two layouts");
+    assert!(
+        err.to_string().contains("env 1 names its state fields"),
+        "{err}"
+    );
+    let mut model = pick_place_model();
+    let stack = sim(Task::Stack, 5, false);
+    let names = stack.spec().state.names.clone();
+    let map = StateMap::bind_source(model.manifest(), "stack", &names, None).expect("bind");
+    model.set_state_map(map).expect("set");
+    let err = ShapedEnv::new(two(), ProgressSource::Model(Box::new(model)), shaping)
+        .err()
+        .expect("bound to 19 values");
+    assert!(
+        err.to_string()
+            .contains("was bound to a state of 19 values; the env's state has 14"),
+        "{err}"
+    );
+}
