@@ -5,12 +5,13 @@ use crate::clock::{Clock, ClockStats, Ticker};
 use crate::log::EpisodeLog;
 use crate::policy::Policy;
 use crate::shaped::{ProgressSource, ShapedEnv};
+use crate::sink::Sink;
 use crate::updates::PolicyUpdates;
 use crate::RuntimeError;
 use stagewise_core::{Env, Observation, ShapingConfig};
 use stagewise_stream::{Counters, Keys, RobotPublisher};
 use stagewise_wire::{
-    kind, now_ns, Encoded, EpisodeMsg, Message, ObservationMsg, ProgressMsg, Schema, TransitionMsg,
+    kind, now_ns, EpisodeMsg, ObservationMsg, ProgressMsg, Schema, TransitionMsg,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -143,9 +144,7 @@ pub struct Actor {
     shaped: ShapedEnv,
     policies: Policies,
     updates: Option<PolicyUpdates>,
-    publisher: Option<RobotPublisher>,
-    log: Option<EpisodeLog>,
-    keys: Keys,
+    sink: Sink,
     config: ActorConfig,
     obs: Vec<Observation>,
     acc: Vec<EpisodeAcc>,
@@ -175,9 +174,7 @@ impl Actor {
             shaped,
             policies: Policies::new(policy, n),
             updates: None,
-            publisher: None,
-            log: None,
-            keys,
+            sink: Sink::new(keys),
             next_seed: config.base_seed,
             config,
             obs: Vec::new(),
@@ -186,13 +183,15 @@ impl Actor {
         })
     }
 
+    /// Publishes what the actor emits ([`Sink`]: the same bytes as the log).
     pub fn with_publisher(mut self, publisher: RobotPublisher) -> Self {
-        self.publisher = Some(publisher);
+        self.sink = self.sink.with_publisher(publisher);
         self
     }
 
+    /// Logs what the actor emits ([`Sink`]).
     pub fn with_log(mut self, log: EpisodeLog) -> Self {
-        self.log = Some(log);
+        self.sink = self.sink.with_log(log);
         self
     }
 
@@ -206,7 +205,7 @@ impl Actor {
     }
 
     pub fn keys(&self) -> &Keys {
-        &self.keys
+        self.sink.keys()
     }
 
     /// Runs until `stop` is set or a configured limit is reached, calling `on_episode` for every finished
@@ -234,20 +233,17 @@ impl Actor {
                 let stage = out.progress.as_ref().map(|p| p.stage as u32);
                 let mut t = shaped.to_transition(actions[env].clone(), stage);
                 t.success = shaped.success || step.info.success;
-                let mut msg = TransitionMsg::from_transition(self.keys.robot(), &t);
+                let robot = self.sink.keys().robot();
+                let mut msg = TransitionMsg::from_transition(robot, &t);
                 if self.config.stream_images {
                     msg = msg.with_next_obs(ObservationMsg::from_observation(&step.obs));
                 }
-                self.emit(Emitted::Transition(Box::new(msg)))?;
-                if let Some(p) = &out.progress {
-                    let pmsg = ProgressMsg::new(
-                        self.keys.robot(),
-                        env as u32,
-                        shaped.episode,
-                        shaped.step + 1,
-                        p,
-                    );
-                    self.emit(Emitted::Progress(pmsg))?;
+                let pmsg = out.progress.as_ref().map(|p| {
+                    ProgressMsg::new(robot, env as u32, shaped.episode, shaped.step + 1, p)
+                });
+                self.sink.transition(msg)?;
+                if let Some(pmsg) = pmsg {
+                    self.sink.progress(pmsg)?;
                 }
                 let acc = &mut self.acc[env];
                 acc.ret += t.reward;
@@ -272,7 +268,7 @@ impl Actor {
                     let emsg = EpisodeMsg {
                         schema: Schema,
                         kind: kind::Episode,
-                        robot: self.keys.robot().to_string(),
+                        robot: self.sink.keys().robot().to_string(),
                         env: env as u32,
                         episode: summary.episode,
                         episode_return: summary.episode_return,
@@ -284,12 +280,10 @@ impl Actor {
                         final_phi: summary.final_phi,
                         stamp_ns: now_ns(),
                     };
-                    self.emit(Emitted::Episode(emsg))?;
+                    self.sink.episode(emsg)?;
                     self.stats.episodes += 1;
                     self.stats.successes += summary.success as u64;
-                    if let Some(log) = self.log.as_mut() {
-                        log.flush()?;
-                    }
+                    self.sink.end_episode()?;
                     self.refresh_stats(&ticker);
                     on_episode(&summary, &self.stats);
                     done.push(env);
@@ -305,12 +299,7 @@ impl Actor {
                 }
             }
         }
-        if let Some(log) = self.log.as_mut() {
-            log.flush()?;
-        }
-        if let Some(p) = self.publisher.as_ref() {
-            p.flush(std::time::Duration::from_secs(5));
-        }
+        self.sink.finish(std::time::Duration::from_secs(5))?;
         self.refresh_stats(&ticker);
         Ok(self.stats.clone())
     }
@@ -327,8 +316,8 @@ impl Actor {
 
     fn refresh_stats(&mut self, ticker: &Ticker) {
         self.stats.clock = ticker.stats();
-        self.stats.stream = self.publisher.as_ref().map(RobotPublisher::counters);
-        self.stats.log_records = self.log.as_ref().map_or(0, EpisodeLog::records);
+        self.stats.stream = self.sink.counters();
+        self.stats.log_records = self.sink.log_records();
     }
 
     /// Resets `envs` (each with the next seed, in env order), starts their episodes in the shaper and the
@@ -396,59 +385,4 @@ impl Actor {
             self.stats.policy_dropped += polled.dropped;
         }
     }
-
-    /// Logs (as the exact wire bytes) and publishes one message, encoded once: the log and the publisher take
-    /// the same bytes ([`Encoded`]; a transition's images go to the publisher as parts of the zenoh payload, not
-    /// copied). With neither a log nor a publisher nothing is encoded.
-    fn emit(&mut self, msg: Emitted) -> Result<(), RuntimeError> {
-        if self.log.is_none() && self.publisher.is_none() {
-            return Ok(());
-        }
-        match msg {
-            Emitted::Transition(m) => {
-                let e = self.encode_and_log(*m, self.keys.transition())?;
-                if let Some(p) = self.publisher.as_ref() {
-                    // Through the bounded queue (drops are counted by the publisher) or put now.
-                    p.publish_transition(e);
-                }
-            }
-            Emitted::Episode(m) => {
-                let e = self.encode_and_log(m, self.keys.episode())?;
-                if let Some(p) = self.publisher.as_ref() {
-                    p.publish_episode(e);
-                }
-            }
-            Emitted::Progress(m) => {
-                let e = self.encode_and_log(m, self.keys.progress())?;
-                if let Some(p) = self.publisher.as_ref() {
-                    // Best-effort: dropped under congestion.
-                    if let Err(e) = p.publish_progress(e) {
-                        tracing::debug!(error = %e, "progress message not sent");
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Encodes `msg` and appends its wire bytes to the log under `key`, if there is a log.
-    fn encode_and_log<M: Message>(
-        &mut self,
-        msg: M,
-        key: String,
-    ) -> Result<Encoded<M>, RuntimeError> {
-        let e = Encoded::new(msg)
-            .map_err(|e| RuntimeError::Config(format!("encoding a message for {key}: {e}")))?;
-        if let Some(log) = self.log.as_mut() {
-            log.append(&key, &e.contiguous())?;
-        }
-        Ok(e)
-    }
-}
-
-/// The messages the actor emits, so one function logs and publishes them all.
-enum Emitted {
-    Transition(Box<TransitionMsg>),
-    Progress(ProgressMsg),
-    Episode(EpisodeMsg),
 }

@@ -13,6 +13,7 @@ pub mod clock;
 pub mod log;
 pub mod policy;
 pub mod shaped;
+pub mod sink;
 pub mod updates;
 
 pub use actor::{Actor, ActorConfig, RunStats};
@@ -23,6 +24,7 @@ pub use policy::{
     DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
 };
 pub use shaped::{ProgressSource, ResetOutcome, ShapedEnv, StepOutcome};
+pub use sink::Sink;
 pub use updates::{PolicyIntake, PolicyUpdates};
 
 /// Errors of the actor loop.
