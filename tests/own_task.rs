@@ -294,8 +294,9 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         .iter()
         .all(|x| x.is_finite() && (0.0..=1.0).contains(x)));
 
-    // 7 (docs: "Adapt to a variant"). Adapt the model from one annotated demonstration (a few steps here):
-    //    the same files as train writes, the model's views, state and stages kept.
+    // 7 (docs: "Adapt to a variant"). Adapt the model from one annotated demonstration (a few steps here), with
+    //    another episode replayed as the original task: the same files as train writes, the model's views, state
+    //    and stages kept.
     let adapted = tmp.path().join("models/my-task-dark");
     let out = ok(&stagewise(&[
         "adapt",
@@ -303,12 +304,19 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         s(&manifest),
         "--demo",
         &format!("{}:0", s(&ds)),
+        "--replay",
+        &format!("{}:1", s(&ds)),
         "--out",
         s(&adapted),
         "--steps",
         "10",
     ]));
     assert!(out.contains("demonstrations_after"), "{out}");
+    assert!(
+        out.contains("replaying 1 episode(s) of the original task"),
+        "{out}"
+    );
+    assert!(!adapted.join("my-task-dark-progress.replay-data").exists());
     let text = std::fs::read_to_string(adapted.join("my-task-dark-progress.toml")).unwrap();
     assert!(
         text.contains(r#"views = ["front", "side", "wrist"]"#)

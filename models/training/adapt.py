@@ -262,7 +262,7 @@ def main():
     ap.add_argument("--ema", type=float, default=0.99,
                     help="export an exponential moving average of the fine-tuned weights with this decay "
                          "(0: the last weights); averaging lowers the run-to-run spread of one-demo adaptation")
-    ap.add_argument("--freeze-coords", type=int, default=0, choices=[0, 1],
+    ap.add_argument("--freeze-coords", type=int, default=1, choices=[0, 1],
                     help="1: keep the first convolution's weights on the CoordConv position channels (a colour "
                          "change is the same everywhere; one demonstration's layout should not be learnt)")
     ap.add_argument("--view-dropout", type=float, default=0.15)
