@@ -341,3 +341,51 @@ fn bad_calls_are_errors_that_name_the_env() {
         "{err}"
     );
 }
+
+#[test]
+fn an_actor_on_the_sparse_source_streams_the_task_reward_and_no_progress() {
+    use stagewise_runtime::{Actor, ActorConfig, Clock, EpisodeLog, LogReader, RandomPolicy};
+    use stagewise_wire::{decode, TransitionMsg};
+    let envs = boxed(vec![
+        sim(Task::PickPlace, 6, false),
+        sim(Task::PickPlace, 9, false),
+    ]);
+    let policy = RandomPolicy::new(&envs[0].spec().action, 3);
+    let config = ActorConfig {
+        robot: "sparse-test".into(),
+        base_seed: 0,
+        shaping: ShapingConfig::new(0.99, 1.0).expect("shaping"),
+        clock: Clock::Free,
+        max_episodes: Some(4),
+        max_steps: None,
+        stream_images: false,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("sparse.swlog");
+    let mut actor = Actor::new(envs, ProgressSource::Sparse, Box::new(policy), config)
+        .expect("actor")
+        .with_log(EpisodeLog::create(&log).expect("log"));
+    let stats = actor
+        .run(&std::sync::atomic::AtomicBool::new(false), |_, _| {})
+        .expect("run");
+    drop(actor);
+    assert!(stats.episodes >= 4 && stats.env_steps > 0);
+    let mut reader = LogReader::open(&log).expect("open log");
+    let (mut transitions, mut episodes) = (0, 0);
+    while let Some(rec) = reader.next_record().expect("record") {
+        assert!(
+            !rec.key.ends_with("/progress"),
+            "no progress on {}",
+            rec.key
+        );
+        if rec.key.ends_with("/transition") {
+            let t = decode::<TransitionMsg>(&rec.payload).expect("transition");
+            assert_eq!(t.reward, t.task_reward);
+            assert_eq!((t.phi, t.phi_next, t.stage), (0.0, 0.0, None));
+            transitions += 1;
+        } else if rec.key.ends_with("/episode") {
+            episodes += 1;
+        }
+    }
+    assert_eq!((transitions, episodes), (stats.env_steps, stats.episodes));
+}
