@@ -96,10 +96,11 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
-        assert_eq!(t.stats().deadline_misses, 0);
+        // A loaded machine may deschedule this thread past a 5 ms deadline in the loop above: count from there.
+        let misses = t.stats().deadline_misses;
         std::thread::sleep(Duration::from_millis(20));
         t.tick();
-        assert_eq!(t.stats().deadline_misses, 1);
+        assert_eq!(t.stats().deadline_misses, misses + 1);
         assert!(t.stats().worst_step >= Duration::from_millis(20));
     }
 
