@@ -10,7 +10,9 @@ Also prints the simulator's control-step rates without rendering and with 3 ray-
 (1 env, and N envs on all cores), against the rendering targets of 200 and (issue 20) 400 steps/s per core.
 
 Usage: .venv/bin/python benches/sim_vs_mujoco.py [--steps 3000] [--out benches/results/sim_vs_mujoco.json]
-(needs `pip install -r benches/requirements-bench.txt`; builds the Rust side with cargo --release)
+Python requirements (MuJoCo; with Pillow and matplotlib for the other benches), one command, into the venv of
+scripts/setup.sh: `.venv/bin/pip install -r benches/requirements-bench.txt`. Builds the Rust side with
+cargo --release (or pass --exe). The summary records the load average at the start and the end of the run.
 """
 
 import argparse
@@ -82,6 +84,7 @@ def main() -> int:
     ap.add_argument("--out", help="also write the summary JSON to this file")
     args = ap.parse_args()
 
+    load_start = os.getloadavg()
     env = dict(os.environ)
     target = env.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     exe = args.exe or os.path.join(target, "release", "examples", "sim_throughput")
@@ -130,6 +133,8 @@ def main() -> int:
         "render_ratio_vs_200_per_core": r1 / 200,
         "render_ratio_vs_400_per_core": r1 / 400,
         "render_nenv_ratio_vs_400_per_core": rn / 400,
+        "load_average_1_5_15_start": [round(x, 2) for x in load_start],
+        "load_average_1_5_15_end": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(summary))
     if args.out:
