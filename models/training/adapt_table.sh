@@ -33,11 +33,11 @@ rec() { # out seed episodes [flags]
   "$B" --log warn record --task pick-place --episodes "$3" --degraded 0 --seed "$2" --width 32 --height 32 \
     --out "$1" "${@:4}" > /dev/null
 }
-rec "$DATA/demos" 710000 40 --table-color "$TABLE"
+rec "$DATA/demos-40" 710000 40 --table-color "$TABLE"
 rec "$DATA/heldout-variant-$HELDOUT" 1000000 "$HELDOUT" --table-color "$TABLE"
 rec "$DATA/heldout-original-$HELDOUT" 1000000 "$HELDOUT"
-"$B" --log warn annotate --dataset "$DATA/demos" --export "$DATA/demos.stages.json" > /dev/null
-eligible=$(python3 - "$DATA/demos.stages.json" "$M" <<'EOF'
+"$B" --log warn annotate --dataset "$DATA/demos-40" --export "$DATA/demos-40.stages.json" > /dev/null
+eligible=$(python3 - "$DATA/demos-40.stages.json" "$M" <<'EOF'
 import json, sys, tomllib
 ann = json.load(open(sys.argv[1]))
 prop = tomllib.load(open(sys.argv[2], "rb"))["stages"]["proportions"]
@@ -80,7 +80,7 @@ for n in $NS; do
     out="$DATA/adapted-n$n-s$seed"
     rm -rf "$out"
     /usr/bin/time -f "%e %U %S" -o "$out.time" \
-      "$B" --log warn adapt --model $M --demo "$DATA/demos:$sel" --out "$out" --seed "$seed" ${ADAPT_ARGS:-} \
+      "$B" --log warn adapt --model $M --demo "$DATA/demos-40:$sel" --out "$out" --seed "$seed" ${ADAPT_ARGS:-} \
       > "$out.log" 2>&1
     read -r wall user sys < "$out.time"
     cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN{printf "%.0f", u + s}')

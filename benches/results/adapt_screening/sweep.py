@@ -3,7 +3,7 @@ models/training/adapt_table.sh, every held-out episode scored (VOC per episode, 
 no export. One JSON line per seed on stdout (results.jsonl here holds the runs the docs cite, by tag).
 
 Prepare the arrays once (the adapt CLI writes them with --keep-data; one step of training is thrown away):
-  for d in demos heldout-variant-24 heldout-original-24 replay-original; do
+  for d in demos-40 heldout-variant-24 heldout-original-24 replay-original; do
     stagewise adapt --model models/pick-place/pick-place-progress.toml --demo data/adapt/$d \
       --out $PREP/$d --name adx-progress --steps 1 --keep-data --force
   done
@@ -40,7 +40,7 @@ ap.add_argument("--replay-frac", type=float, default=0.25)
 ap.add_argument("--replay-colour", type=float, default=0.8)
 ap.add_argument("--demo-stride", type=int, default=10)
 ap.add_argument("--tag", default="")
-ap.add_argument("--demos", default="demos")
+ap.add_argument("--demos", default="demos-40")
 ap.add_argument("--heldout-variant", default="heldout-variant-24")
 ap.add_argument("--heldout-original", default="heldout-original-24")
 ap.add_argument("--prep", default="/tmp/adx", help="the prepared arrays (see above)")
