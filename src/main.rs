@@ -1,6 +1,7 @@
 //! `stagewise`: the command line. The only place that wires a concrete environment (simulator or robot) into
 //! the runtime; every subcommand lives in its own module under `cmd/`.
 
+mod cli;
 mod cmd;
 
 // mimalloc instead of glibc malloc: glibc gives the ~80 KB image buffers of every transition back to the OS and
@@ -89,5 +90,44 @@ fn main() -> anyhow::Result<()> {
         Command::Adapt(a) => cmd::adapt::run(*a),
         Command::Annotate(a) => cmd::annotate::run(a),
         Command::Train(a) => cmd::train::run(*a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn refused(args: &[&str]) -> clap::Error {
+        match Cli::try_parse_from(args) {
+            Ok(_) => panic!("{args:?} was accepted"),
+            Err(e) => e,
+        }
+    }
+
+    /// Every subcommand that takes `--task` (or `--provider`) refuses a wrong value with the valid ones.
+    #[test]
+    fn every_task_and_provider_flag_is_typed() {
+        for sub in ["run", "serve", "sim", "record", "eval"] {
+            let e = refused(&["stagewise", sub, "--task", "pick-plce"]);
+            assert_eq!(e.kind(), ErrorKind::InvalidValue, "{sub}: {e}");
+            assert!(e.to_string().contains("push-target"), "{sub}: {e}");
+        }
+        for sub in [
+            "run",
+            "serve",
+            "score",
+            "bench",
+            "eval",
+            "label",
+            "models check m.toml",
+        ] {
+            let mut args: Vec<&str> = vec!["stagewise"];
+            args.extend(sub.split(' '));
+            args.extend(["--provider", "rocm"]);
+            let e = refused(&args);
+            assert_eq!(e.kind(), ErrorKind::InvalidValue, "{sub}: {e}");
+            assert!(e.to_string().contains("tensorrt"), "{sub}: {e}");
+        }
     }
 }

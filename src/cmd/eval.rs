@@ -46,9 +46,9 @@ pub struct EvalArgs {
     /// simulator on `--episodes` fresh seeds from `--seed`; prints the success rate.
     #[arg(long, value_name = "MANIFEST", conflicts_with_all = ["model", "dataset"])]
     pub policy: Option<PathBuf>,
-    /// Task for `--policy`: pick-place, push-target or stack.
-    #[arg(long, default_value = "pick-place")]
-    pub task: String,
+    /// Task for `--policy`.
+    #[arg(long, default_value = "pick-place", value_parser = crate::cli::task_parser())]
+    pub task: stagewise_sim::Task,
     /// Episodes (one seed each) for `--policy`.
     #[arg(long, default_value_t = 100)]
     pub episodes: usize,
@@ -548,7 +548,7 @@ pub struct PolicyEpisode {
 /// Rolls a policy out headless on `--episodes` seeds, all envs in lockstep (one batched policy run per step).
 fn run_policy(args: &EvalArgs, path: &Path) -> anyhow::Result<()> {
     use stagewise_core::Env;
-    let task: stagewise_sim::Task = args.task.parse()?;
+    let task = args.task;
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }

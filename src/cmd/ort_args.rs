@@ -11,7 +11,7 @@ pub struct OrtArgs {
     #[arg(long, value_name = "PATH")]
     pub ort_lib: Option<PathBuf>,
     /// Execution provider: auto tries tensorrt, then cuda, then cpu; a provider named explicitly must be there.
-    #[arg(long, default_value = "auto", value_parser = parse_provider)]
+    #[arg(long, default_value = "auto", ignore_case = true, value_parser = crate::cli::provider_parser())]
     pub provider: Provider,
     /// Intra-op threads per ONNX Runtime session (0 = one per core).
     #[arg(long, default_value_t = 1)]
@@ -19,11 +19,6 @@ pub struct OrtArgs {
     /// TensorRT engine cache directory (engines take minutes to build; the cache makes restarts fast).
     #[arg(long, value_name = "DIR", default_value = ".stagewise/trt-cache")]
     pub trt_cache: PathBuf,
-}
-
-fn parse_provider(s: &str) -> Result<Provider, String> {
-    s.parse()
-        .map_err(|e: stagewise_model::ModelError| e.to_string())
 }
 
 impl OrtArgs {

@@ -38,9 +38,9 @@ pub const DEGRADED_PRESETS: [&str; 8] = [
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct RecordArgs {
-    /// Task: pick-place, push-target or stack.
-    #[arg(long)]
-    pub task: String,
+    /// Simulated task.
+    #[arg(long, value_parser = crate::cli::task_parser())]
+    pub task: Task,
     /// Number of episodes.
     #[arg(long)]
     pub episodes: usize,
@@ -208,7 +208,7 @@ fn to_episode(
 }
 
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
-    let task: Task = args.task.parse()?;
+    let task = args.task;
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }

@@ -7,9 +7,9 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SimArgs {
-    /// Task: pick-place, push-target or stack.
-    #[arg(long, default_value = "pick-place")]
-    pub task: String,
+    /// Simulated task.
+    #[arg(long, default_value = "pick-place", value_parser = crate::cli::task_parser())]
+    pub task: Task,
     /// Directory to write the frames into (created if missing).
     #[arg(long)]
     pub render: PathBuf,
@@ -34,7 +34,7 @@ pub struct SimArgs {
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
-    let task: Task = args.task.parse()?;
+    let task = args.task;
     let Some(deg) = Degradation::preset(&args.degradation) else {
         bail!(
             "unknown degradation {:?}: expected one of {}",

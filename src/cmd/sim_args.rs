@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SimEnvArgs {
-    /// Task: pick-place, push-target or stack.
-    #[arg(long, default_value = "pick-place", value_parser = parse_task)]
+    /// Simulated task.
+    #[arg(long, default_value = "pick-place", value_parser = crate::cli::task_parser())]
     pub task: Task,
     /// Camera resolution (every view).
     #[arg(long, default_value_t = 96)]
@@ -27,11 +27,6 @@ pub struct SimEnvArgs {
     /// Block and table colours from the simulator's held-out palette (no shipped model was trained on them).
     #[arg(long)]
     pub held_out_colors: bool,
-}
-
-fn parse_task(s: &str) -> Result<Task, String> {
-    s.parse()
-        .map_err(|e: stagewise_sim::UnknownTask| e.to_string())
 }
 
 impl SimEnvArgs {

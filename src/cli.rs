@@ -1,0 +1,131 @@
+//! The shared command-line vocabulary: typed values for `--task` and `--provider` (clap refuses a wrong name
+//! and lists the valid ones; `--help` shows them), the scene-randomisation flags that the simulator subcommands
+//! share, and the progress bar every long-running subcommand draws.
+
+use clap::builder::{EnumValueParser, TypedValueParser};
+use clap::ValueEnum;
+use stagewise_model::Provider;
+use stagewise_sim::Task;
+
+/// The `--task` values: the simulator's task names, plus the spellings `Task::from_str` has always accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TaskName {
+    #[value(name = "pick-place", alias = "pick_place", alias = "pickplace")]
+    PickPlace,
+    #[value(name = "push-target", alias = "push", alias = "push_target")]
+    PushTarget,
+    #[value(name = "stack")]
+    Stack,
+}
+
+impl From<TaskName> for Task {
+    fn from(t: TaskName) -> Self {
+        match t {
+            TaskName::PickPlace => Task::PickPlace,
+            TaskName::PushTarget => Task::PushTarget,
+            TaskName::Stack => Task::Stack,
+        }
+    }
+}
+
+/// Parser of every `--task`: `#[arg(long, value_parser = task_parser())] task: Task`.
+pub fn task_parser() -> impl TypedValueParser<Value = Task> {
+    EnumValueParser::<TaskName>::new().map(Task::from)
+}
+
+/// The `--provider` values (case-insensitive where the arg says `ignore_case = true`; `trt` = `tensorrt`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ProviderName {
+    #[value(name = "auto")]
+    Auto,
+    #[value(name = "tensorrt", alias = "trt")]
+    TensorRt,
+    #[value(name = "cuda")]
+    Cuda,
+    #[value(name = "cpu")]
+    Cpu,
+}
+
+impl From<ProviderName> for Provider {
+    fn from(p: ProviderName) -> Self {
+        match p {
+            ProviderName::Auto => Provider::Auto,
+            ProviderName::TensorRt => Provider::TensorRt,
+            ProviderName::Cuda => Provider::Cuda,
+            ProviderName::Cpu => Provider::Cpu,
+        }
+    }
+}
+
+/// Parser of every `--provider`.
+pub fn provider_parser() -> impl TypedValueParser<Value = Provider> {
+    EnumValueParser::<ProviderName>::new().map(Provider::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[arg(long, default_value = "pick-place", value_parser = task_parser())]
+        task: Task,
+        #[arg(long, default_value = "auto", ignore_case = true, value_parser = provider_parser())]
+        provider: Provider,
+    }
+
+    fn parse(args: &[&str]) -> Result<T, clap::Error> {
+        T::try_parse_from(std::iter::once("t").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn every_task_parses_by_its_name_and_old_spellings_still_work() {
+        for task in Task::ALL {
+            assert_eq!(parse(&["--task", task.name()]).unwrap().task, task);
+        }
+        assert_eq!(parse(&[]).unwrap().task, Task::PickPlace);
+        for (s, want) in [
+            ("pick_place", Task::PickPlace),
+            ("pickplace", Task::PickPlace),
+            ("push", Task::PushTarget),
+            ("push_target", Task::PushTarget),
+        ] {
+            assert_eq!(parse(&["--task", s]).unwrap().task, want, "{s}");
+            assert_eq!(s.parse::<Task>().unwrap(), want, "Task::from_str({s})");
+        }
+    }
+
+    #[test]
+    fn a_wrong_task_is_refused_with_the_valid_names() {
+        let e = parse(&["--task", "pick-plce"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+        let msg = e.to_string();
+        for task in Task::ALL {
+            assert!(msg.contains(task.name()), "{msg}");
+        }
+    }
+
+    #[test]
+    fn providers_parse_as_before_and_a_wrong_one_is_refused() {
+        for (s, want) in [
+            ("auto", Provider::Auto),
+            ("tensorrt", Provider::TensorRt),
+            ("trt", Provider::TensorRt),
+            ("TensorRT", Provider::TensorRt),
+            ("cuda", Provider::Cuda),
+            ("CPU", Provider::Cpu),
+        ] {
+            assert_eq!(parse(&["--provider", s]).unwrap().provider, want, "{s}");
+            assert_eq!(
+                s.parse::<Provider>().unwrap(),
+                want,
+                "Provider::from_str({s})"
+            );
+        }
+        let msg = parse(&["--provider", "rocm"]).unwrap_err().to_string();
+        for p in ["auto", "tensorrt", "cuda", "cpu"] {
+            assert!(msg.contains(p), "{msg}");
+        }
+    }
+}
