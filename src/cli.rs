@@ -1,11 +1,11 @@
 //! The shared command-line vocabulary: typed values for `--task` and `--provider` (clap refuses a wrong name
-//! and lists the valid ones; `--help` shows them), the scene-randomisation flags that the simulator subcommands
-//! share, and the progress bar every long-running subcommand draws.
+//! and lists the valid ones; `--help` shows them) and the scene-randomisation flags that the simulator
+//! subcommands share.
 
 use clap::builder::{EnumValueParser, TypedValueParser};
 use clap::ValueEnum;
 use stagewise_model::Provider;
-use stagewise_sim::Task;
+use stagewise_sim::{Randomization, Task};
 
 /// The `--task` values: the simulator's task names, plus the spellings `Task::from_str` has always accepted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -60,6 +60,29 @@ impl From<ProviderName> for Provider {
 /// Parser of every `--provider`.
 pub fn provider_parser() -> impl TypedValueParser<Value = Provider> {
     EnumValueParser::<ProviderName>::new().map(Provider::from)
+}
+
+/// Scene randomisation, the same flags (names, defaults, meaning) in `run`, `serve`, `sim` and `record`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SceneArgs {
+    /// Camera-pose jitter in metres (std of the per-episode eye/target offset of fixed cameras; 0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub camera_jitter: f32,
+    /// Randomise object and table colours.
+    #[arg(long)]
+    pub random_colors: bool,
+    /// Block and table colours from the simulator's held-out palette (no shipped model was trained on them).
+    #[arg(long)]
+    pub held_out_colors: bool,
+}
+
+impl SceneArgs {
+    /// Sets these flags in a simulator config's randomisation (its other fields stay as they are).
+    pub fn apply(&self, r: &mut Randomization) {
+        r.camera_jitter = self.camera_jitter;
+        r.colors = self.random_colors;
+        r.held_out_colors = self.held_out_colors;
+    }
 }
 
 #[cfg(test)]

@@ -130,4 +130,44 @@ mod tests {
             assert!(e.to_string().contains("tensorrt"), "{sub}: {e}");
         }
     }
+
+    /// The shared scene flags mean the same in every simulator subcommand.
+    #[test]
+    fn scene_flags_are_shared() {
+        let scene = [
+            "--camera-jitter",
+            "0.02",
+            "--random-colors",
+            "--held-out-colors",
+        ];
+        let check = |s: &cli::SceneArgs| {
+            assert_eq!(s.camera_jitter, 0.02);
+            assert!(s.random_colors && s.held_out_colors);
+        };
+        let parse = |sub: &[&str]| {
+            let mut args = vec!["stagewise"];
+            args.extend(sub);
+            args.extend(scene);
+            match Cli::try_parse_from(&args) {
+                Ok(c) => c.command,
+                Err(e) => panic!("{args:?}: {e}"),
+            }
+        };
+        match parse(&["run"]) {
+            Command::Run(a) => check(&a.sim.scene),
+            _ => unreachable!(),
+        }
+        match parse(&["serve"]) {
+            Command::Serve(a) => check(&a.sim.scene),
+            _ => unreachable!(),
+        }
+        match parse(&["sim", "--render", "x"]) {
+            Command::Sim(a) => check(&a.scene),
+            _ => unreachable!(),
+        }
+        match parse(&["record", "--task", "stack", "--episodes", "1", "--out", "x"]) {
+            Command::Record(a) => check(&a.scene),
+            _ => unreachable!(),
+        }
+    }
 }

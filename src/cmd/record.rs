@@ -60,15 +60,8 @@ pub struct RecordArgs {
     /// Image height of every view.
     #[arg(long, default_value_t = 64)]
     pub height: u32,
-    /// Camera-pose jitter in metres (std of the per-episode eye/target offset of fixed cameras; 0 = off).
-    #[arg(long, default_value_t = 0.0)]
-    pub camera_jitter: f32,
-    /// Randomise object and table colours.
-    #[arg(long)]
-    pub random_colors: bool,
-    /// Block and table colours from the simulator's held-out palette (no shipped model was trained on them).
-    #[arg(long)]
-    pub held_out_colors: bool,
+    #[command(flatten)]
+    pub scene: crate::cli::SceneArgs,
     /// Paint the table this colour, `R,G,B` (0-255): a task variant the shipped models never saw (the layout is
     /// the same as without it).
     #[arg(long, value_parser = parse_rgb, value_name = "R,G,B")]
@@ -243,9 +236,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let mut cfg = SimConfig::new(task).with_resolution(args.width, args.height);
     cfg.depth = false;
     cfg.render_threads = 1;
-    cfg.randomization.camera_jitter = args.camera_jitter;
-    cfg.randomization.colors = args.random_colors;
-    cfg.randomization.held_out_colors = args.held_out_colors;
+    args.scene.apply(&mut cfg.randomization);
     cfg.randomization.table_color = args.table_color;
     cfg.validate()?;
 
@@ -369,9 +360,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         "seed": args.seed,
         "degraded_fraction": args.degraded,
         "degradation_presets": args.presets,
-        "camera_jitter": args.camera_jitter,
-        "random_colors": args.random_colors,
-        "held_out_colors": args.held_out_colors,
+        "camera_jitter": args.scene.camera_jitter,
+        "random_colors": args.scene.random_colors,
+        "held_out_colors": args.scene.held_out_colors,
         "table_color": args.table_color,
         "video": args.video.then(|| serde_json::json!({
             "codec": args.video_codec.to_string(),

@@ -25,12 +25,8 @@ pub struct SimArgs {
     /// Expert degradation preset: none, noisy, pauses, regress, miss-grasp, wrong-place, freeze, off-table, mixed.
     #[arg(long, default_value = "none")]
     pub degradation: String,
-    /// Camera-pose jitter in metres (domain randomisation; 0 = off).
-    #[arg(long, default_value_t = 0.0)]
-    pub camera_jitter: f32,
-    /// Randomise object and table colours.
-    #[arg(long)]
-    pub random_colors: bool,
+    #[command(flatten)]
+    pub scene: crate::cli::SceneArgs,
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<()> {
@@ -44,8 +40,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<()> {
     };
     let mut cfg = SimConfig::new(task).with_resolution(args.width, args.height);
     cfg.depth = false;
-    cfg.randomization.camera_jitter = args.camera_jitter;
-    cfg.randomization.colors = args.random_colors;
+    args.scene.apply(&mut cfg.randomization);
     cfg.render_threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);

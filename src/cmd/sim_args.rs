@@ -18,15 +18,8 @@ pub struct SimEnvArgs {
     /// Steps after which an episode is truncated (default: the task's).
     #[arg(long)]
     pub max_steps: Option<u64>,
-    /// Camera-pose jitter in metres (domain randomisation; 0 = off).
-    #[arg(long, default_value_t = 0.0)]
-    pub camera_jitter: f32,
-    /// Randomise object and table colours.
-    #[arg(long)]
-    pub random_colors: bool,
-    /// Block and table colours from the simulator's held-out palette (no shipped model was trained on them).
-    #[arg(long)]
-    pub held_out_colors: bool,
+    #[command(flatten)]
+    pub scene: crate::cli::SceneArgs,
 }
 
 impl SimEnvArgs {
@@ -36,12 +29,8 @@ impl SimEnvArgs {
             cfg.max_steps = m;
         }
         cfg.render_threads = 1;
-        cfg.randomization = Randomization {
-            camera_jitter: self.camera_jitter,
-            colors: self.random_colors,
-            held_out_colors: self.held_out_colors,
-            ..Randomization::default()
-        };
+        cfg.randomization = Randomization::default();
+        self.scene.apply(&mut cfg.randomization);
         cfg
     }
 }
