@@ -1,9 +1,10 @@
 //! The shared command-line vocabulary: typed values for `--task` and `--provider` (clap refuses a wrong name
-//! and lists the valid ones; `--help` shows them) and the scene-randomisation flags that the simulator
-//! subcommands share.
+//! and lists the valid ones; `--help` shows them), the scene-randomisation flags that the simulator
+//! subcommands share, and the progress bar every long-running subcommand draws.
 
 use clap::builder::{EnumValueParser, TypedValueParser};
 use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressStyle};
 use stagewise_model::Provider;
 use stagewise_sim::{Randomization, Task};
 
@@ -85,6 +86,29 @@ impl SceneArgs {
     }
 }
 
+/// The house progress bar: `LABEL [elapsed] ████ pos/len UNIT rate/s (eta) MSG`, drawn on stderr (hidden when stderr
+/// is not a terminal). `len` None: a spinner with the count so far (a run without an episode limit).
+pub fn progress_bar(len: Option<u64>, label: impl Into<String>, unit: &str) -> ProgressBar {
+    let bar = match len {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    bar.set_style(
+        ProgressStyle::with_template(&bar_template(len.is_some(), unit))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(label.into());
+    bar
+}
+
+fn bar_template(bounded: bool, unit: &str) -> String {
+    if bounded {
+        format!("{{prefix}} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} {unit} {{per_sec}} (eta {{eta}}) {{msg}}")
+    } else {
+        format!("{{spinner}} {{prefix}} [{{elapsed_precise}}] {{pos}} {unit} {{per_sec}} {{msg}}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +174,19 @@ mod tests {
         for p in ["auto", "tensorrt", "cuda", "cpu"] {
             assert!(msg.contains(p), "{msg}");
         }
+    }
+
+    #[test]
+    fn the_house_bar_templates_are_valid() {
+        for bounded in [true, false] {
+            let t = bar_template(bounded, "episodes");
+            assert!(ProgressStyle::with_template(&t).is_ok(), "{t}");
+        }
+        let bar = progress_bar(Some(7), "recording stack", "episodes");
+        assert_eq!(
+            (bar.length(), bar.prefix()),
+            (Some(7), "recording stack".to_string())
+        );
+        assert_eq!(progress_bar(None, "running", "episodes").length(), None);
     }
 }

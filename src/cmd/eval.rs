@@ -22,7 +22,7 @@
 use crate::cmd::ort_args::OrtArgs;
 use anyhow::{bail, Context};
 use image::RgbImage;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use plotters::prelude::*;
 use stagewise_core::report::{
     ablation_rows, ablation_table, format_metric as fmt, reversed, summarise, Ablation,
@@ -433,11 +433,8 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         }
         vec![Ablation::default()]
     };
-    let bar = ProgressBar::new((eps.len() * rows.len()) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("scoring [{elapsed_precise}] {wide_bar} {pos}/{len} episodes")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar =
+        crate::cli::progress_bar(Some((eps.len() * rows.len()) as u64), "scoring", "episodes");
     let truth: Vec<EpisodeTruth> = eps.iter().map(|e| e.truth.clone()).collect();
     let dt = 1.0 / f64::from(ds.fps().max(1));
     let mut results = Vec::with_capacity(rows.len());
@@ -577,13 +574,7 @@ fn run_policy(args: &EvalArgs, path: &Path) -> anyhow::Result<()> {
     }
     let mut done: Vec<Option<PolicyEpisode>> = vec![None; n];
     let mut steps = vec![0u64; n];
-    let bar = ProgressBar::new(n as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "rolling out [{elapsed_precise}] {wide_bar} {pos}/{len} episodes",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::cli::progress_bar(Some(n as u64), "rolling out", "episodes");
     let t0 = std::time::Instant::now();
     loop {
         let active: Vec<usize> = (0..n).filter(|&i| done[i].is_none()).collect();

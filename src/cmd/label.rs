@@ -24,7 +24,7 @@
 use crate::cmd::ort_args::OrtArgs;
 use anyhow::{bail, Context};
 use image::RgbImage;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use plotters::prelude::*;
 use stagewise_core::{RabcConfig, RabcWeights};
 use stagewise_dataset::{
@@ -404,13 +404,7 @@ fn label(args: LabelArgs) -> anyhow::Result<()> {
         w => w,
     }
     .min(ds.num_episodes());
-    let bar = ProgressBar::new(ds.num_frames());
-    bar.set_style(
-        ProgressStyle::with_template(
-            "labelling [{elapsed_precise}] {wide_bar} {pos}/{len} frames {per_sec} (eta {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::cli::progress_bar(Some(ds.num_frames()), "labelling", "frames");
     let t_label = Instant::now();
     let labelled = label_all(&ds, &plan, &args, workers, &bar)?;
     let label_s = t_label.elapsed().as_secs_f64();

@@ -14,7 +14,6 @@
 //! the same dataset for any thread count.
 
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use stagewise_dataset::{
     ColumnValues, DatasetInfo, DatasetWriter, EpisodeData, ExtraColumnSpec, ExtraDtype, FrameData,
@@ -305,14 +304,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         .num_threads(args.threads)
         .build()
         .context("building the rollout thread pool")?;
-    let bar = ProgressBar::new(args.episodes as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} episodes (eta {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    let bar = crate::cli::progress_bar(
+        Some(args.episodes as u64),
+        format!("recording {task}"),
+        "episodes",
     );
-    bar.set_message(format!("recording {task}"));
 
     let batch = pool.current_num_threads().max(1) * 2;
     let mut log = Vec::with_capacity(args.episodes);

@@ -8,7 +8,6 @@ use super::robot::LinkKeyArgs;
 use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
 use super::zenoh_args::{Role, ZenohArgs};
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressStyle};
 use stagewise_bridge::{
     CameraSource, Endpoint, ImageDirCamera, RobotEnv, RobotEnvConfig, SceneClient, V4l2Camera,
 };
@@ -472,16 +471,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
             .context("installing the Ctrl-C handler")?;
     }
-    let bar = if a.episodes > 0 {
-        ProgressBar::new(a.episodes)
-    } else {
-        ProgressBar::new_spinner()
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {bar:30} {pos}/{len} episodes {elapsed_precise} {msg}",
-        )?
-        .progress_chars("=> "),
+    let bar = crate::cli::progress_bar(
+        (a.episodes > 0).then_some(a.episodes),
+        "running",
+        "episodes",
     );
     let mut returns = Vec::new();
     let stats = actor.run(&stop, |ep, stats| {

@@ -5,7 +5,6 @@
 
 use super::ort_args::OrtArgs;
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressStyle};
 use stagewise_core::{Observation, Progress, View};
 use stagewise_model::scoring::ObservationFrames;
 use stagewise_model::{preprocess, synthetic, EpisodeScorer, Manifest, ModelForm};
@@ -77,12 +76,7 @@ pub fn run(a: ScoreArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let bar = ProgressBar::new(steps * envs as u64).with_style(
-        ProgressStyle::with_template(
-            "{spinner} scoring [{bar:30}] {pos}/{len} env-steps {per_sec} {msg}",
-        )?
-        .progress_chars("=> "),
-    );
+    let bar = crate::cli::progress_bar(Some(steps * envs as u64), "scoring", "env-steps");
     // Each env's sequence is one episode for stagewise-model's episode scorer (the windows the actor builds
     // step by step; the two-part form when the manifest has one).
     let mut per_env: Vec<Vec<Progress>> = Vec::with_capacity(envs);

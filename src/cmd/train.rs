@@ -16,7 +16,6 @@
 //! and the last frame of a successful episode whose last stage ends with it has tau 1 (as train.py does).
 
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use stagewise_core::StageProportions;
 use stagewise_dataset::{Dataset, Images, StageAnnotation};
@@ -761,14 +760,7 @@ pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
     let mut stage_all: Vec<i64> = Vec::with_capacity(total);
     let mut tau_all: Vec<f32> = Vec::with_capacity(total);
     let mut episodes_json = Vec::with_capacity(uses.len());
-    let bar = ProgressBar::new(uses.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} episodes (eta {eta})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    bar.set_message("reading");
+    let bar = crate::cli::progress_bar(Some(uses.len() as u64), "reading", "episodes");
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(spec.read_threads)
         .build()
@@ -945,13 +937,7 @@ pub fn run_python(
     let mut child = cmd
         .spawn()
         .with_context(|| format!("running {} {}", python.display(), script.display()))?;
-    let bar = ProgressBar::new(1);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "training [{elapsed_precise}] {wide_bar} {pos}/{len} steps (eta {eta}) {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = crate::cli::progress_bar(Some(1), "training", "steps");
     if let Some(out) = child.stdout.take() {
         for line in BufReader::new(out).lines() {
             let line = line.context("reading the trainer's output")?;
