@@ -419,6 +419,7 @@ class LearnReward:
 
     def reset(self, info):
         self.phi = info.get("phi")
+        self.psi = self.phi  # --phi-ema's smoothed potential
 
     def __call__(self, r, terminated, info):
         a = self.a
@@ -435,6 +436,13 @@ class LearnReward:
             out = task + a.shaping_scale * (a.gamma * nxt - exp_potential(self.phi, a))
         elif a.reward_form == "progress":
             out = progress_reward(r, terminated, phi_next, a, self.reward)
+        elif a.phi_ema > 0:
+            # NOT policy-invariant in the env's state: the potential is an EMA of the served phi over the episode
+            # (a function of the history, not of the state), terminal potential 0, the --phi-offset term as above.
+            psi_next = a.phi_ema * self.psi + (1.0 - a.phi_ema) * phi_next
+            out = task + a.shaping_scale * (a.gamma * (0.0 if terminated else psi_next) - self.psi)
+            out = offset_reward(out, terminated, a, self.reward)
+            self.psi = psi_next
         else:
             out = offset_reward(r, terminated, a, self.reward)
         self.phi = phi_next
@@ -737,6 +745,9 @@ def parse(argv=None):
     ap.add_argument("--gamma", type=float, default=0.97)
     ap.add_argument("--shaping-scale", type=float, default=10.0)
     ap.add_argument("--phi-offset", type=float, default=1.0)
+    ap.add_argument("--phi-ema", type=float, default=0.0,
+                    help="--reward-form potential: shape with an EMA of the served phi (weight of the previous "
+                         "value; 0 = off). NOT policy-invariant (the potential depends on the episode's history)")
     ap.add_argument("--reward-form", choices=["potential", "exp", "progress"], default="potential",
                     help="potential: served (phi - offset); exp: Phi = gamma^(H (1 - phi)) (both policy-invariant); "
                          "progress: r_task + c (phi' - phi), NOT policy-invariant")
