@@ -45,7 +45,7 @@ else
     tensorrt-cu13-libs==10.16.1.11
   site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
   # The provider libraries dlopen CUDA, cuDNN and TensorRT by soname: put the wheels' lib folders on the path.
-  libdirs="$(find "$site/nvidia" "$site/tensorrt_libs" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)"
+  libdirs="$({ find "$site/nvidia" "$site/tensorrt_libs" -name 'lib*.so*' -printf '%h\n' 2>/dev/null || true; } | sort -u | paste -sd:)"
   export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   ort_lib="$(ls "$site"/onnxruntime/capi/libonnxruntime.so.* | head -n 1)"
 fi
