@@ -13,7 +13,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use super::train::{
-    find_python, find_training_dir, parse_selection, prepare, report_model, run_python, PrepareSpec,
+    find_python, find_training_dir, parse_selection, prepare, report_model, run_python,
+    PipelineArgs, PrepareSpec,
 };
 
 #[derive(clap::Args, Debug, Clone)]
@@ -50,14 +51,8 @@ pub struct AdaptArgs {
     /// every parameter).
     #[arg(long, default_value = "enc.conv")]
     pub trainable: String,
-    #[arg(long, default_value_t = 1)]
-    pub torch_threads: usize,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    #[arg(long, env = "STAGEWISE_PYTHON", value_name = "PATH")]
-    pub python: Option<PathBuf>,
-    #[arg(long, env = "STAGEWISE_TRAINING_DIR", value_name = "DIR")]
-    pub training_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
     /// Replace a model of the same name in `--out`.
     #[arg(long)]
     pub force: bool,
@@ -129,8 +124,8 @@ pub fn run(args: AdaptArgs) -> anyhow::Result<()> {
     {
         bail!("--out/--name would overwrite the model being adapted");
     }
-    let python = find_python(args.python.as_deref())?;
-    let training = find_training_dir(args.training_dir.as_deref())?;
+    let python = find_python(args.pipeline.python.as_deref())?;
+    let training = find_training_dir(args.pipeline.training_dir.as_deref())?;
     super::train::check_python(&python)?;
 
     let selections = |list: &[PathBuf]| -> anyhow::Result<Vec<_>> {
@@ -178,8 +173,8 @@ pub fn run(args: AdaptArgs) -> anyhow::Result<()> {
         ("--steps", args.steps.to_string()),
         ("--lr", args.lr.to_string()),
         ("--l2sp", args.l2sp.to_string()),
-        ("--threads", args.torch_threads.to_string()),
-        ("--seed", args.seed.to_string()),
+        ("--threads", args.pipeline.torch_threads.to_string()),
+        ("--seed", args.pipeline.seed.to_string()),
     ] {
         py_args.push(flag.into());
         py_args.push(v);

@@ -24,6 +24,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+/// How the PyTorch pipeline of models/training runs (shared by `train` and `adapt`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct PipelineArgs {
+    /// Torch threads (1 on shared cores: torch's thread pool spins badly under contention).
+    #[arg(long, default_value_t = 1)]
+    pub torch_threads: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Python with torch, onnx and onnxruntime (default: the project's `.venv`, set up by scripts/setup.sh).
+    #[arg(long, env = "STAGEWISE_PYTHON", value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// The training pipeline directory (default: `models/training` of the checkout the executable was built in).
+    #[arg(long, env = "STAGEWISE_TRAINING_DIR", value_name = "DIR")]
+    pub training_dir: Option<PathBuf>,
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct TrainArgs {
     /// LeRobot v3 dataset directory to train on (image or video cameras); repeat for more.
@@ -64,17 +80,8 @@ pub struct TrainArgs {
     /// Training samples (windows) per epoch.
     #[arg(long, default_value_t = 8192)]
     pub samples_per_epoch: usize,
-    /// Torch threads (1 on shared cores: torch's thread pool spins badly under contention).
-    #[arg(long, default_value_t = 1)]
-    pub torch_threads: usize,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Python with torch, onnx and onnxruntime (default: the project's `.venv`, set up by scripts/setup.sh).
-    #[arg(long, env = "STAGEWISE_PYTHON", value_name = "PATH")]
-    pub python: Option<PathBuf>,
-    /// The training pipeline directory (default: `models/training` of the checkout the executable was built in).
-    #[arg(long, env = "STAGEWISE_TRAINING_DIR", value_name = "DIR")]
-    pub training_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
     /// Keep the prepared arrays (`<out>/<name>.train-data/`) after training.
     #[arg(long)]
     pub keep_data: bool,
@@ -365,8 +372,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
     let (python, training) = if args.prepare_only {
         (PathBuf::new(), PathBuf::new())
     } else {
-        let python = find_python(args.python.as_deref())?;
-        let training = find_training_dir(args.training_dir.as_deref())?;
+        let python = find_python(args.pipeline.python.as_deref())?;
+        let training = find_training_dir(args.pipeline.training_dir.as_deref())?;
         check_python(&python)?;
         (python, training)
     };
@@ -414,8 +421,8 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         ("--stride", args.stride.to_string()),
         ("--epochs", args.epochs.to_string()),
         ("--samples-per-epoch", args.samples_per_epoch.to_string()),
-        ("--threads", args.torch_threads.to_string()),
-        ("--seed", args.seed.to_string()),
+        ("--threads", args.pipeline.torch_threads.to_string()),
+        ("--seed", args.pipeline.seed.to_string()),
     ] {
         py_args.push(flag.into());
         py_args.push(v);
