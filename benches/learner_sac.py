@@ -64,6 +64,9 @@ from stagewise import launch  # noqa: E402
 from stagewise.env import StagewiseEnv  # noqa: E402
 from stagewise.vec_env import StagewiseVecEnv  # noqa: E402
 
+sys.path.insert(0, HERE)
+from learner_shaping import read_demos  # noqa: E402  (the same reader: one copy)
+
 COLORS = {"sparse": "tab:gray", "model": "tab:blue", "oracle": "tab:green"}
 
 
@@ -75,32 +78,6 @@ def record_demos(a) -> str:
                "--seed", str(a.demo_seed), "--width", "16", "--height", "16", "--threads", "1", "--out", path]
         subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
     return path
-
-
-def read_demos(path: str):
-    """[(seed, states [T+1, S], actions [T, A])] from a `stagewise record` dataset."""
-    import pyarrow.parquet as pq
-
-    meta = json.load(open(os.path.join(path, "meta", "stagewise_record.json")))
-    files = sorted(os.path.join(dp, f) for dp, _, fs in os.walk(os.path.join(path, "data")) for f in fs
-                   if f.endswith(".parquet"))
-    cols = ["observation.state", "action", "episode_index", "frame_index"]
-    ep, st, ac, fr = [], [], [], []
-    for f in files:
-        t = pq.read_table(f, columns=cols)
-        ep += t.column("episode_index").to_pylist()
-        fr += t.column("frame_index").to_pylist()
-        st += t.column("observation.state").to_pylist()
-        ac += t.column("action").to_pylist()
-    ep, fr = np.array(ep), np.array(fr)
-    st, ac = np.array(st, np.float32), np.array(ac, np.float32)
-    out = []
-    for e in meta["episodes"]:
-        m = ep == e["episode_index"]
-        order = np.argsort(fr[m])
-        # frame t is the state after t actions; the last frame is the final state (its action is unused)
-        out.append((int(e["seed"]), st[m][order], ac[m][order][:-1]))
-    return out
 
 
 def potential_offset(rew, terminated, a, reward):
