@@ -27,17 +27,18 @@ use std::time::{Duration, Instant};
 /// Errors of the emulator.
 #[derive(Debug, thiserror::Error)]
 pub enum EmulatorError {
-    #[error("cannot bind the emulator's UDP socket to {addr}: {source}")]
+    #[error("cannot bind the emulator's UDP socket to {addr}")]
     Bind {
         addr: SocketAddr,
+        #[source]
         source: std::io::Error,
     },
-    #[error("UDP socket setup failed: {0}")]
-    Socket(std::io::Error),
-    #[error("the plant environment failed: {0}")]
+    #[error("UDP socket setup failed")]
+    Socket(#[source] std::io::Error),
+    #[error("the plant environment failed")]
     Plant(#[from] EnvError),
-    #[error("cannot build the simulator plant: {0}")]
-    Sim(String),
+    #[error("cannot build the simulator plant")]
+    Sim(#[source] stagewise_sim::ConfigError),
     #[error("the emulator thread panicked")]
     Panicked,
 }
@@ -560,6 +561,24 @@ pub struct EnvPlant<E> {
     braked: bool,
     scene: Option<Arc<SceneShared>>,
     initial: Option<Observation>,
+    /// The seed of the plant's current episode and the env steps it has taken (for [`PlantOutcome`]).
+    episode_seed: u64,
+    episode_steps: u64,
+    outcomes: Vec<PlantOutcome>,
+}
+
+/// How one of the plant env's episodes ended: the simulator's own success and failure, which a real robot does
+/// not report. For evaluation only (`stagewise emulator` logs each one, so a robot run's task success can be
+/// counted against the same policy's success in simulation); nothing of it reaches the host or a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlantOutcome {
+    /// The seed the episode was reset with (a scene reset's, or the plant's own after an episode ended).
+    pub seed: u64,
+    pub success: bool,
+    /// Terminated (success or failure) rather than replaced by a scene reset before it ended.
+    pub terminated: bool,
+    /// Env steps the episode took.
+    pub steps: u64,
 }
 
 impl<E: Env> EnvPlant<E> {
@@ -573,11 +592,14 @@ impl<E: Env> EnvPlant<E> {
     ) -> Result<Self, EnvError> {
         let obs = env.reset(seed)?;
         if obs.state.len() < 4 || env.spec().action.len() != 4 {
-            return Err(EnvError::Backend(format!(
-                "EnvPlant needs state [x, y, z, gripper_width, ..] and action [vx, vy, vz, gripper]; got {} state and {} action values",
-                obs.state.len(),
-                env.spec().action.len()
-            )));
+            return Err(EnvError::backend(
+                "emulator plant",
+                format!(
+                    "EnvPlant needs state [x, y, z, gripper_width, ..] and action [vx, vy, vz, gripper]; got {} state and {} action values",
+                    obs.state.len(),
+                    env.spec().action.len()
+                ),
+            ));
         }
         let env_hz = env.spec().control_hz.max(1e-3);
         let ticks_per_step = ((f64::from(firmware_hz) / env_hz).round() as u32).max(1);
@@ -599,6 +621,9 @@ impl<E: Env> EnvPlant<E> {
             prev,
             vel: [0.0; 3],
             errors: 0,
+            episode_seed: seed,
+            episode_steps: 0,
+            outcomes: Vec::new(),
         })
     }
 
@@ -614,6 +639,28 @@ impl<E: Env> EnvPlant<E> {
     /// Env errors swallowed (the plant then holds).
     pub fn errors(&self) -> u64 {
         self.errors
+    }
+
+    /// The episodes that ended so far (terminated, or cut short by a scene reset after at least one step).
+    pub fn outcomes(&self) -> &[PlantOutcome] {
+        &self.outcomes
+    }
+
+    fn episode_ended(&mut self, success: bool, terminated: bool) {
+        let o = PlantOutcome {
+            seed: self.episode_seed,
+            success,
+            terminated,
+            steps: self.episode_steps,
+        };
+        tracing::info!(
+            seed = o.seed,
+            success = o.success,
+            terminated = o.terminated,
+            steps = o.steps,
+            "plant episode ended"
+        );
+        self.outcomes.push(o);
     }
 
     /// Publishes observations to `scene` (the current one at once) and applies its reset requests.
@@ -635,9 +682,14 @@ impl<E: Env> EnvPlant<E> {
 
     /// A scene reset requested over the scene channel: a new episode of the env with `seed`, at rest.
     fn scene_reset(&mut self, seed: u64) {
+        if self.episode_steps > 0 {
+            self.episode_ended(false, false);
+        }
         let result = self.env.reset(seed);
         let error = match result {
             Ok(obs) => {
+                self.episode_seed = seed;
+                self.episode_steps = 0;
                 self.observed(obs);
                 self.prev = [self.state[0], self.state[1], self.state[2]];
                 self.vel = [0.0; 3];
@@ -699,10 +751,14 @@ impl<E: Env> Plant for EnvPlant<E> {
         match self.env.step(&action) {
             Ok(r) => {
                 self.steps += 1;
+                self.episode_steps += 1;
                 self.observed(r.obs);
                 if r.terminated || r.truncated {
+                    self.episode_ended(r.info.success, r.terminated);
                     self.episodes += 1;
-                    if let Ok(obs) = self.env.reset(self.seed.wrapping_add(self.episodes)) {
+                    self.episode_seed = self.seed.wrapping_add(self.episodes);
+                    self.episode_steps = 0;
+                    if let Ok(obs) = self.env.reset(self.episode_seed) {
                         self.observed(obs);
                     } else {
                         self.errors += 1;
@@ -758,7 +814,7 @@ pub fn sim_plant_with(
     seed: u64,
 ) -> Result<EnvPlant<stagewise_sim::SimEnv>, EmulatorError> {
     cfg.max_steps = u64::MAX;
-    let env = stagewise_sim::SimEnv::new(cfg).map_err(|e| EmulatorError::Sim(e.to_string()))?;
+    let env = stagewise_sim::SimEnv::new(cfg).map_err(EmulatorError::Sim)?;
     Ok(EnvPlant::new(
         env,
         firmware_hz,
@@ -766,4 +822,107 @@ pub fn sim_plant_with(
         stagewise_sim::world::MAX_WIDTH,
         seed,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stagewise_core::{BoxSpec, EnvSpec, StepInfo, StepResult};
+
+    /// An env whose episode with seed `s` terminates after `s % 10` steps, successfully when `s` is even.
+    struct Countdown {
+        spec: EnvSpec,
+        seed: u64,
+        step: u64,
+    }
+
+    impl Countdown {
+        fn new() -> Self {
+            let b = |n: usize| BoxSpec {
+                names: (0..n).map(|i| format!("x{i}")).collect(),
+                low: vec![-1.0; n],
+                high: vec![1.0; n],
+            };
+            let spec = EnvSpec {
+                task: "countdown".into(),
+                action: b(4),
+                state: b(4),
+                views: Vec::new(),
+                stage_names: Vec::new(),
+                control_hz: 50.0,
+                max_steps: u64::MAX,
+            };
+            Self {
+                spec,
+                seed: 0,
+                step: 0,
+            }
+        }
+        fn obs(&self) -> Observation {
+            Observation {
+                step: self.step,
+                time: 0.0,
+                views: Vec::new(),
+                state: vec![0.0, 0.0, 0.1, 0.05],
+            }
+        }
+    }
+
+    impl Env for Countdown {
+        fn spec(&self) -> &EnvSpec {
+            &self.spec
+        }
+        fn reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
+            self.seed = seed;
+            self.step = 0;
+            Ok(self.obs())
+        }
+        fn step(&mut self, _: &[f32]) -> Result<StepResult, EnvError> {
+            self.step += 1;
+            let terminated = self.step >= self.seed % 10;
+            let success = terminated && self.seed % 2 == 0;
+            Ok(StepResult {
+                obs: self.obs(),
+                reward: 0.0,
+                terminated,
+                truncated: false,
+                info: StepInfo {
+                    success,
+                    ..StepInfo::default()
+                },
+            })
+        }
+    }
+
+    #[test]
+    fn the_plant_records_how_each_episode_ended() {
+        // firmware at the env's rate: one env step per tick.
+        let mut plant = EnvPlant::new(Countdown::new(), 50, 1.0, 0.1, 4).expect("plant");
+        let go = Drive::EeVelocity([0.0; 3]);
+        for _ in 0..4 {
+            plant.apply(&go, 0.0, 0.02);
+        }
+        // seed 4 ended after 4 steps (success); the plant went on with seed 5 on its own, 2 steps in.
+        for _ in 0..2 {
+            plant.apply(&go, 0.0, 0.02);
+        }
+        // A scene reset (the host's next episode) cuts seed 5 short; seed 12 then ends after 2 steps (success).
+        plant.scene_reset(12);
+        for _ in 0..2 {
+            plant.apply(&go, 0.0, 0.02);
+        }
+        let got: Vec<_> = plant
+            .outcomes()
+            .iter()
+            .map(|o| (o.seed, o.success, o.terminated, o.steps))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (4, true, true, 4),
+                (5, false, false, 2),
+                (12, true, true, 2)
+            ]
+        );
+    }
 }
