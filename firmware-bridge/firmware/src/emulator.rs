@@ -880,7 +880,7 @@ mod tests {
         fn step(&mut self, _: &[f32]) -> Result<StepResult, EnvError> {
             self.step += 1;
             let terminated = self.step >= self.seed % 10;
-            let success = terminated && self.seed % 2 == 0;
+            let success = terminated && self.seed.is_multiple_of(2);
             Ok(StepResult {
                 obs: self.obs(),
                 reward: 0.0,
