@@ -132,6 +132,83 @@ def make_batch(flat, g, frames, stride, shift, view_dropout, colour, rng):
     return x + torch.from_numpy(rng.normal(0, 0.1, size=(b, v, 1, 1, 1, 1)).astype(np.float32))
 
 
+def _colour_hist(frames, bits, samples, rng):
+    """(colour codes, shares) of a sample of the pixels of `frames` (uint8 [..., 3]), `bits` per channel."""
+    px = frames.reshape(-1, 3)
+    px = px[rng.integers(0, len(px), size=min(samples, len(px)))].astype(np.int64) >> (8 - bits)
+    u, c = np.unique((px[:, 0] << (2 * bits)) | (px[:, 1] << bits) | px[:, 2], return_counts=True)
+    w = c / c.sum()
+    keep = w >= 2e-5  # a few sampled pixels: noise
+    return u[keep], w[keep] / w[keep].sum()
+
+
+def _colour_rgb(code, bits):
+    m, q = (1 << bits) - 1, 8 - bits
+    return np.stack([(code >> (2 * bits)) & m, (code >> bits) & m, code & m], -1) * (1 << q) + (1 << q) / 2 - 0.5
+
+
+def _sinkhorn(a, b, C, eps, iters=1000):
+    """The entropic optimal transport plan between histograms a and b for cost C (log domain)."""
+    la, lb = np.log(a), np.log(b)
+    f, g = np.zeros(len(a)), np.zeros(len(b))
+
+    def lse(M, axis):
+        mx = M.max(axis=axis, keepdims=True)
+        return (mx + np.log(np.exp(M - mx).sum(axis=axis, keepdims=True))).squeeze(axis)
+
+    for _ in range(iters):
+        f = eps * (la - lse((g[None] - C) / eps, 1))
+        g = eps * (lb - lse((f[:, None] - C) / eps, 0))
+    return np.exp((f[:, None] + g[None] - C) / eps)
+
+
+def colour_transfer(src, dst, bits=5, radius=16.0, share=0.02, reach=32.0, eps=0.003, samples=300000, seed=0):
+    """A colour lookup table (uint8 [2**(3 bits), 3], indexed by the `bits`-bit colour code) that repaints frames
+    of `src` (the original task) in the colours of `dst` (the demonstrations of the variant), and the list of
+    (colour, share, new colour) it moves. Both frames' colour histograms are compared: each colour that both show
+    (within `radius` of 0-255 on every channel) is matched to itself for as much of it as the other side has;
+    what is left over and covers at least `share` of the pixels on each side (a table, floor or wall painted
+    another colour) is matched by optimal transport (Sinkhorn, squared RGB distance), and every colour within
+    `reach` of a moved one moves with it (its shading). Everything else (blocks, targets, the robot, the sky:
+    the colours the demonstrations show too or that cover little) keeps its colour, so that a block colour
+    that the demonstrations happen not to show is not painted over. When nothing large is left over (no colour
+    shift between the two) the table is the identity."""
+    rng = np.random.default_rng(seed)
+    us, ws = _colour_hist(src, bits, samples, rng)
+    ud, wd = _colour_hist(dst, bits, samples, rng)
+    cs, cd = _colour_rgb(us, bits), _colour_rgb(ud, bits)
+    D = np.abs(cs[:, None] - cd[None]).max(-1)
+    rs, rd = ws.copy(), wd.copy()
+    ii, jj = np.nonzero(D <= radius)
+    for k in np.argsort(D[ii, jj], kind="stable"):  # the same colours first, then the nearest
+        i, j = ii[k], jj[k]
+        m = min(rs[i], rd[j])
+        rs[i] -= m
+        rd[j] -= m
+    allc = _colour_rgb(np.arange(1 << (3 * bits)), bits)
+    si, di = rs >= share, rd >= share
+    moved = []
+    out = allc.copy()
+    if si.any() and di.any():
+        C = (((cs[si][:, None] - cd[di][None]) / 255.0) ** 2).sum(-1)
+        T = _sinkhorn(rs[si] / rs[si].sum(), rd[di] / rd[di].sum(), C, eps)
+        big = cs[si]
+        disp = (T @ cd[di]) / T.sum(1, keepdims=True) - big
+        d = np.abs(allc[:, None] - big[None]).max(-1)
+        near = d.argmin(1)
+        move = d[np.arange(len(allc)), near] <= reach
+        out[move] += disp[near[move]]
+        moved = [(tuple(int(x) for x in big[k]), float(rs[si][k]), tuple(int(x) for x in big[k] + disp[k]))
+                 for k in range(len(big))]
+    return np.clip(np.round(out), 0, 255).astype(np.uint8), moved
+
+
+def apply_colour_table(lut, frames, bits=5):
+    """`frames` (uint8 [..., 3]) repainted with colour_transfer's table."""
+    c = (frames >> (8 - bits)).astype(np.int32)
+    return lut[(c[..., 0] << (2 * bits)) | (c[..., 1] << bits) | c[..., 2]]
+
+
 class Adam:
     """Adam with PyTorch's one-cycle schedule (OneCycleLR's defaults: 30% warm-up from lr/25, cosine down to
     lr/25e4, beta1 cycled 0.95 -> 0.85 -> 0.95), written out: constructing torch.optim's optimizers imports
@@ -272,6 +349,11 @@ def main():
                     help="episodes of the original task (prepared like the demonstrations) mixed into every batch")
     ap.add_argument("--replay-frac", type=float, default=0.25, help="share of each batch drawn from --replay-data")
     ap.add_argument("--replay-colour", type=float, default=0.8, help="colour augmentation on the replayed frames")
+    ap.add_argument("--replay-recolour", type=int, default=1, choices=[0, 1],
+                    help="1: repaint the replayed frames in the demonstrations' colours first (colour_transfer: a "
+                         "large colour that the original task shows and the demonstrations do not, such as the "
+                         "table, becomes the demonstrations' large new colour; the identity when there is none), so "
+                         "that the replay shows the variant's look in the original task's many layouts, labelled")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -307,6 +389,13 @@ def main():
         replay = load_flat(args.replay_data, man, proportions)
         print(f"replaying {len(replay.episodes)} episode(s) of the original task ({replay.n} frames), "
               f"{args.replay_frac:.0%} of each batch", flush=True)
+        if args.replay_recolour:
+            t2 = time.time()
+            lut, moved = colour_transfer(replay.images, demo.images, seed=args.seed)
+            replay.images = apply_colour_table(lut, replay.images)
+            said = "; ".join(f"rgb{c} ({w:.0%} of the pixels left over) -> rgb{t}" for c, w, t in moved)
+            print(f"replayed frames repainted in the demonstrations' colours ({time.time() - t2:.1f}s): "
+                  f"{said or 'no large colour differs, left as they are'}", flush=True)
     secs = finetune(model, demo, P, a, args, rng, man["stride"], replay=replay, progress=True)
     after = td.metrics(model, demo, margs, P, a)
     print(f"after {args.steps} steps ({secs:.0f}s): demonstrations VOC {after['voc']}, MAE {after['mae']:.4f}, "
