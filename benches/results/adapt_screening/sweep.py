@@ -13,7 +13,9 @@ Prepare the arrays once (the adapt CLI writes them with --keep-data; one step of
 
 results.jsonl: tags base, c0, rep5, bal2 ran before the retry rule, on demonstrations 0, 10, 20 (seed x 10) with
 torch.optim's AdamW and batch 64 (the defaults of that time); new-*, fc-* on the eligible demonstrations 10s..
-(as adapt_table.sh), batch 64 unless --batch is in the tag. A run's "secs" is its fine-tuning wall time on the
+(as adapt_table.sh), batch 64 unless --batch is in the tag; rc-*, norc-* (--batch 32 --freeze-coords 1 --replay 9:
+the 9 annotated of the 10 replay-original episodes; rc: --recolour 1, norc: 0; f: --replay-frac) ran with a copy of
+adapt.colour_transfer made before it went into adapt.py (the same steps; its pixel sample drawn with seed 0). A run's "secs" is its fine-tuning wall time on the
 shared machine (some overlapped with other short jobs of this study).
 """
 import argparse, copy, json, os, sys, time
@@ -40,6 +42,8 @@ ap.add_argument("--replay-frac", type=float, default=0.25)
 ap.add_argument("--replay-colour", type=float, default=0.8)
 ap.add_argument("--demo-stride", type=int, default=10)
 ap.add_argument("--tag", default="")
+ap.add_argument("--recolour", type=int, default=0, help="1: replayed frames repainted in the demonstration's colours")
+ap.add_argument("--replay-name", default="replay-original")
 ap.add_argument("--demos", default="demos-40")
 ap.add_argument("--heldout-variant", default="heldout-variant-24")
 ap.add_argument("--heldout-original", default="heldout-original-24")
@@ -62,7 +66,7 @@ hv, ho = flat(args.heldout_variant), flat(args.heldout_original)
 _all = flat(args.demos)
 clean = [i for i, e in enumerate(_all.episodes) if e.get("success") is not False and
          (np.bincount(_all.stage[_all.ep == i], minlength=len(prop)) / e["length"] / np.asarray(prop)).max() <= 3]
-rep = flat("replay-original", list(range(args.replay))) if args.replay else None
+rep0 = flat(args.replay_name, list(range(args.replay))) if args.replay else None
 def score(model, f):
     phi, _ = td.predict(model, f, man["frames"], man["stride"], P, a)
     vocs = [td.spearman(phi[f.ep == i]) for i in range(len(f.episodes))]
@@ -70,6 +74,12 @@ def score(model, f):
 for seed in [int(s) for s in args.seeds.split(",")]:
     sel = clean[seed * args.demo_stride: seed * args.demo_stride + args.n]
     demo = flat(args.demos, sel)
+    rep = rep0
+    if rep0 is not None and args.recolour:  # as adapt.py --replay-recolour 1
+        rep = copy.copy(rep0)
+        lut, moved = adapt.colour_transfer(rep0.images, demo.images, seed=seed)
+        rep.images = adapt.apply_colour_table(lut, rep0.images)
+        print("recolour", moved, file=sys.stderr, flush=True)
     model = copy.deepcopy(base)
     rng = np.random.default_rng(seed); torch.manual_seed(seed)
     secs = adapt.finetune(model, demo, P, a, args, rng, man["stride"], replay=rep)
