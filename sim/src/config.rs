@@ -236,7 +236,7 @@ impl SimConfig {
 }
 
 /// A configuration that cannot run.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("control_hz must be finite and > 0, got {0}")]
     ControlHz(f64),
@@ -246,8 +246,8 @@ pub enum ConfigError {
     Camera { name: String, what: String },
     #[error("max_steps must be >= 1")]
     MaxSteps,
-    #[error("could not start the thread pool: {0}")]
-    ThreadPool(String),
+    #[error("could not start the thread pool")]
+    ThreadPool(#[source] rayon::ThreadPoolBuildError),
 }
 
 impl SimConfig {

@@ -496,7 +496,7 @@ pub fn rollout_with(
     seed: u64,
     degradation: Degradation,
 ) -> Result<EpisodeRecord, EnvError> {
-    let mut env = SimEnv::new(cfg.clone()).map_err(|e| EnvError::Backend(e.to_string()))?;
+    let mut env = SimEnv::new(cfg.clone()).map_err(|e| EnvError::backend("simulator", e))?;
     let mut expert = Expert::with_seed(cfg.task, degradation, seed);
     let obs = env.reset(seed)?;
     let first = env.oracle().ok_or(EnvError::NeedsReset)?;

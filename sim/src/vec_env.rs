@@ -21,7 +21,7 @@ impl VecEnv {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
-            .map_err(|e| ConfigError::ThreadPool(e.to_string()))?;
+            .map_err(ConfigError::ThreadPool)?;
         Ok(Self { envs, pool })
     }
 
@@ -53,11 +53,10 @@ impl VecEnv {
     /// Resets env `i` with `seeds[i]`; `seeds.len()` must equal `len()`.
     pub fn reset(&mut self, seeds: &[u64]) -> Result<Vec<Observation>, EnvError> {
         if seeds.len() != self.envs.len() {
-            return Err(EnvError::Backend(format!(
-                "reset got {} seeds for {} envs",
-                seeds.len(),
-                self.envs.len()
-            )));
+            return Err(EnvError::SeedCount {
+                got: seeds.len(),
+                envs: self.envs.len(),
+            });
         }
         let envs = &mut self.envs;
         self.pool.install(|| {

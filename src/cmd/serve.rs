@@ -77,8 +77,8 @@ struct ServedEnv {
 /// A reply's error: the env's own message for an env error (no `environment 0:` prefix: a served env is one).
 fn reply_error(e: RuntimeError) -> String {
     match e {
-        RuntimeError::Env { source, .. } => source.to_string(),
-        e => e.to_string(),
+        RuntimeError::Env { source, .. } => stagewise_core::ErrorChain(&source).to_string(),
+        e => stagewise_core::ErrorChain(&e).to_string(),
     }
 }
 

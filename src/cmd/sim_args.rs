@@ -48,7 +48,7 @@ impl SharedSim {
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, SimEnv>, EnvError> {
         self.0
             .lock()
-            .map_err(|_| EnvError::Backend("simulator lock poisoned".into()))
+            .map_err(|_| EnvError::backend("simulator", "lock poisoned"))
     }
 }
 
@@ -93,11 +93,11 @@ impl Policy for ExpertPolicy {
                 let sim = self
                     .envs
                     .get(e)
-                    .ok_or_else(|| PolicyError::Act(format!("no simulator for env {e}")))?;
+                    .ok_or_else(|| PolicyError::act(format!("no simulator for env {e}")))?;
                 let env = sim
                     .0
                     .lock()
-                    .map_err(|_| PolicyError::Act("simulator lock poisoned".into()))?;
+                    .map_err(|_| PolicyError::act("simulator lock poisoned"))?;
                 Ok(self.experts[e].act_env(&env).to_vec())
             })
             .collect()

@@ -80,8 +80,30 @@ pub enum EnvError {
     },
     #[error("step called before reset (or after the episode ended): call reset first")]
     NeedsReset,
-    #[error("{0}")]
-    Backend(String),
+    /// The simulator, robot link or emulator plant behind the env failed; `source` says how.
+    #[error("the {backend} failed")]
+    Backend {
+        /// What failed, e.g. `simulator`, `robot`.
+        backend: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+    /// A vectorised env was reset with a seed count that is not its env count.
+    #[error("reset got {got} seeds for {envs} envs")]
+    SeedCount { got: usize, envs: usize },
+}
+
+impl EnvError {
+    /// A [`EnvError::Backend`] error: `backend` names what failed, `source` (an error, or a message) says how.
+    pub fn backend(
+        backend: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Self::Backend {
+            backend,
+            source: source.into(),
+        }
+    }
 }
 
 /// An environment in gymnasium's shape. The simulator and the robot bridge both implement it; the runtime

@@ -6,6 +6,7 @@
 //! to test and easy to reason about. No IO, no async.
 
 pub mod env;
+pub mod error_chain;
 pub mod hop;
 pub mod metrics;
 pub mod progress;
@@ -16,6 +17,7 @@ pub mod shaping;
 pub mod types;
 
 pub use env::{BoxSpec, Env, EnvError, EnvSpec, StepInfo, StepResult, ViewSpec};
+pub use error_chain::{chain_messages, ErrorChain};
 pub use hop::{HopConfig, HopError, HopEstimate, HopFusion};
 pub use metrics::MetricsError;
 pub use progress::{ProgressError, StageProportions};

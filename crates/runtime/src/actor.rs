@@ -8,7 +8,7 @@ use crate::shaped::{ProgressSource, ShapedEnv};
 use crate::sink::Sink;
 use crate::updates::PolicyUpdates;
 use crate::RuntimeError;
-use stagewise_core::{Env, Observation, ShapingConfig};
+use stagewise_core::{Env, ErrorChain, Observation, ShapingConfig};
 use stagewise_stream::{Counters, Keys, RobotPublisher};
 use stagewise_wire::{
     kind, now_ns, EpisodeMsg, ObservationMsg, ProgressMsg, Schema, TransitionMsg,
@@ -122,14 +122,17 @@ impl Policies {
                 continue;
             }
             let refs: Vec<&Observation> = envs.iter().map(|&e| &obs[e]).collect();
-            let out = policy.act(&envs, &refs).map_err(|e| RuntimeError::Policy {
-                policy: policy.name(),
-                reason: e.to_string(),
-            })?;
-            if out.len() != envs.len() {
-                return Err(RuntimeError::Policy {
+            let out = policy
+                .act(&envs, &refs)
+                .map_err(|source| RuntimeError::Policy {
                     policy: policy.name(),
-                    reason: format!("returned {} actions for {} envs", out.len(), envs.len()),
+                    source,
+                })?;
+            if out.len() != envs.len() {
+                return Err(RuntimeError::PolicyActions {
+                    policy: policy.name(),
+                    got: out.len(),
+                    envs: envs.len(),
                 });
             }
             for (e, a) in envs.into_iter().zip(out) {
@@ -162,14 +165,11 @@ impl Actor {
         config: ActorConfig,
     ) -> Result<Self, RuntimeError> {
         if envs.is_empty() {
-            return Err(RuntimeError::Config(
-                "the actor needs at least one environment".into(),
-            ));
+            return Err(RuntimeError::NoEnvs { what: "the actor" });
         }
         let n = envs.len();
         let shaped = ShapedEnv::new(envs, progress, config.shaping)?;
-        let keys =
-            Keys::new(config.robot.clone()).map_err(|e| RuntimeError::Config(e.to_string()))?;
+        let keys = Keys::new(config.robot.clone())?;
         Ok(Self {
             shaped,
             policies: Policies::new(policy, n),
@@ -362,7 +362,7 @@ impl Actor {
                     self.stats.policy_swaps += 1;
                 }
                 Err(e) => {
-                    tracing::warn!(reason = %e, "policy rejected; the running policy keeps going");
+                    tracing::warn!(reason = %ErrorChain(&e), "policy rejected; the running policy keeps going");
                     self.stats.policy_rejections += 1;
                 }
             }

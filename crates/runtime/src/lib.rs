@@ -30,24 +30,72 @@ pub use updates::{PolicyIntake, PolicyUpdates};
 /// Errors of the actor loop.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("environment {env}: {source}")]
+    #[error("environment {env}")]
     Env {
         env: usize,
+        #[source]
         source: stagewise_core::EnvError,
     },
-    #[error("reward model: {0}")]
+    #[error("reward model")]
     Model(#[from] stagewise_model::ModelError),
-    #[error("shaping: {0}")]
+    #[error("shaping")]
     Shaping(#[from] stagewise_core::ShapingError),
-    #[error("policy {policy}: {reason}")]
-    Policy { policy: String, reason: String },
-    #[error("stream: {0}")]
+    #[error("policy {policy}")]
+    Policy {
+        policy: String,
+        #[source]
+        source: PolicyError,
+    },
+    #[error("policy {policy} returned {got} actions for {envs} envs")]
+    PolicyActions {
+        policy: String,
+        got: usize,
+        envs: usize,
+    },
+    #[error("stream")]
     Stream(#[from] stagewise_stream::StreamError),
+    /// The robot name does not make zenoh keys.
+    #[error("robot name")]
+    Robot(#[from] stagewise_stream::KeyError),
+    /// A message could not be encoded for the stream and the log.
+    #[error("encoding a message for {key}")]
+    Encode {
+        key: String,
+        #[source]
+        source: stagewise_stream::WireError,
+    },
+    /// An episode log that is not one (bad magic, implausible lengths, not UTF-8).
     #[error("episode log {path}: {reason}")]
     Log {
         path: std::path::PathBuf,
         reason: String,
     },
-    #[error("{0}")]
-    Config(String),
+    #[error("episode log {path}")]
+    LogIo {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An actor or a shaped env without environments.
+    #[error("{what} needs at least one environment")]
+    NoEnvs { what: &'static str },
+    #[error("reset of env {env}: there are {envs} envs")]
+    EnvOutOfRange { env: usize, envs: usize },
+    #[error("{got} actions for {envs} envs: one action per env")]
+    ActionCount { got: usize, envs: usize },
+    #[error("env {env} names its state fields [{names}], env 0 [{first}]: one reward model reads one layout")]
+    StateLayout {
+        env: usize,
+        names: String,
+        first: String,
+    },
+    #[error("the reward model {model} was bound to a state of {bound} values; the env's state has {got} ({names})")]
+    StateBinding {
+        model: std::path::PathBuf,
+        bound: usize,
+        got: usize,
+        names: String,
+    },
+    #[error("env {env} reports no oracle progress: use a reward model")]
+    NoOracle { env: usize },
 }

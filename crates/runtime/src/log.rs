@@ -42,9 +42,9 @@ fn kept_name(path: &Path) -> PathBuf {
 impl EpisodeLog {
     /// A new log at `path`; a log already there is kept under `<stem>.<N>.<ext>` (logged), never overwritten.
     pub fn create(path: &Path) -> Result<Self, RuntimeError> {
-        let err = |e: std::io::Error| RuntimeError::Log {
+        let err = |source: std::io::Error| RuntimeError::LogIo {
             path: path.to_path_buf(),
-            reason: e.to_string(),
+            source,
         };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(err)?;
@@ -85,9 +85,9 @@ impl EpisodeLog {
     }
 
     pub fn append(&mut self, key: &str, payload: &[u8]) -> Result<(), RuntimeError> {
-        let err = |e: std::io::Error| RuntimeError::Log {
+        let err = |source: std::io::Error| RuntimeError::LogIo {
             path: self.path.clone(),
-            reason: e.to_string(),
+            source,
         };
         for (what, len, max) in [
             ("key", key.len(), MAX_KEY),
@@ -121,9 +121,9 @@ impl EpisodeLog {
         self.out
             .flush()
             .and_then(|()| self.out.get_ref().sync_data())
-            .map_err(|e| RuntimeError::Log {
+            .map_err(|source| RuntimeError::LogIo {
                 path: self.path.clone(),
-                reason: e.to_string(),
+                source,
             })
     }
 
@@ -212,7 +212,13 @@ impl LogReader {
             path: path.to_path_buf(),
             reason,
         };
-        let mut input = BufReader::new(std::fs::File::open(path).map_err(|e| err(e.to_string()))?);
+        let mut input =
+            BufReader::new(
+                std::fs::File::open(path).map_err(|source| RuntimeError::LogIo {
+                    path: path.to_path_buf(),
+                    source,
+                })?,
+            );
         let mut magic = vec![0u8; MAGIC.len()];
         input
             .read_exact(&mut magic)
@@ -294,7 +300,7 @@ impl LogReader {
     }
 
     fn part(&mut self, buf: &mut [u8]) -> Result<Part, RuntimeError> {
-        read_part(&mut self.input, buf).map_err(|e| self.err(e.to_string()))
+        read_part(&mut self.input, buf).map_err(|e| self.io_err(e))
     }
 
     fn cut(&mut self, part: &'static str) -> Result<Option<LogRecord>, RuntimeError> {
@@ -302,7 +308,7 @@ impl LogReader {
             .input
             .get_ref()
             .metadata()
-            .map_err(|e| self.err(e.to_string()))?
+            .map_err(|e| self.io_err(e))?
             .len();
         let torn = TornTail {
             offset: self.offset,
@@ -322,6 +328,13 @@ impl LogReader {
         RuntimeError::Log {
             path: self.path.clone(),
             reason,
+        }
+    }
+
+    fn io_err(&self, source: std::io::Error) -> RuntimeError {
+        RuntimeError::LogIo {
+            path: self.path.clone(),
+            source,
         }
     }
 }

@@ -22,8 +22,8 @@ pub trait Policy: Send {
 pub enum PolicyError {
     #[error("policy message of {len} bytes is larger than the limit of {max} bytes (--policy-max-bytes); not read")]
     Oversized { len: usize, max: usize },
-    #[error("malformed policy message: {0}")]
-    Malformed(String),
+    #[error("malformed policy message")]
+    Malformed(#[source] stagewise_wire::WireError),
     #[error("policy version {version}: sha256 of the ONNX bytes is {actual}, the message says {claimed}")]
     Hash {
         version: u64,
@@ -42,10 +42,41 @@ pub enum PolicyError {
     },
     #[error("policy state file {}: {reason}", .path.display())]
     State { path: PathBuf, reason: String },
-    #[error("policy version {version}: {source}")]
-    Model { version: u64, source: ModelError },
-    #[error("{0}")]
-    Act(String),
+    /// Reading or writing the policy state file failed.
+    #[error("policy state file {}: {what}", .path.display())]
+    StateIo {
+        path: PathBuf,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("policy state file {}: line {line}: version {value:?}", .path.display())]
+    StateVersion {
+        path: PathBuf,
+        line: usize,
+        value: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+    #[error("policy version {version}")]
+    Model {
+        version: u64,
+        #[source]
+        source: ModelError,
+    },
+    /// Running the policy's ONNX model failed.
+    #[error("running the policy model")]
+    Run(#[source] ModelError),
+    /// A policy implemented outside this crate could not act; the source says why.
+    #[error("the policy could not act")]
+    Act(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+impl PolicyError {
+    /// A [`PolicyError::Act`] from an error or a message.
+    pub fn act(source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        Self::Act(source.into())
+    }
 }
 
 fn state_note(path: &Option<PathBuf>) -> String {
@@ -124,9 +155,7 @@ impl Policy for OnnxPolicy {
 
     fn act(&mut self, _envs: &[usize], obs: &[&Observation]) -> Result<Vec<Vec<f32>>, PolicyError> {
         let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
-        self.model
-            .act(&states)
-            .map_err(|e| PolicyError::Act(e.to_string()))
+        self.model.act(&states).map_err(PolicyError::Run)
     }
 }
 
@@ -214,8 +243,7 @@ impl PolicyGate {
                 max: self.config.max_bytes,
             });
         }
-        let msg = stagewise_wire::decode::<PolicyMsg>(bytes)
-            .map_err(|e| PolicyError::Malformed(e.to_string()))?;
+        let msg = stagewise_wire::decode::<PolicyMsg>(bytes).map_err(PolicyError::Malformed)?;
         self.check_msg(&msg)?;
         Ok(msg)
     }
@@ -249,7 +277,7 @@ impl PolicyGate {
             let sig = Signature::from_slice(sig).map_err(|_| bad())?;
             let signed = msg
                 .signing_message(&self.config.robot)
-                .map_err(|e| PolicyError::Malformed(e.to_string()))?;
+                .map_err(PolicyError::Malformed)?;
             key.verify_strict(&signed, &sig).map_err(|_| bad())?;
         }
         if let Some(current) = self.current_version.filter(|&c| version <= c) {
@@ -344,7 +372,13 @@ impl PolicyState {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(err(format!("cannot read it: {e}"))),
+            Err(source) => {
+                return Err(PolicyError::StateIo {
+                    path: path.to_path_buf(),
+                    what: "cannot read it",
+                    source,
+                })
+            }
         };
         let (mut r, mut v, mut h) = (None, None, None);
         for (n, line) in text.lines().enumerate() {
@@ -367,7 +401,12 @@ impl PolicyState {
                 "version" => {
                     v = Some(
                         val.parse::<u64>()
-                            .map_err(|e| err(format!("line {}: version {val:?}: {e}", n + 1)))?,
+                            .map_err(|source| PolicyError::StateVersion {
+                                path: path.to_path_buf(),
+                                line: n + 1,
+                                value: val.to_string(),
+                                source,
+                            })?,
                     )
                 }
                 "sha256" => h = Some(unquote()?),
@@ -393,9 +432,10 @@ impl PolicyState {
     /// fsynced, so a crash leaves either the old or the new version, never a torn file.
     pub fn store(&self, path: &Path) -> Result<(), PolicyError> {
         use std::io::Write;
-        let err = |what: &str, e: std::io::Error| PolicyError::State {
+        let err = |what: &'static str, source: std::io::Error| PolicyError::StateIo {
             path: path.to_path_buf(),
-            reason: format!("{what}: {e}"),
+            what,
+            source,
         };
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),

@@ -74,20 +74,19 @@ fn bind_model_state(model: &mut RewardModel, envs: &[Box<dyn Env>]) -> Result<()
     let spec = envs[0].spec();
     let names = &spec.state.names;
     if let Some(i) = envs.iter().position(|e| &e.spec().state.names != names) {
-        return Err(RuntimeError::Config(format!(
-            "env {i} names its state fields [{}], env 0 [{}]: one reward model reads one layout",
-            envs[i].spec().state.names.join(", "),
-            names.join(", ")
-        )));
+        return Err(RuntimeError::StateLayout {
+            env: i,
+            names: envs[i].spec().state.names.join(", "),
+            first: names.join(", "),
+        });
     }
     match model.state_map() {
-        Some(map) if map.source_len() != names.len() => Err(RuntimeError::Config(format!(
-            "the reward model {} was bound to a state of {} values; the env's state has {} ({})",
-            model.manifest().path.display(),
-            map.source_len(),
-            names.len(),
-            names.join(", ")
-        ))),
+        Some(map) if map.source_len() != names.len() => Err(RuntimeError::StateBinding {
+            model: model.manifest().path.clone(),
+            bound: map.source_len(),
+            got: names.len(),
+            names: names.join(", "),
+        }),
         Some(_) => Ok(()),
         None => {
             let source = format!("the env's state ({})", spec.task);
@@ -107,9 +106,9 @@ impl ShapedEnv {
         shaping: ShapingConfig,
     ) -> Result<Self, RuntimeError> {
         if envs.is_empty() {
-            return Err(RuntimeError::Config(
-                "a shaped env needs at least one environment".into(),
-            ));
+            return Err(RuntimeError::NoEnvs {
+                what: "a shaped env",
+            });
         }
         if let ProgressSource::Model(model) = &mut progress {
             bind_model_state(model, &envs)?;
@@ -148,9 +147,10 @@ impl ShapedEnv {
         let n = self.envs.len();
         let mut obs = Vec::with_capacity(resets.len());
         for &(env, seed) in resets {
-            let e = self.envs.get_mut(env).ok_or_else(|| {
-                RuntimeError::Config(format!("reset of env {env}: there are {n} envs"))
-            })?;
+            let e = self
+                .envs
+                .get_mut(env)
+                .ok_or(RuntimeError::EnvOutOfRange { env, envs: n })?;
             obs.push(
                 e.reset(seed)
                     .map_err(|source| RuntimeError::Env { env, source })?,
@@ -188,10 +188,10 @@ impl ShapedEnv {
     ) -> Result<Vec<StepOutcome>, RuntimeError> {
         let n = self.envs.len();
         if actions.len() != n {
-            return Err(RuntimeError::Config(format!(
-                "{} actions for {n} envs: one action per env",
-                actions.len()
-            )));
+            return Err(RuntimeError::ActionCount {
+                got: actions.len(),
+                envs: n,
+            });
         }
         let results: Vec<Result<StepResult, _>> = if n == 1 {
             // One env (a served env on its own thread): step it here, not on the thread pool.
@@ -249,11 +249,7 @@ impl ShapedEnv {
                         None => (Some(0.0), Some(0)),
                         Some(s) => (s[i].info.progress_oracle, s[i].info.stage),
                     };
-                    let phi = phi.ok_or_else(|| {
-                        RuntimeError::Config(format!(
-                            "env {env} reports no oracle progress: use a reward model"
-                        ))
-                    })?;
+                    let phi = phi.ok_or(RuntimeError::NoOracle { env })?;
                     Ok(Some(Progress {
                         stage: stage.unwrap_or(0),
                         stage_probs: Vec::new(),

@@ -121,8 +121,10 @@ fn encode_and_log<M: Message>(
     msg: M,
     key: String,
 ) -> Result<Encoded<M>, RuntimeError> {
-    let e = Encoded::new(msg)
-        .map_err(|e| RuntimeError::Config(format!("encoding a message for {key}: {e}")))?;
+    let e = Encoded::new(msg).map_err(|source| RuntimeError::Encode {
+        key: key.clone(),
+        source,
+    })?;
     if let Some(log) = log.as_mut() {
         log.append(&key, &e.contiguous())?;
     }

@@ -6,7 +6,7 @@ use crate::wire::ObservationMsg;
 use crate::wire::{
     decode, encode, ResetReply, ResetRequest, StepReply, StepRequest, WireError, WireMessage,
 };
-use stagewise_core::Env;
+use stagewise_core::{Env, ErrorChain};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -42,14 +42,14 @@ impl<E: Env + 'static> EnvHandler for EnvAdapter<E> {
         });
         match self.env.reset(seed) {
             Ok(obs) => ResetReply::ok(self.env.spec(), ObservationMsg::from_observation_owned(obs)),
-            Err(e) => ResetReply::error(e.to_string()),
+            Err(e) => ResetReply::error(ErrorChain(&e).to_string()),
         }
     }
 
     fn step(&mut self, req: &StepRequest) -> StepReply {
         match self.env.step(&req.action) {
             Ok(r) => StepReply::ok(r),
-            Err(e) => StepReply::error(e.to_string()),
+            Err(e) => StepReply::error(ErrorChain(&e).to_string()),
         }
     }
 }
@@ -80,7 +80,7 @@ fn reply_bytes<M: WireMessage>(msg: &M, fallback: impl FnOnce(String) -> M) -> V
     match encode(msg) {
         Ok(b) => b,
         // Only reachable if serialisation itself breaks; tell the client instead of staying silent.
-        Err(e) => encode(&fallback(e.to_string())).unwrap_or_default(),
+        Err(e) => encode(&fallback(ErrorChain(&e).to_string())).unwrap_or_default(),
     }
 }
 
@@ -89,14 +89,14 @@ fn handle(handler: &mut dyn EnvHandler, suffix: &str, payload: &[u8]) -> Vec<u8>
         "reset" => {
             let reply = match decode::<ResetRequest>(payload) {
                 Ok(req) => handler.reset(&req),
-                Err(e) => ResetReply::error(format!("bad reset request: {e}")),
+                Err(e) => ResetReply::error(format!("bad reset request: {}", ErrorChain(&e))),
             };
             reply_bytes(&reply, ResetReply::error)
         }
         _ => {
             let reply = match decode::<StepRequest>(payload) {
                 Ok(req) => handler.step(&req),
-                Err(e) => StepReply::error(format!("bad step request: {e}")),
+                Err(e) => StepReply::error(format!("bad step request: {}", ErrorChain(&e))),
             };
             reply_bytes(&reply, StepReply::error)
         }
@@ -147,9 +147,9 @@ impl Node {
                         }
                     }
                 })
-                .map_err(|e| StreamError::Zenoh {
-                    what: "starting the env server thread".into(),
-                    reason: e.to_string(),
+                .map_err(|source| StreamError::Thread {
+                    what: "env server",
+                    source,
                 })?
         };
         Ok(EnvServer {

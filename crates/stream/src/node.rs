@@ -61,16 +61,32 @@ pub enum StreamError {
     Key(#[from] KeyError),
     #[error(transparent)]
     Wire(#[from] WireError),
-    #[error("zenoh config file {path}: {reason}")]
-    ConfigFile { path: PathBuf, reason: String },
-    #[error("zenoh config `{key}` = {value}: {reason}")]
+    #[error("zenoh config file {path}")]
+    ConfigFile {
+        path: PathBuf,
+        #[source]
+        source: zenoh::Error,
+    },
+    #[error("zenoh config `{key}` = {value}")]
     Config {
         key: &'static str,
         value: String,
-        reason: String,
+        #[source]
+        source: zenoh::Error,
     },
-    #[error("zenoh: {what}: {reason}")]
-    Zenoh { what: String, reason: String },
+    #[error("zenoh: {what}")]
+    Zenoh {
+        what: String,
+        #[source]
+        source: zenoh::Error,
+    },
+    /// A worker thread (env server, publisher) could not be started.
+    #[error("starting the {what} thread")]
+    Thread {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("no reply on `{key}` within {timeout:?} (is the server running and connected?)")]
     NoReply { key: String, timeout: Duration },
     #[error("the server on `{key}` answered with an error: {reason}")]
@@ -79,10 +95,7 @@ pub enum StreamError {
 
 pub(crate) fn zerr(what: impl Into<String>) -> impl FnOnce(zenoh::Error) -> StreamError {
     let what = what.into();
-    move |e| StreamError::Zenoh {
-        what,
-        reason: e.to_string(),
-    }
+    move |source| StreamError::Zenoh { what, source }
 }
 
 impl StreamConfig {
@@ -114,19 +127,17 @@ impl StreamConfig {
     /// The zenoh configuration this describes.
     pub fn to_zenoh(&self) -> Result<zenoh::Config, StreamError> {
         let mut cfg = match &self.config_file {
-            Some(path) => zenoh::Config::from_file(path).map_err(|e| StreamError::ConfigFile {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?,
+            Some(path) => {
+                zenoh::Config::from_file(path).map_err(|source| StreamError::ConfigFile {
+                    path: path.clone(),
+                    source,
+                })?
+            }
             None => zenoh::Config::default(),
         };
         let mut set = |key: &'static str, value: String| {
             cfg.insert_json5(key, &value)
-                .map_err(|e| StreamError::Config {
-                    key,
-                    value,
-                    reason: e.to_string(),
-                })
+                .map_err(|source| StreamError::Config { key, value, source })
         };
         let mode = match (self.mode, &self.config_file) {
             (Some(m), _) => Some(m),

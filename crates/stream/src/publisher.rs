@@ -267,9 +267,9 @@ impl Node {
                             lines.put(out, closing.load(Ordering::Acquire));
                         }
                     })
-                    .map_err(|e| StreamError::Zenoh {
-                        what: "starting the publisher thread".into(),
-                        reason: e.to_string(),
+                    .map_err(|source| StreamError::Thread {
+                        what: "publisher",
+                        source,
                     })?;
                 (Some(tx), Some(worker))
             }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use stagewise_core::{BoxSpec, EnvSpec, Progress, StepInfo, StepResult, Transition, ViewSpec};
 use std::fmt;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The schema version this build writes, and the newest it reads.
@@ -21,17 +22,19 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Length of an Ed25519 signature in bytes.
 pub const SIGNATURE_LEN: usize = 64;
 
-/// Why bytes could not be decoded into (or a message encoded as) a wire message.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Why bytes could not be decoded into (or a message encoded as) a wire message. The msgpack decoder's or
+/// encoder's own error is the [`std::error::Error::source`] (shared, so that the error stays `Clone`).
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum WireError {
     #[error(
         "{len} bytes are not a Stagewise message (a msgpack map with `schema` and `kind`; \
-         expected kind `{expected}`): {reason}"
+         expected kind `{expected}`)"
     )]
     NotAMessage {
         expected: &'static str,
         len: usize,
-        reason: String,
+        #[source]
+        source: Arc<rmp_serde::decode::Error>,
     },
     #[error("expected a `{expected}` message, got kind `{got}`")]
     WrongKind { expected: &'static str, got: String },
@@ -44,16 +47,33 @@ pub enum WireError {
         got: u64,
         supported: u32,
     },
-    #[error("malformed `{kind}` message: {reason}")]
-    Malformed { kind: &'static str, reason: String },
+    #[error("malformed `{kind}` message")]
+    Malformed {
+        kind: &'static str,
+        #[source]
+        source: Arc<rmp_serde::decode::Error>,
+    },
     #[error("invalid `{kind}` message: field `{field}`: {reason}")]
     Invalid {
         kind: &'static str,
         field: &'static str,
         reason: String,
     },
-    #[error("could not encode a `{kind}` message: {reason}")]
-    Encode { kind: &'static str, reason: String },
+    /// A hex field that is not hex.
+    #[error("invalid `{kind}` message: field `{field}` is {value:?}, not hex")]
+    Hex {
+        kind: &'static str,
+        field: &'static str,
+        value: String,
+        #[source]
+        source: hex::FromHexError,
+    },
+    #[error("could not encode a `{kind}` message")]
+    Encode {
+        kind: &'static str,
+        #[source]
+        source: Arc<rmp_serde::encode::Error>,
+    },
 }
 
 /// A message type of the wire format: what [`encode`] and [`decode`] need besides serde. Implemented by every
@@ -97,7 +117,7 @@ pub fn encode<M: Message>(msg: &M) -> Result<Vec<u8>, WireError> {
 pub fn encode_into<M: Message>(msg: &M, out: &mut Vec<u8>) -> Result<(), WireError> {
     rmp_serde::encode::write_named(out, msg).map_err(|e| WireError::Encode {
         kind: M::KIND,
-        reason: e.to_string(),
+        source: Arc::new(e),
     })
 }
 
@@ -145,7 +165,7 @@ fn classify<M: Message>(bytes: &[u8], err: rmp_serde::decode::Error) -> WireErro
             return WireError::NotAMessage {
                 expected: M::KIND,
                 len: bytes.len(),
-                reason: e.to_string(),
+                source: Arc::new(e),
             }
         }
     };
@@ -164,7 +184,7 @@ fn classify<M: Message>(bytes: &[u8], err: rmp_serde::decode::Error) -> WireErro
     }
     WireError::Malformed {
         kind: M::KIND,
-        reason: err.to_string(),
+        source: Arc::new(err),
     }
 }
 
@@ -622,8 +642,12 @@ impl PolicyMsg {
             field: "sha256",
             reason,
         };
-        let bytes = hex::decode(&self.sha256)
-            .map_err(|e| bad(format!("{:?} is not hex: {e}", self.sha256)))?;
+        let bytes = hex::decode(&self.sha256).map_err(|source| WireError::Hex {
+            kind: Self::KIND,
+            field: "sha256",
+            value: self.sha256.clone(),
+            source,
+        })?;
         <[u8; 32]>::try_from(bytes.as_slice())
             .map_err(|_| bad(format!("{} bytes; a sha256 is 32", bytes.len())))
     }

@@ -172,7 +172,7 @@ impl TransitionMsg {
         };
         rmp_serde::encode::write_named(&mut w, &self).map_err(|e| WireError::Encode {
             kind: Self::KIND,
-            reason: e.to_string(),
+            source: std::sync::Arc::new(e),
         })?;
         let SplitWriter {
             head, mut pieces, ..

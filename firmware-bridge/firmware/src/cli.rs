@@ -91,7 +91,7 @@ pub fn link_key(args: &EmulatorArgs) -> anyhow::Result<LinkKey> {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the link key file {}", path.display()))?;
             let key = LinkKey::parse_hex(&text)
-                .map_err(|e| anyhow::anyhow!("link key file {}: {e}", path.display()))?;
+                .with_context(|| format!("link key file {}", path.display()))?;
             let fp = key.fingerprint_hex();
             tracing::info!(
                 fingerprint = std::str::from_utf8(&fp).unwrap_or("?"),
@@ -132,7 +132,6 @@ pub fn run(args: EmulatorArgs) -> anyhow::Result<()> {
             let task: stagewise_sim::Task = args
                 .task
                 .parse()
-                .map_err(|e| anyhow::anyhow!("{e}"))
                 .with_context(|| format!("--task {}", args.task))?;
             let mut sim = if args.no_scene {
                 stagewise_sim::SimConfig::headless(task)

@@ -111,8 +111,9 @@ pub struct RobotEnv {
     done: bool,
 }
 
-fn backend(e: impl std::fmt::Display) -> EnvError {
-    EnvError::Backend(e.to_string())
+/// The robot behind the env failed: the bridge's error (kept as the source) or a message.
+fn backend(e: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> EnvError {
+    EnvError::backend("robot", e)
 }
 
 impl RobotEnv {
