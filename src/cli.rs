@@ -1,10 +1,16 @@
-//! The shared command-line vocabulary: typed values for `--task` and `--provider` (clap refuses a wrong name
-//! and lists the valid ones; `--help` shows them), the scene-randomisation flags that the simulator
-//! subcommands share, and the progress bar every long-running subcommand draws.
+//! The shared command-line vocabulary: typed values for `--task`, `--provider`, `--reward` and `--shaping` (clap
+//! refuses a wrong name and lists the valid ones; `--help` shows them), the scene-randomisation flags that the
+//! simulator subcommands share, and the progress bar every long-running subcommand draws.
+//!
+//! One word, one meaning: `--reward` is where the reward's progress comes from (`sparse`, `model`, `oracle`) in
+//! `run` and `serve` alike, `--model` is a reward-model manifest, `--shaping` is how progress becomes a reward
+//! (`potential`, `naive`, `rank:W`), `--robot-name` is the robot's name on the stream and `--bridge` the URL of
+//! its firmware bridge.
 
 use clap::builder::{EnumValueParser, TypedValueParser};
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
+use stagewise_core::RewardMode;
 use stagewise_model::Provider;
 use stagewise_sim::{Randomization, Task};
 
@@ -61,6 +67,92 @@ impl From<ProviderName> for Provider {
 /// Parser of every `--provider`.
 pub fn provider_parser() -> impl TypedValueParser<Value = Provider> {
     EnumValueParser::<ProviderName>::new().map(Provider::from)
+}
+
+/// The `--reward` values: where the reward's progress comes from (`run` and `serve`; the `source` of the
+/// reward spec a served env sends, docs/wire.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RewardSource {
+    /// No progress: the env's task reward as it is (1 on success).
+    Sparse,
+    /// Shaped with progress from a reward model (the task's shipped one, or `--model MANIFEST`).
+    Model,
+    /// Shaped with the simulator's ground-truth progress (the upper bound; no robot has it).
+    Oracle,
+}
+
+impl RewardSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sparse => "sparse",
+            Self::Model => "model",
+            Self::Oracle => "oracle",
+        }
+    }
+}
+
+impl std::fmt::Display for RewardSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The `--shaping` values: `potential` (policy-invariant), `naive` (phi' - phi: rewards stalling), `rank:W`
+/// (windowed Spearman over the last W potentials). See docs/shaping.md.
+pub fn parse_shaping(s: &str) -> Result<RewardMode, String> {
+    match s {
+        "potential" => Ok(RewardMode::Potential),
+        "naive" => Ok(RewardMode::NaiveDelta),
+        _ => match s.strip_prefix("rank:").map(str::parse) {
+            Some(Ok(window)) => Ok(RewardMode::WindowedRank { window }),
+            _ => Err(format!(
+                "unknown shaping {s:?}: potential, naive or rank:W (W a window length in steps)"
+            )),
+        },
+    }
+}
+
+/// `run --reward`: a [`RewardSource`], or (the old spelling, when `--reward` was run's shaping) a shaping mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RewardArg {
+    Source(RewardSource),
+    /// `--reward potential|naive|rank:W`: the old spelling of `--shaping`.
+    OldShaping(RewardMode),
+}
+
+/// Parser of `run --reward`: the [`RewardSource`] names (listed by `--help` and in the error), and the old
+/// shaping spellings.
+#[derive(Clone, Debug, Default)]
+pub struct RunRewardParser;
+
+impl TypedValueParser for RunRewardParser {
+    type Value = RewardArg;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<RewardArg, clap::Error> {
+        match EnumValueParser::<RewardSource>::new().parse_ref(cmd, arg, value) {
+            Ok(s) => Ok(RewardArg::Source(s)),
+            Err(e) => value
+                .to_str()
+                .and_then(|v| parse_shaping(v).ok())
+                .map(RewardArg::OldShaping)
+                .ok_or(e),
+        }
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            RewardSource::value_variants()
+                .iter()
+                .filter_map(|v| v.to_possible_value()),
+        ))
+    }
 }
 
 /// Scene randomisation, the same flags (names, defaults, meaning) in `run`, `serve`, `sim` and `record`.

@@ -3,6 +3,7 @@
 
 mod cli;
 mod cmd;
+mod plot;
 
 // mimalloc instead of glibc malloc: glibc gives the ~80 KB image buffers of every transition back to the OS and
 // page-faults them in again, which halved transition throughput (crates/stream/benches/RESULTS.md).
@@ -45,13 +46,14 @@ enum Command {
     Sim(cmd::sim::SimArgs),
     /// Record expert and degraded sim demonstrations as a LeRobot-layout dataset with stage annotations.
     Record(cmd::record::RecordArgs),
-    /// Score a recorded dataset with a reward model: VOC, VROC, stage accuracy, MAE, AUROC, and PNG plots.
-    Eval(Box<cmd::eval::EvalArgs>),
+    /// Evaluate: `eval model` scores a recorded dataset with a reward model (VOC, VROC, stage accuracy, MAE,
+    /// AUROC, PNG plots); `eval policy` rolls a policy out in the simulator (success rate).
+    Eval(cmd::eval::EvalArgs),
     /// Label every frame of a LeRobot dataset with progress (sarm_progress.parquet for RA-BC) and print RA-BC weights.
     Label(Box<cmd::label::LabelArgs>),
     /// The reference firmware emulator over UDP with the simulator as its plant (the `stagewise-emulator` program).
     Emulator(stagewise_firmware::cli::EmulatorArgs),
-    /// Robot operator verbs: `robot keygen FILE` (a link key), `robot reset-estop --robot URL`.
+    /// Robot operator verbs: `robot keygen FILE` (a link key), `robot reset-estop --bridge URL`.
     Robot(cmd::robot::RobotArgs),
     /// Adapt a progress model to a task variant from one (or a few) annotated demonstrations.
     Adapt(Box<cmd::adapt::AdaptArgs>),
@@ -68,7 +70,7 @@ fn main() -> anyhow::Result<()> {
     if std::env::var_os("ORT_DISABLE_TELEMETRY").is_none() {
         std::env::set_var("ORT_DISABLE_TELEMETRY", "1");
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(legacy_argv(std::env::args_os().collect()));
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)
@@ -83,7 +85,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(a) => cmd::bench::run(a),
         Command::Sim(a) => cmd::sim::run(a),
         Command::Record(a) => cmd::record::run(a),
-        Command::Eval(a) => cmd::eval::run(*a),
+        Command::Eval(a) => cmd::eval::run(a),
         Command::Label(a) => cmd::label::run(*a),
         Command::Emulator(a) => stagewise_firmware::cli::run(a),
         Command::Robot(a) => cmd::robot::run(a),
@@ -93,13 +95,50 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+/// The old `eval` spelling without a subcommand, still accepted: `eval --policy P ...` becomes
+/// `eval policy --policy P ...` and any other `eval --FLAG ...` becomes `eval model --FLAG ...`. Everything else
+/// passes unchanged.
+fn legacy_argv(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    // The subcommand is the first word that is neither a flag nor the global --log's value.
+    let mut i = 1;
+    while let Some(a) = args.get(i).and_then(|a| a.to_str()) {
+        if a == "--log" {
+            i += 2;
+        } else if a.starts_with('-') {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    if args.get(i).and_then(|a| a.to_str()) != Some("eval") {
+        return args;
+    }
+    let Some(next) = args.get(i + 1).and_then(|a| a.to_str()) else {
+        return args;
+    };
+    if !next.starts_with('-') || ["-h", "--help"].contains(&next) {
+        return args;
+    }
+    let policy = args[i + 1..].iter().any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == "--policy" || a.starts_with("--policy="))
+    });
+    args.insert(i + 1, if policy { "policy" } else { "model" }.into());
+    args
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::error::ErrorKind;
 
+    /// Parses as `main` does (old spellings rewritten first).
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(legacy_argv(args.iter().map(Into::into).collect()))
+    }
+
     fn refused(args: &[&str]) -> clap::Error {
-        match Cli::try_parse_from(args) {
+        match parse(args) {
             Ok(_) => panic!("{args:?} was accepted"),
             Err(e) => e,
         }
@@ -108,8 +147,11 @@ mod tests {
     /// Every subcommand that takes `--task` (or `--provider`) refuses a wrong value with the valid ones.
     #[test]
     fn every_task_and_provider_flag_is_typed() {
-        for sub in ["run", "serve", "sim", "record", "eval"] {
-            let e = refused(&["stagewise", sub, "--task", "pick-plce"]);
+        for sub in ["run", "serve", "sim", "record", "eval policy"] {
+            let mut args: Vec<&str> = vec!["stagewise"];
+            args.extend(sub.split(' '));
+            args.extend(["--task", "pick-plce"]);
+            let e = refused(&args);
             assert_eq!(e.kind(), ErrorKind::InvalidValue, "{sub}: {e}");
             assert!(e.to_string().contains("push-target"), "{sub}: {e}");
         }
@@ -119,6 +161,8 @@ mod tests {
             "score",
             "bench",
             "eval",
+            "eval model",
+            "eval policy",
             "label",
             "models check m.toml",
         ] {
@@ -169,5 +213,266 @@ mod tests {
             Command::Record(a) => check(&a.scene),
             _ => unreachable!(),
         }
+    }
+
+    fn command(args: &[&str]) -> Command {
+        let mut argv = vec!["stagewise"];
+        argv.extend(args);
+        match parse(&argv) {
+            Ok(c) => c.command,
+            Err(e) => panic!("{argv:?}: {e}"),
+        }
+    }
+
+    fn run_target(args: &[&str]) -> anyhow::Result<(String, Option<String>)> {
+        let mut argv = vec!["run"];
+        argv.extend(args);
+        match command(&argv) {
+            Command::Run(a) => a.zenoh.robot_target(a.bridge.as_deref()),
+            _ => unreachable!(),
+        }
+    }
+
+    /// `--robot-name` names the robot on the stream, `--bridge` is its firmware link; the old `--robot NAME|URL`
+    /// still means what it meant.
+    #[test]
+    fn robot_name_and_bridge_are_two_flags_and_the_old_robot_flag_still_works() {
+        let some = |s: &str| Some(s.to_string());
+        let url = "udp://127.0.0.1:9100";
+        assert_eq!(run_target(&[]).unwrap(), ("sim0".into(), None));
+        assert_eq!(
+            run_target(&["--robot-name", "arm3"]).unwrap(),
+            ("arm3".into(), None)
+        );
+        assert_eq!(
+            run_target(&["--bridge", url]).unwrap(),
+            ("robot0".into(), some(url))
+        );
+        assert_eq!(
+            run_target(&["--bridge", url, "--robot-name", "arm0"]).unwrap(),
+            ("arm0".into(), some(url))
+        );
+        // The old spellings.
+        assert_eq!(
+            run_target(&["--robot", "arm3"]).unwrap(),
+            ("arm3".into(), None)
+        );
+        assert_eq!(
+            run_target(&["--robot", url]).unwrap(),
+            ("robot0".into(), some(url))
+        );
+        assert_eq!(
+            run_target(&["--robot", url, "--robot-name", "arm0"]).unwrap(),
+            ("arm0".into(), some(url))
+        );
+        // Two answers to one question are refused, naming the new spelling.
+        let e = run_target(&["--bridge", url, "--robot", "udp://10.0.0.1:9100"]).unwrap_err();
+        assert!(e.to_string().contains("pass --bridge alone"), "{e}");
+        let e = run_target(&["--robot-name", "a", "--robot", "b"]).unwrap_err();
+        assert!(e.to_string().contains("pass --robot-name alone"), "{e}");
+        // Without a bridge (serve, policy push): a name, old or new; a URL is pointed at `run --bridge`.
+        let serve_name = |args: &[&str]| {
+            let mut argv = vec!["serve"];
+            argv.extend(args);
+            match command(&argv) {
+                Command::Serve(a) => a.zenoh.robot_name(),
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(serve_name(&[]).unwrap(), "sim0");
+        assert_eq!(serve_name(&["--robot-name", "vec"]).unwrap(), "vec");
+        assert_eq!(serve_name(&["--robot", "vec"]).unwrap(), "vec");
+        let e = serve_name(&["--robot", url]).unwrap_err();
+        assert!(e.to_string().contains("stagewise run --bridge"), "{e}");
+        match command(&[
+            "policy",
+            "push",
+            "p.onnx",
+            "--version",
+            "1",
+            "--robot-name",
+            "arm3",
+        ]) {
+            Command::Policy(cmd::policy::PolicyArgs {
+                command: cmd::policy::PolicyCommand::Push(p),
+            }) => assert_eq!(p.zenoh.robot_name().unwrap(), "arm3"),
+            _ => unreachable!(),
+        }
+        // `robot reset-estop` takes the URL as --bridge, or as the old --robot.
+        for flag in ["--bridge", "--robot"] {
+            match command(&["robot", "reset-estop", flag, url]) {
+                Command::Robot(cmd::robot::RobotArgs {
+                    command: cmd::robot::RobotCommand::ResetEstop { bridge, .. },
+                }) => assert_eq!(bridge, url, "{flag}"),
+                _ => unreachable!(),
+            }
+        }
+        // --help shows the new flags, not the old one.
+        let mut help = Vec::new();
+        <Cli as clap::CommandFactory>::command()
+            .find_subcommand_mut("run")
+            .unwrap()
+            .write_long_help(&mut help)
+            .unwrap();
+        let help = String::from_utf8(help).unwrap();
+        assert!(
+            help.contains("--robot-name <NAME>") && help.contains("--bridge <URL>"),
+            "{help}"
+        );
+        assert!(!help.contains("--robot <"), "{help}");
+    }
+
+    /// `--reward` is the reward source in `run` and `serve` alike; a wrong one is refused with the valid ones.
+    #[test]
+    fn reward_is_one_typed_vocabulary() {
+        use cli::{RewardArg, RewardSource};
+        for (s, want) in [
+            ("sparse", RewardSource::Sparse),
+            ("model", RewardSource::Model),
+            ("oracle", RewardSource::Oracle),
+        ] {
+            match command(&["serve", "--reward", s]) {
+                Command::Serve(a) => assert_eq!(a.reward, want),
+                _ => unreachable!(),
+            }
+            match command(&["run", "--reward", s]) {
+                Command::Run(a) => assert_eq!(a.reward, Some(RewardArg::Source(want))),
+                _ => unreachable!(),
+            }
+        }
+        match command(&["serve"]) {
+            Command::Serve(a) => assert_eq!(a.reward, RewardSource::Sparse),
+            _ => unreachable!(),
+        }
+        for sub in ["run", "serve"] {
+            let e = refused(&["stagewise", sub, "--reward", "dense"]);
+            assert_eq!(e.kind(), ErrorKind::InvalidValue, "{sub}: {e}");
+            for v in ["sparse", "model", "oracle"] {
+                assert!(e.to_string().contains(v), "{sub}: {e}");
+            }
+        }
+        // run's old `--reward MODE` (now --shaping) still parses; serve never had it.
+        match command(&["run", "--reward", "rank:8"]) {
+            Command::Run(a) => assert_eq!(
+                a.reward,
+                Some(RewardArg::OldShaping(
+                    stagewise_core::RewardMode::WindowedRank { window: 8 }
+                ))
+            ),
+            _ => unreachable!(),
+        }
+        refused(&["stagewise", "serve", "--reward", "potential"]);
+        let e = refused(&["stagewise", "run", "--shaping", "rank:x"]);
+        assert!(e.to_string().contains("potential, naive or rank:W"), "{e}");
+    }
+
+    /// `eval model` and `eval policy` are the two jobs; the old spelling without a subcommand still works.
+    #[test]
+    fn eval_has_two_subcommands_and_the_old_spelling_still_works() {
+        let model = |args: &[&str]| match command(args) {
+            Command::Eval(cmd::eval::EvalArgs {
+                command: cmd::eval::EvalCommand::Model(m),
+            }) => (m.model, m.dataset, m.ablations),
+            _ => panic!("{args:?} is not `eval model`"),
+        };
+        let want = ("m.toml".into(), "data/d".into(), true);
+        assert_eq!(
+            model(&[
+                "eval",
+                "model",
+                "--model",
+                "m.toml",
+                "--dataset",
+                "data/d",
+                "--ablations"
+            ]),
+            want
+        );
+        assert_eq!(
+            model(&[
+                "eval",
+                "--model",
+                "m.toml",
+                "--dataset",
+                "data/d",
+                "--ablations"
+            ]),
+            want
+        );
+        assert_eq!(
+            model(&[
+                "--log",
+                "warn",
+                "eval",
+                "--dataset=data/d",
+                "--model",
+                "m.toml",
+                "--ablations"
+            ]),
+            want
+        );
+        let policy = |args: &[&str]| match command(args) {
+            Command::Eval(cmd::eval::EvalArgs {
+                command: cmd::eval::EvalCommand::Policy(p),
+            }) => (p.policy, p.task, p.episodes),
+            _ => panic!("{args:?} is not `eval policy`"),
+        };
+        let want = ("p.toml".into(), stagewise_sim::Task::Stack, 7);
+        for args in [
+            &[
+                "eval",
+                "policy",
+                "--policy",
+                "p.toml",
+                "--task",
+                "stack",
+                "--episodes",
+                "7",
+            ][..],
+            &[
+                "eval",
+                "--policy",
+                "p.toml",
+                "--task",
+                "stack",
+                "--episodes",
+                "7",
+            ],
+            &[
+                "--log",
+                "warn",
+                "eval",
+                "--task",
+                "stack",
+                "--policy=p.toml",
+                "--episodes",
+                "7",
+            ],
+        ] {
+            assert_eq!(policy(args), want, "{args:?}");
+        }
+        // The jobs' flags stay apart, and a bare `eval` asks for a subcommand.
+        refused(&[
+            "stagewise",
+            "eval",
+            "policy",
+            "--policy",
+            "p.toml",
+            "--dataset",
+            "d",
+        ]);
+        refused(&["stagewise", "eval", "model", "--model", "m.toml"]);
+        refused(&["stagewise", "eval"]);
+        // Nothing else is rewritten.
+        let argv: Vec<std::ffi::OsString> = ["stagewise", "--log", "eval", "run", "--policy", "x"]
+            .iter()
+            .map(Into::into)
+            .collect();
+        assert_eq!(legacy_argv(argv.clone()), argv);
+        let help: Vec<std::ffi::OsString> = ["stagewise", "eval", "--help"]
+            .iter()
+            .map(Into::into)
+            .collect();
+        assert_eq!(legacy_argv(help.clone()), help);
     }
 }

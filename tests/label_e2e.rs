@@ -612,6 +612,7 @@ fn eval_ablations_show_what_the_model_reads() {
         let out = tmp.path().join(out);
         let mut args = vec![
             "eval",
+            "model",
             "--model",
             model.to_str().unwrap(),
             "--dataset",

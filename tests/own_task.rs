@@ -260,12 +260,14 @@ fn walkthrough_record_annotate_train_eval_label_run() {
     // 4. Evaluate on a recorded dataset (the sim's ground truth: VOC, MAE, stage accuracy ...).
     let out = ok(&stagewise(&[
         "eval",
+        "model",
         "--model",
         s(&manifest),
         "--dataset",
         s(&png),
     ]));
     assert!(out.contains("VOC") && out.contains("progress MAE"), "{out}");
+    // (The old spelling without the `model` subcommand still works.)
     let out = ok(&stagewise(&[
         "eval",
         "--model",

@@ -1,4 +1,4 @@
-//! `stagewise run --robot udp://...` across real processes: the firmware emulator (`stagewise emulator`, the
+//! `stagewise run --bridge udp://...` across real processes: the firmware emulator (`stagewise emulator`, the
 //! simulator as its plant, camera frames and object state on its scene channel) on a free loopback port, the
 //! runtime driving it through the bridge with the shipped reward model, and a zenoh subscriber in this process.
 //! The same run on the simulator (same seed, policy and model) is the reference: same stream and log schema,
@@ -315,7 +315,7 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
     let out = run_cmd(
         &sim_log,
         &policy,
-        &["--envs", "1", "--no-stream", "--robot", "ref-sim"],
+        &["--envs", "1", "--no-stream", "--robot-name", "ref-sim"],
     )
     .output()
     .expect("stagewise run (sim)");
@@ -333,7 +333,7 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
         &robot_log,
         &policy,
         &[
-            "--robot",
+            "--bridge",
             &format!("udp://127.0.0.1:{port}"),
             "--robot-name",
             robot,
@@ -497,7 +497,7 @@ fn a_robot_that_does_not_answer_is_a_clear_error() {
     let url = format!("udp://127.0.0.1:{port}");
     let t = run_fails(
         &[
-            "--robot",
+            "--bridge",
             &url,
             "--robot-timeout",
             "1",
@@ -520,7 +520,7 @@ fn an_emulator_without_its_scene_channel_is_a_clear_error() {
     let _emu = spawn_emulator(port, &key, &["--no-scene"]);
     let t = run_fails(
         &[
-            "--robot",
+            "--bridge",
             &format!("udp://127.0.0.1:{port}"),
             "--robot-timeout",
             "1",
@@ -544,23 +544,29 @@ fn what_a_robot_cannot_give_is_refused() {
     let key = keygen(dir.path());
     let url = "udp://127.0.0.1:9";
     let t = run_fails(
-        &["--robot", url, "--model", "oracle"],
+        &["--bridge", url, "--model", "oracle"],
         Duration::from_secs(20),
     );
     assert!(t.contains("--model oracle") && t.contains(url), "{t}");
+    // `--model oracle` is the old spelling of `--reward oracle`; the refusal names the flag as it was given.
     let t = run_fails(
-        &["--robot", url, "--policy", "expert"],
+        &["--bridge", url, "--reward", "oracle"],
+        Duration::from_secs(20),
+    );
+    assert!(t.contains("--reward oracle") && t.contains(url), "{t}");
+    let t = run_fails(
+        &["--bridge", url, "--policy", "expert"],
         Duration::from_secs(20),
     );
     assert!(t.contains("--policy expert") && t.contains(url), "{t}");
     let t = run_fails(
-        &["--robot", url, "--policy", "random", "--envs", "2"],
+        &["--bridge", url, "--policy", "random", "--envs", "2"],
         Duration::from_secs(20),
     );
     assert!(t.contains("--envs must be 1"), "{t}");
     let t = run_fails(
         &[
-            "--robot",
+            "--bridge",
             url,
             "--policy",
             "random",
@@ -598,7 +604,7 @@ fn a_model_reading_object_poses_is_refused_over_a_robot() {
     let url = format!("udp://127.0.0.1:{}", free_port());
     let t = run_fails(
         &[
-            "--robot",
+            "--bridge",
             &url,
             "--policy",
             "random",
@@ -624,7 +630,7 @@ fn a_model_reading_object_poses_is_refused_over_a_robot() {
 fn a_robot_run_needs_the_link_key() {
     let url = format!("udp://127.0.0.1:{}", free_port());
     let t = run_fails(
-        &["--robot", &url, "--policy", "random"],
+        &["--bridge", &url, "--policy", "random"],
         Duration::from_secs(20),
     );
     assert!(
@@ -641,7 +647,7 @@ fn a_robot_run_needs_the_link_key() {
     let url = format!("udp://127.0.0.1:{port}");
     let t = run_fails(
         &[
-            "--robot",
+            "--bridge",
             &url,
             "--policy",
             "random",
@@ -708,7 +714,7 @@ fn the_operator_verbs_and_the_emulator_need_keys() {
                 "warn",
                 "robot",
                 "reset-estop",
-                "--robot",
+                "--bridge",
                 &url,
                 "--robot-timeout",
                 "1",

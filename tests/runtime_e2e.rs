@@ -46,10 +46,10 @@ fn spawn_run(robot: &str, port: u16, log: &Path, extra: &[&str]) -> Child {
     let mut cmd = Command::new(exe());
     cmd.current_dir(root())
         .args([
-            "--log", "info", "run", "--model", "oracle", "--width", "32", "--height", "32",
+            "--log", "info", "run", "--reward", "oracle", "--width", "32", "--height", "32",
         ])
         .args([
-            "--robot",
+            "--robot-name",
             robot,
             "--listen",
             &format!("tcp/127.0.0.1:{port}"),
@@ -208,7 +208,7 @@ fn transitions_reach_another_process_and_replay_is_bit_identical() {
         .current_dir(root())
         .args([
             "replay",
-            "--robot",
+            "--robot-name",
             robot,
             "--no-multicast",
             "--connect",
@@ -425,7 +425,7 @@ fn unsigned_policies_over_a_robot_need_an_explicit_opt_out() {
     };
     // Nothing listens there: every refusal below must come before the robot is contacted.
     let url = format!("udp://127.0.0.1:{}", free_port());
-    let (ok, t) = run(&["--robot", &url, "--policy", "random", "--no-multicast"]);
+    let (ok, t) = run(&["--bridge", &url, "--policy", "random", "--no-multicast"]);
     assert!(!ok, "{t}");
     assert!(
         t.contains("refusing to drive the robot")
@@ -435,6 +435,7 @@ fn unsigned_policies_over_a_robot_need_an_explicit_opt_out() {
     );
     assert!(!t.contains("no answer from the firmware"), "{t}");
     // The opt-out gets past the check (to the next refusal: --model oracle over a robot) and says so loudly.
+    // (Spelled the old way, `--robot URL` and `--model oracle`, which still work.)
     let (ok, t) = run(&[
         "--robot",
         &url,
@@ -447,17 +448,41 @@ fn unsigned_policies_over_a_robot_need_an_explicit_opt_out() {
     assert!(!ok, "{t}");
     assert!(t.contains("UNSIGNED POLICIES ACCEPTED"), "{t}");
     assert!(t.contains("--model oracle"), "{t}");
+    // The same in today's spelling: the refusal names the flag as it was given.
+    let (ok, t) = run(&[
+        "--bridge",
+        &url,
+        "--policy",
+        "random",
+        "--reward",
+        "oracle",
+        "--allow-unsigned-policies",
+    ]);
+    assert!(!ok, "{t}");
+    assert!(t.contains("UNSIGNED POLICIES ACCEPTED"), "{t}");
+    assert!(
+        t.contains("--reward oracle reads the simulator's ground-truth progress")
+            && t.contains(&url),
+        "{t}"
+    );
     // A weak (small-order) key is no key.
     let weak = format!("01{}", "00".repeat(31));
-    let (ok, t) = run(&["--robot", &url, "--policy", "random", "--policy-key", &weak]);
+    let (ok, t) = run(&[
+        "--bridge",
+        &url,
+        "--policy",
+        "random",
+        "--policy-key",
+        &weak,
+    ]);
     assert!(!ok && t.contains("weak"), "{t}");
     // The simulator accepts unsigned policies, and says so at start.
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("sim.swlog");
     let (ok, t) = run(&[
-        "--robot",
+        "--robot-name",
         "e2e-unsigned-sim",
-        "--model",
+        "--reward",
         "oracle",
         "--policy",
         "random",
@@ -891,7 +916,7 @@ fn a_run_killed_mid_episode_leaves_a_log_that_reads_to_its_last_complete_record(
             "--log",
             "warn",
             "replay",
-            "--robot",
+            "--robot-name",
             robot,
             "--wait",
             "0",

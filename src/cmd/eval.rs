@@ -1,4 +1,4 @@
-//! `stagewise eval --model M --dataset D`: score every episode of a LeRobot-layout dataset (as written by
+//! `stagewise eval model --model M --dataset D`: score every episode of a LeRobot-layout dataset (as written by
 //! `stagewise record`, with `progress_gt`/`stage_gt` columns and per-episode `success`) with a reward model and
 //! print the quality metrics of DESIGN.md: VOC and VROC (on successful clean episodes), VOC-F1, stage accuracy
 //! and progress MAE (all frames), AUROC of the final progress (success vs failure), aggregated by
@@ -18,12 +18,15 @@
 //! what training's view dropout feeds), `--hold-state F` holds state field F at each episode's first-frame value,
 //! and `--ablations` prints the metrics side by side for the data as is, every view blanked, each view blanked,
 //! every state field the model reads held, and each `--hold-state` field held.
+//!
+//! `stagewise eval policy --policy P` is the other job: roll a policy out headless in the simulator on fresh
+//! seeds and print its success rate (and the oracle's final progress).
 
 use crate::cmd::ort_args::OrtArgs;
+use crate::plot::{save_png, ProgressPlot, BLACK, BLUE};
 use anyhow::{bail, Context};
 use image::RgbImage;
 use indicatif::ProgressBar;
-use plotters::prelude::*;
 use stagewise_core::report::{
     ablation_rows, ablation_table, format_metric as fmt, reversed, summarise, Ablation,
     EpisodeScores, EpisodeTruth, Summary,
@@ -34,30 +37,31 @@ use stagewise_model::scoring::{ObservationFrames, Reversed};
 use stagewise_model::{EpisodeScorer, HopModel, Manifest, ModelForm, ModelKind};
 use std::path::{Path, PathBuf};
 
-#[derive(clap::Args, Debug, Clone)]
+#[derive(clap::Args, Debug)]
 pub struct EvalArgs {
+    #[command(subcommand)]
+    pub command: EvalCommand,
+}
+
+/// `eval`'s two jobs. The old spellings without a subcommand (`eval --model M --dataset D`, `eval --policy P`)
+/// are still accepted: `main` inserts `model` or `policy` (see `legacy_argv` there).
+#[derive(clap::Subcommand, Debug)]
+pub enum EvalCommand {
+    /// Score a recorded dataset with a reward model: VOC, VROC, VOC-F1, stage accuracy, progress MAE, AUROC,
+    /// ablations and one PNG plot per episode.
+    Model(Box<ModelEvalArgs>),
+    /// Roll a policy out headless in the simulator on fresh seeds and print its success rate.
+    Policy(PolicyEvalArgs),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelEvalArgs {
     /// Model manifest (.toml): a stage_progress or hop model.
-    #[arg(long, required_unless_present = "policy")]
-    pub model: Option<PathBuf>,
+    #[arg(long)]
+    pub model: PathBuf,
     /// Dataset directory (LeRobot layout with progress_gt / stage_gt columns, e.g. from `stagewise record`).
-    #[arg(long, required_unless_present = "policy")]
-    pub dataset: Option<PathBuf>,
-    /// Evaluate a policy instead: a `kind = "policy"` manifest (state in, action out) rolled out headless in the
-    /// simulator on `--episodes` fresh seeds from `--seed`; prints the success rate.
-    #[arg(long, value_name = "MANIFEST", conflicts_with_all = ["model", "dataset"])]
-    pub policy: Option<PathBuf>,
-    /// Task for `--policy`.
-    #[arg(long, default_value = "pick-place", value_parser = crate::cli::task_parser())]
-    pub task: stagewise_sim::Task,
-    /// Episodes (one seed each) for `--policy`.
-    #[arg(long, default_value_t = 100)]
-    pub episodes: usize,
-    /// First seed for `--policy` (episode i uses seed + i; keep it away from the training seeds).
-    #[arg(long, default_value_t = 3_000_000)]
-    pub seed: u64,
-    /// `--policy`: write the per-episode outcomes and the success rate as JSON.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
+    #[arg(long)]
+    pub dataset: PathBuf,
     /// Directory for the per-episode PNGs and summary.json (default: <dataset>/eval-<model file stem>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -90,6 +94,28 @@ pub struct EvalArgs {
     /// ablations.json to the output directory; plots and summary.json are of the data as is.
     #[arg(long, conflicts_with = "blank_view")]
     pub ablations: bool,
+    #[command(flatten)]
+    pub ort: OrtArgs,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PolicyEvalArgs {
+    /// A `kind = "policy"` manifest (state in, action out), rolled out headless in the simulator on
+    /// `--episodes` fresh seeds from `--seed`.
+    #[arg(long, value_name = "MANIFEST")]
+    pub policy: PathBuf,
+    /// Simulated task.
+    #[arg(long, default_value = "pick-place", value_parser = crate::cli::task_parser())]
+    pub task: stagewise_sim::Task,
+    /// Episodes (one seed each).
+    #[arg(long, default_value_t = 100)]
+    pub episodes: usize,
+    /// First seed (episode i uses seed + i; keep it away from the training seeds).
+    #[arg(long, default_value_t = 3_000_000)]
+    pub seed: u64,
+    /// Write the per-episode outcomes and the success rate as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     #[command(flatten)]
     pub ort: OrtArgs,
 }
@@ -261,15 +287,6 @@ impl Scorer {
     }
 }
 
-const STAGE_COLORS: [RGBColor; 6] = [
-    RGBColor(255, 224, 178),
-    RGBColor(200, 230, 201),
-    RGBColor(187, 222, 251),
-    RGBColor(225, 190, 231),
-    RGBColor(255, 205, 210),
-    RGBColor(220, 220, 220),
-];
-
 /// Draws predicted progress (blue) and ground truth (black) over the ground-truth stage bands, with a strip
 /// of frames below (one column per sampled step, one row per view).
 pub fn plot_episode(ep: &EvalEpisode, s: &EpisodeScores, path: &Path) -> anyhow::Result<()> {
@@ -285,48 +302,13 @@ pub fn plot_episode(ep: &EvalEpisode, s: &EpisodeScores, path: &Path) -> anyhow:
     let width = strip_w.max(800);
     let plot_h = 300u32;
     let height = plot_h + rows as u32 * (fh + 4) + 8;
-    let mut buf = vec![255u8; (width * height * 3) as usize];
-    {
-        let root = BitMapBackend::with_buffer(&mut buf, (width, plot_h)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let n = ep.truth.progress_gt.len().max(2);
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .build_cartesian_2d(0f64..(n - 1) as f64, -0.02f64..1.05f64)?;
-        // stage bands: contiguous runs of the ground-truth stage
-        let mut start = 0usize;
-        for t in 1..=ep.truth.stage_gt.len() {
-            if t == ep.truth.stage_gt.len() || ep.truth.stage_gt[t] != ep.truth.stage_gt[start] {
-                let c = STAGE_COLORS[ep.truth.stage_gt[start] % STAGE_COLORS.len()];
-                chart.draw_series(std::iter::once(Rectangle::new(
-                    [(start as f64, -0.02), (t as f64, 1.05)],
-                    c.filled(),
-                )))?;
-                start = t;
-            }
-        }
-        for y in [0.0, 0.25, 0.5, 0.75, 1.0] {
-            chart.draw_series(LineSeries::new(
-                [(0.0, y), ((n - 1) as f64, y)],
-                RGBColor(170, 170, 170).stroke_width(1),
-            ))?;
-        }
-        chart.draw_series(LineSeries::new(
-            ep.truth
-                .progress_gt
-                .iter()
-                .enumerate()
-                .map(|(t, &p)| (t as f64, p)),
-            BLACK.stroke_width(2),
-        ))?;
-        chart.draw_series(LineSeries::new(
-            s.phi.iter().enumerate().map(|(t, &p)| (t as f64, p)),
-            BLUE.stroke_width(2),
-        ))?;
-        root.present()?;
-    }
-    let mut img =
-        RgbImage::from_raw(width, height, buf).context("plot buffer has the wrong size")?;
+    let chart = ProgressPlot::new(width, plot_h, ep.truth.progress_gt.len())
+        .stage_bands(&ep.truth.stage_gt)
+        .line(ep.truth.progress_gt.iter().copied(), BLACK, 2)
+        .line(s.phi.iter().copied(), BLUE, 2)
+        .render()?;
+    let mut img = RgbImage::from_pixel(width, height, image::Rgb([255, 255, 255]));
+    image::imageops::replace(&mut img, &chart, 0, 0);
     let len = ep.obs.len();
     for c in 0..cols {
         let t = if cols > 1 {
@@ -341,18 +323,18 @@ pub fn plot_episode(ep: &EvalEpisode, s: &EpisodeScores, path: &Path) -> anyhow:
             image::imageops::replace(&mut img, &v.rgb, i64::from(x), i64::from(y));
         }
     }
-    img.save_with_format(path, image::ImageFormat::Png)
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    save_png(&img, path)
 }
 
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
-    if let Some(policy) = &args.policy {
-        return run_policy(&args, policy);
+    match args.command {
+        EvalCommand::Model(a) => run_model(*a),
+        EvalCommand::Policy(a) => run_policy(&a),
     }
-    let (Some(model_path), Some(dataset)) = (args.model.clone(), args.dataset.clone()) else {
-        bail!("--model and --dataset are both required (or --policy)");
-    };
+}
+
+fn run_model(args: ModelEvalArgs) -> anyhow::Result<()> {
+    let (model_path, dataset) = (args.model.clone(), args.dataset.clone());
     let manifest =
         Manifest::load(&model_path).with_context(|| format!("reading {}", model_path.display()))?;
     if manifest.kind == ModelKind::Policy {
@@ -543,8 +525,9 @@ pub struct PolicyEpisode {
 }
 
 /// Rolls a policy out headless on `--episodes` seeds, all envs in lockstep (one batched policy run per step).
-fn run_policy(args: &EvalArgs, path: &Path) -> anyhow::Result<()> {
+fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
     use stagewise_core::Env;
+    let path = args.policy.as_path();
     let task = args.task;
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");

@@ -22,10 +22,10 @@
 //! refused before anything is read, naming the field.
 
 use crate::cmd::ort_args::OrtArgs;
+use crate::plot::{ProgressPlot, BLACK, BLUE, ORANGE};
 use anyhow::{bail, Context};
 use image::RgbImage;
 use indicatif::ProgressBar;
-use plotters::prelude::*;
 use stagewise_core::{RabcConfig, RabcWeights};
 use stagewise_dataset::{
     interpolate_linear, strided_frames, Dataset, Episode, Images, SarmProgress, STATE_KEY,
@@ -560,49 +560,17 @@ fn write_weights_csv(path: &Path, labelled: &[Labelled], w: &RabcWeights) -> any
 /// Progress (blue, dots at the scored frames), `progress_gt` (black) when present and the RA-BC weight
 /// (orange) over the episode. No text: no font is shipped.
 fn plot_episode(l: &Labelled, weights: &[f64], path: &Path) -> anyhow::Result<()> {
-    let (width, height) = (800u32, 300u32);
-    let mut buf = vec![255u8; (width * height * 3) as usize];
-    {
-        let root = BitMapBackend::with_buffer(&mut buf, (width, height)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let n = l.progress.len().max(2);
-        let mut chart = ChartBuilder::on(&root)
-            .margin(12)
-            .build_cartesian_2d(0f64..(n - 1) as f64, -0.02f64..1.05f64)?;
-        for y in [0.0, 0.25, 0.5, 0.75, 1.0] {
-            chart.draw_series(LineSeries::new(
-                [(0.0, y), ((n - 1) as f64, y)],
-                RGBColor(200, 200, 200).stroke_width(1),
-            ))?;
-        }
-        chart.draw_series(LineSeries::new(
-            weights.iter().enumerate().map(|(t, &w)| (t as f64, w)),
-            RGBColor(245, 140, 30).stroke_width(1),
-        ))?;
-        if let Some(gt) = &l.progress_gt {
-            chart.draw_series(LineSeries::new(
-                gt.iter().enumerate().map(|(t, &p)| (t as f64, p)),
-                BLACK.stroke_width(2),
-            ))?;
-        }
-        chart.draw_series(LineSeries::new(
-            l.progress
-                .iter()
-                .enumerate()
-                .map(|(t, &p)| (t as f64, f64::from(p))),
-            BLUE.stroke_width(2),
-        ))?;
-        if l.scored.len() < l.progress.len() {
-            chart.draw_series(
-                l.scored
-                    .iter()
-                    .map(|&t| Circle::new((t as f64, f64::from(l.progress[t])), 3, BLUE.filled())),
-            )?;
-        }
-        root.present()?;
+    let mut plot =
+        ProgressPlot::new(800, 300, l.progress.len()).line(weights.iter().copied(), ORANGE, 1);
+    if let Some(gt) = &l.progress_gt {
+        plot = plot.line(gt.iter().copied(), BLACK, 2);
     }
-    let img = RgbImage::from_raw(width, height, buf).context("plot buffer has the wrong size")?;
-    img.save_with_format(path, image::ImageFormat::Png)
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    plot = plot.line(l.progress.iter().map(|&p| f64::from(p)), BLUE, 2);
+    if l.scored.len() < l.progress.len() {
+        plot = plot.dots(
+            l.scored.iter().map(|&t| (t, f64::from(l.progress[t]))),
+            BLUE,
+        );
+    }
+    plot.save(path)
 }

@@ -16,7 +16,7 @@ pub struct PolicyArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum PolicyCommand {
-    /// Put an ONNX policy on stagewise/<robot>/policy; the actor checks it and swaps between episodes.
+    /// Put an ONNX policy on stagewise/<robot-name>/policy; the actor checks it and swaps between episodes.
     Push(PushArgs),
     /// Print a new ed25519 key pair (hex): give the public key to `run --policy-key`, keep the secret.
     Keygen,
@@ -30,8 +30,8 @@ pub struct PushArgs {
     /// restarts).
     #[arg(long)]
     pub version: u64,
-    /// Hex ed25519 secret key (32 bytes) to sign the policy with, for the robot named by --robot (the actor's
-    /// `--robot-name` when it drives a robot URL): the signature covers robot, version and sha256.
+    /// Hex ed25519 secret key (32 bytes) to sign the policy with, for the robot named by --robot-name (the
+    /// actor's --robot-name): the signature covers robot, version and sha256.
     #[arg(
         long,
         value_name = "HEX",
@@ -62,6 +62,7 @@ pub fn run(a: PolicyArgs) -> anyhow::Result<()> {
 
 fn push(p: PushArgs) -> anyhow::Result<()> {
     let onnx = std::fs::read(&p.onnx).with_context(|| format!("reading {}", p.onnx.display()))?;
+    let robot = p.zenoh.robot_name()?;
     let mut msg = PolicyMsg::new(p.version, onnx);
     if let Some(hex_key) = &p.secret_key {
         let bytes = hex::decode(hex_key.trim()).context("--secret-key is not hex")?;
@@ -72,10 +73,10 @@ fn push(p: PushArgs) -> anyhow::Result<()> {
             );
         };
         // The signature covers robot name, version and sha256 (stagewise_stream::policy_signing_message).
-        let sig = SigningKey::from_bytes(&seed).sign(&msg.signing_message(&p.zenoh.robot)?);
+        let sig = SigningKey::from_bytes(&seed).sign(&msg.signing_message(&robot)?);
         msg = msg.with_signature(sig.to_bytes().to_vec());
     }
-    let keys = Keys::new(p.zenoh.robot.clone())?;
+    let keys = Keys::new(robot)?;
     let node = p.zenoh.open(Role::Connect, None)?;
     if !node.wait_for_subscribers(&keys.policy(), Duration::from_secs_f64(p.wait))? {
         bail!(

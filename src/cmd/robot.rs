@@ -1,20 +1,20 @@
 //! `stagewise robot`: operator verbs for a robot behind the firmware bridge. `keygen FILE` makes a link key
-//! file; `reset-estop --robot URL` clears a latched e-stop (an explicit operator action: an env reset never
-//! does it). [`LinkKeyArgs`] are the link-key flags `run --robot URL` shares.
+//! file; `reset-estop --bridge URL` clears a latched e-stop (an explicit operator action: an env reset never
+//! does it). [`LinkKeyArgs`] are the link-key flags `run --bridge URL` shares.
 
 use anyhow::{bail, Context};
 use stagewise_bridge::protocol::{FirmwareState, LinkKey};
 use stagewise_bridge::{link_key, operator, BridgeConfig, Endpoint};
 use std::path::PathBuf;
 
-/// The pre-shared key of the firmware link (`run --robot URL`, `robot reset-estop`).
+/// The pre-shared key of the firmware link (`run --bridge URL`, `robot reset-estop`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct LinkKeyArgs {
-    /// With a robot URL: file with the pre-shared link key the robot's firmware holds (64 hex digits; make one
+    /// With --bridge: file with the pre-shared link key the robot's firmware holds (64 hex digits; make one
     /// with `stagewise robot keygen FILE`). Every frame on the firmware link is authenticated with it.
     #[arg(long, value_name = "FILE", env = "STAGEWISE_LINK_KEY_FILE")]
     pub link_key_file: Option<PathBuf>,
-    /// With a robot URL: use the public all-zero key instead, i.e. no authentication: anyone who can reach the
+    /// With --bridge: use the public all-zero key instead, i.e. no authentication: anyone who can reach the
     /// robot's link can command it. Only for a bench nobody else can reach; logged as a warning.
     #[arg(long)]
     pub allow_unauthenticated_link: bool,
@@ -66,9 +66,10 @@ pub enum RobotCommand {
     /// Clear a latched e-stop (EStopped -> Disarmed; the next run arms it). It opens its own session, so a run
     /// still connected to the robot loses its session: restart the run afterwards.
     ResetEstop {
-        /// The robot: udp://HOST:PORT or serial:///dev/ttyACM0[@BAUD].
-        #[arg(long)]
-        robot: String,
+        /// The robot's firmware bridge: udp://HOST:PORT or serial:///dev/ttyACM0[@BAUD] (`--robot URL` is the
+        /// old spelling).
+        #[arg(long, alias = "robot", value_name = "URL")]
+        bridge: String,
         #[command(flatten)]
         key: LinkKeyArgs,
         /// Seconds to wait for the handshake and each answer.
@@ -89,15 +90,15 @@ pub fn run(a: RobotArgs) -> anyhow::Result<()> {
             Ok(())
         }
         RobotCommand::ResetEstop {
-            robot,
+            bridge,
             key,
             robot_timeout,
-        } => reset_estop(&robot, &key, robot_timeout),
+        } => reset_estop(&bridge, &key, robot_timeout),
     }
 }
 
 fn reset_estop(url: &str, key: &LinkKeyArgs, timeout: f64) -> anyhow::Result<()> {
-    let endpoint: Endpoint = url.parse().with_context(|| format!("--robot {url}"))?;
+    let endpoint: Endpoint = url.parse().with_context(|| format!("--bridge {url}"))?;
     let key = key.key(url)?;
     if !(timeout > 0.0 && timeout.is_finite()) {
         bail!("--robot-timeout must be > 0 seconds");

@@ -1,5 +1,5 @@
 //! `stagewise run`: the main job. Steps N simulated envs (or one robot through the firmware bridge:
-//! `--robot udp://HOST:PORT`) with a policy, reads progress from a reward model, shapes the reward, streams
+//! `--bridge udp://HOST:PORT`) with a policy, reads progress from a reward model, shapes the reward, streams
 //! transitions/progress/episodes over zenoh, writes a replayable episode log, and takes new policies from
 //! learners between episodes.
 
@@ -7,6 +7,7 @@ use super::ort_args::OrtArgs;
 use super::robot::LinkKeyArgs;
 use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
 use super::zenoh_args::{Role, ZenohArgs};
+use crate::cli::{RewardArg, RewardSource, RunRewardParser};
 use anyhow::{bail, Context};
 use stagewise_bridge::{
     CameraSource, Endpoint, ImageDirCamera, RobotEnv, RobotEnvConfig, SceneClient, V4l2Camera,
@@ -19,7 +20,7 @@ use stagewise_runtime::{
 };
 use stagewise_sim::SimEnv;
 use stagewise_stream::PublisherOptions;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,26 +29,36 @@ use std::time::Duration;
 pub struct RunArgs {
     #[command(flatten)]
     pub sim: SimEnvArgs,
-    /// Reward model manifest; `auto` = the shipped model of the task (models/<task>/<task>-progress.toml);
-    /// `oracle` = the simulator's ground-truth progress (the upper bound).
-    #[arg(long, default_value = "auto")]
-    pub model: String,
+    /// Where the reward's progress comes from: `model` (a reward model: --model, by default the task's shipped
+    /// one), `oracle` (the simulator's ground-truth progress: the upper bound), `sparse` (none: the task reward
+    /// alone). The same values as `serve --reward`. Default: model.
+    #[arg(long, value_parser = RunRewardParser)]
+    pub reward: Option<RewardArg>,
+    /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml). The old
+    /// spellings `--model auto` and `--model oracle` still mean `--reward model` and `--reward oracle`.
+    #[arg(long, value_name = "MANIFEST")]
+    pub model: Option<String>,
+    /// How progress becomes a reward: potential (policy-invariant), naive (phi' - phi: rewards stalling),
+    /// rank:W (windowed Spearman). See docs/shaping.md. Default: potential.
+    #[arg(long, value_name = "potential|naive|rank:W", value_parser = crate::cli::parse_shaping)]
+    pub shaping: Option<RewardMode>,
     /// Policy: `expert` (scripted), `random`, or an ONNX policy file (state in, action out).
     #[arg(long, default_value = "expert")]
     pub policy: String,
     /// Environments stepped together (default 4; a robot is one env).
     #[arg(long)]
     pub envs: Option<usize>,
-    /// With `--robot URL`: where the camera views (and the scene's object state) come from. `scene` = the
+    /// Drive a robot through its firmware bridge instead of simulators: udp://HOST:PORT or
+    /// serial:///dev/ttyACM0[@BAUD] (one env; streamed under --robot-name, default robot0).
+    #[arg(long, value_name = "URL")]
+    pub bridge: Option<String>,
+    /// With --bridge: where the camera views (and the scene's object state) come from. `scene` = the
     /// emulator's scene channel at tcp://<robot host:port>; `tcp://HOST:PORT` = a scene server there;
     /// `dir:PATH` = PNG files in PATH/<view>/ (looped; no object state); `v4l2:/dev/videoN,...` = V4L2 devices
     /// in view order (not implemented yet: fails with a clear error).
     #[arg(long, default_value = "scene", value_name = "SOURCE")]
     pub cameras: String,
-    /// With `--robot URL`: the robot's name on the stream (`stagewise/<name>/...`).
-    #[arg(long, default_value = "robot0", value_name = "NAME")]
-    pub robot_name: String,
-    /// With `--robot URL`: seconds to wait for the firmware handshake and each camera/scene answer.
+    /// With --bridge: seconds to wait for the firmware handshake and each camera/scene answer.
     #[arg(long, default_value_t = 2.0)]
     pub robot_timeout: f64,
     /// Stop after this many episodes (0 = run until Ctrl-C).
@@ -67,10 +78,6 @@ pub struct RunArgs {
     /// Shaping scale c in r = r_task + c (gamma phi' - phi).
     #[arg(long, default_value_t = 1.0)]
     pub shaping_scale: f64,
-    /// Reward mode: potential (policy-invariant), naive (phi' - phi: rewards stalling), rank:W (windowed
-    /// Spearman). See docs/shaping.md.
-    #[arg(long, default_value = "potential", value_parser = parse_mode)]
-    pub reward: RewardMode,
     /// Success detection: terminate with r_task = 1 once phi >= 1 - delta for --success-steps steps.
     #[arg(long)]
     pub success_delta: Option<f64>,
@@ -90,7 +97,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0.0)]
     pub wait_subscribers: f64,
     /// Hex ed25519 public key: learner policies must be signed with its secret key (`stagewise policy keygen`;
-    /// the signature covers robot name, version and sha256). Weak keys are refused. Required with `--robot URL`
+    /// the signature covers robot name, version and sha256). Weak keys are refused. Required with --bridge
     /// (unless --allow-unsigned-policies); without it the simulator accepts unsigned policies and says so.
     #[arg(long, value_name = "HEX")]
     pub policy_key: Option<String>,
@@ -114,33 +121,95 @@ pub struct RunArgs {
     pub ort: OrtArgs,
 }
 
-fn parse_mode(s: &str) -> Result<RewardMode, String> {
-    match s {
-        "potential" => Ok(RewardMode::Potential),
-        "naive" => Ok(RewardMode::NaiveDelta),
-        _ => match s.strip_prefix("rank:").map(str::parse) {
-            Some(Ok(window)) => Ok(RewardMode::WindowedRank { window }),
-            _ => Err(format!(
-                "unknown reward mode {s:?}: potential, naive or rank:W"
-            )),
-        },
-    }
+/// What the reward is made of, from `--reward`, `--model` and `--shaping` (and their old spellings).
+#[derive(Debug)]
+struct RewardChoice {
+    source: RewardSource,
+    /// The manifest for [`RewardSource::Model`].
+    manifest: Option<PathBuf>,
+    mode: RewardMode,
+    /// How the source was spelled on the command line, for errors (`--reward oracle`, or the old `--model oracle`).
+    spelled: String,
 }
 
-/// The reward model's manifest: `--model auto` is the task's shipped model; None for `--model oracle`.
-fn model_path(a: &RunArgs) -> anyhow::Result<Option<PathBuf>> {
-    Ok(match a.model.as_str() {
-        "oracle" => None,
-        "auto" => {
+fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
+    let (source, old_mode) = match a.reward {
+        Some(RewardArg::Source(s)) => (Some(s), None),
+        Some(RewardArg::OldShaping(m)) => (None, Some(m)),
+        None => (None, None),
+    };
+    let mode = match (a.shaping, old_mode) {
+        (Some(_), Some(_)) => bail!(
+            "--shaping and --reward {} both set the shaping (`--reward potential|naive|rank:W` is the old spelling of --shaping): pass --shaping alone",
+            a.reward_text()
+        ),
+        (Some(m), None) => m,
+        (None, Some(m)) => {
+            tracing::warn!(
+                "--reward {0} is the old spelling of --shaping {0} (--reward now names the reward source: sparse, model or oracle)",
+                a.reward_text()
+            );
+            m
+        }
+        (None, None) => RewardMode::Potential,
+    };
+    // The old `--model auto|oracle`: a source spelled as a manifest.
+    let (old_source, manifest) = match a.model.as_deref() {
+        Some("oracle") => (Some(RewardSource::Oracle), None),
+        Some("auto") => (Some(RewardSource::Model), None),
+        Some(m) => (None, Some(PathBuf::from(m))),
+        None => (None, None),
+    };
+    let (source, spelled) = match (source, old_source) {
+        (Some(s), Some(o)) if s != o => bail!(
+            "--reward {s} and --model {} contradict each other (`--model {}` is the old spelling of --reward {o}): pass --reward alone",
+            a.model.as_deref().unwrap_or_default(),
+            a.model.as_deref().unwrap_or_default()
+        ),
+        (Some(s), _) => (s, format!("--reward {s}")),
+        (None, Some(o)) => {
+            let old = format!("--model {}", a.model.as_deref().unwrap_or_default());
+            tracing::warn!("{old} is the old spelling of --reward {o}");
+            (o, old)
+        }
+        (None, None) => (RewardSource::Model, "--reward model".to_string()),
+    };
+    if manifest.is_some() && source != RewardSource::Model {
+        bail!("--model needs --reward model (this run has --reward {source})");
+    }
+    let manifest = match (source, manifest) {
+        (RewardSource::Model, Some(m)) => Some(m),
+        (RewardSource::Model, None) => {
             let task = a.sim.task.name();
             let path = PathBuf::from(format!("models/{task}/{task}-progress.toml"));
             if !path.exists() {
-                bail!("no shipped reward model for {task} at {}: pass --model MANIFEST or --model oracle", path.display());
+                bail!("no shipped reward model for {task} at {}: pass --model MANIFEST or --reward oracle", path.display());
             }
             Some(path)
         }
-        m => Some(PathBuf::from(m)),
+        _ => None,
+    };
+    Ok(RewardChoice {
+        source,
+        manifest,
+        mode,
+        spelled,
     })
+}
+
+impl RunArgs {
+    /// The `--reward` value as given, for messages.
+    fn reward_text(&self) -> String {
+        match self.reward {
+            Some(RewardArg::Source(s)) => s.to_string(),
+            Some(RewardArg::OldShaping(RewardMode::Potential)) => "potential".into(),
+            Some(RewardArg::OldShaping(RewardMode::NaiveDelta)) => "naive".into(),
+            Some(RewardArg::OldShaping(RewardMode::WindowedRank { window })) => {
+                format!("rank:{window}")
+            }
+            None => String::new(),
+        }
+    }
 }
 
 /// What a robot's reward model may read, for errors: its proprioception.
@@ -151,11 +220,13 @@ fn robot_state_source(url: &str) -> String {
 /// A robot behind the firmware bridge, with cameras (and object state) from `--cameras`. The reward model
 /// (`model`) is checked first: it may read only the robot's own state fields (its proprioception), never the
 /// object state the scene channel appends for logging and evaluation.
-fn connect_robot(a: &RunArgs, url: &str, model: Option<&Path>) -> anyhow::Result<RobotEnv> {
-    let endpoint: Endpoint = url.parse().with_context(|| format!("--robot {url}"))?;
-    if a.model == "oracle" {
+fn connect_robot(a: &RunArgs, url: &str, reward: &RewardChoice) -> anyhow::Result<RobotEnv> {
+    let endpoint: Endpoint = url.parse().with_context(|| format!("--bridge {url}"))?;
+    let model = reward.manifest.as_deref();
+    if reward.source == RewardSource::Oracle {
         bail!(
-            "--model oracle reads the simulator's ground-truth progress; a robot ({url}) has none: use a reward model (--model auto or --model MANIFEST)"
+            "{} reads the simulator's ground-truth progress; a robot ({url}) has none: use a reward model (--reward model, the task's shipped one or --model MANIFEST)",
+            reward.spelled
         );
     }
     if a.policy == "expert" {
@@ -164,7 +235,7 @@ fn connect_robot(a: &RunArgs, url: &str, model: Option<&Path>) -> anyhow::Result
         );
     }
     if a.envs.is_some_and(|n| n != 1) {
-        bail!("--envs must be 1 with --robot {url} (one robot is one env)");
+        bail!("--envs must be 1 with --bridge {url} (one robot is one env)");
     }
     if !(a.robot_timeout > 0.0 && a.robot_timeout.is_finite()) {
         bail!("--robot-timeout must be > 0 seconds");
@@ -308,11 +379,7 @@ fn policy_trust(
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    let robot_url = a.zenoh.robot_url().map(str::to_string);
-    let stream_robot = match &robot_url {
-        Some(_) => a.robot_name.clone(),
-        None => a.zenoh.robot.clone(),
-    };
+    let (stream_robot, robot_url) = a.zenoh.robot_target(a.bridge.as_deref())?;
     let policy_key = policy_trust(&a, robot_url.as_deref(), &stream_robot)?;
     let policy_state = a.policy_state.clone().unwrap_or_else(|| {
         a.log_file
@@ -328,9 +395,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let model_path = model_path(&a)?;
+    let reward = reward_choice(&a)?;
     let envs_src = match &robot_url {
-        Some(url) => Envs::Robot(Box::new(connect_robot(&a, url, model_path.as_deref())?)),
+        Some(url) => Envs::Robot(Box::new(connect_robot(&a, url, &reward)?)),
         None => {
             let n = a.envs.unwrap_or(4);
             if n == 0 {
@@ -350,9 +417,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         Envs::Robot(r) => r.spec().clone(),
     };
 
-    let progress = match &model_path {
-        None => ProgressSource::Oracle,
-        Some(path) => {
+    // A manifest exactly with `--reward model`.
+    let progress = match (&reward.manifest, reward.source) {
+        (None, RewardSource::Sparse) => ProgressSource::Sparse,
+        (None, _) => ProgressSource::Oracle,
+        (Some(path), _) => {
             let mut model = a.ort.load_reward_model(path)?;
             // The model's state by name from the env's: over a robot from its proprioception alone (the scene's
             // object state stays on the observation for the log, never in the model's input).
@@ -384,7 +453,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             Box::new(OnnxPolicy::new(m, path, 0))
         }
     };
-    let mut shaping = ShapingConfig::new(a.gamma, a.shaping_scale)?.with_mode(a.reward);
+    let mut shaping = ShapingConfig::new(a.gamma, a.shaping_scale)?.with_mode(reward.mode);
     if let Some(delta) = a.success_delta {
         shaping = shaping.with_success(SuccessDetection {
             delta,
@@ -521,4 +590,69 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         node.close().ok();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn choice(args: &[&str]) -> anyhow::Result<RewardChoice> {
+        let mut argv = vec!["stagewise", "run"];
+        argv.extend(args);
+        match crate::Cli::try_parse_from(&argv).map(|c| c.command) {
+            Ok(crate::Command::Run(a)) => reward_choice(&a),
+            Ok(_) => unreachable!(),
+            Err(e) => panic!("{argv:?}: {e}"),
+        }
+    }
+
+    /// `--reward` (source), `--model` (manifest) and `--shaping` (mode); the old `--model auto|oracle` and
+    /// `--reward MODE` still mean what they meant.
+    #[test]
+    fn reward_source_manifest_and_shaping_resolve_as_before() {
+        let shipped = Some(PathBuf::from("models/pick-place/pick-place-progress.toml"));
+        let c = choice(&[]).unwrap();
+        assert_eq!(
+            (c.source, &c.manifest, c.mode),
+            (RewardSource::Model, &shipped, RewardMode::Potential)
+        );
+        for old_or_new in [&["--model", "auto"][..], &["--reward", "model"]] {
+            let c = choice(old_or_new).unwrap();
+            assert_eq!((c.source, &c.manifest), (RewardSource::Model, &shipped));
+        }
+        let c = choice(&["--model", "m.toml"]).unwrap();
+        assert_eq!(c.manifest, Some(PathBuf::from("m.toml")));
+        let c = choice(&["--reward", "oracle", "--shaping", "naive"]).unwrap();
+        assert_eq!(
+            (c.source, &c.manifest, c.mode, c.spelled.as_str()),
+            (
+                RewardSource::Oracle,
+                &None,
+                RewardMode::NaiveDelta,
+                "--reward oracle"
+            )
+        );
+        let c = choice(&["--model", "oracle", "--reward", "rank:12"]).unwrap();
+        assert_eq!(
+            (c.source, c.mode, c.spelled.as_str()),
+            (
+                RewardSource::Oracle,
+                RewardMode::WindowedRank { window: 12 },
+                "--model oracle"
+            )
+        );
+        let c = choice(&["--reward", "sparse"]).unwrap();
+        assert_eq!((c.source, &c.manifest), (RewardSource::Sparse, &None));
+        // Contradictions are refused with the new spelling.
+        let e = choice(&["--reward", "naive", "--shaping", "potential"]).unwrap_err();
+        assert!(e.to_string().contains("pass --shaping alone"), "{e}");
+        let e = choice(&["--reward", "model", "--model", "oracle"]).unwrap_err();
+        assert!(e.to_string().contains("pass --reward alone"), "{e}");
+        let e = choice(&["--reward", "oracle", "--model", "m.toml"]).unwrap_err();
+        assert!(
+            e.to_string().contains("--model needs --reward model"),
+            "{e}"
+        );
+    }
 }

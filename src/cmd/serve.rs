@@ -5,11 +5,13 @@
 //! shaping with progress from the task's reward model or from the simulator's oracle. Each served env is a
 //! one-env `stagewise_runtime::ShapedEnv`, the reward path of `stagewise run` too; this file parses arguments
 //! and answers the queryables. `--envs N` serves N independent envs, each on its own thread (and, with a
-//! reward model, its own ONNX Runtime session), under the robot names `<robot>-0 .. <robot>-(N-1)`.
+//! reward model, its own ONNX Runtime session), under the robot names `<robot>-0 .. <robot>-(N-1)` (`<robot>` is
+//! --robot-name, default sim0).
 
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
 use super::zenoh_args::{Role, ZenohArgs};
+use crate::cli::RewardSource;
 use anyhow::{bail, Context};
 use stagewise_core::{Env, EnvSpec, Observation, ShapingConfig};
 use stagewise_model::StateMap;
@@ -29,10 +31,11 @@ use std::time::Duration;
 pub struct ServeArgs {
     #[command(flatten)]
     pub sim: SimEnvArgs,
-    /// Reward served: `sparse` (the task reward), `model` (shaped with the task's shipped reward model, or the
-    /// manifest given by --model), `oracle` (shaped with the simulator's ground-truth progress: the upper bound).
-    #[arg(long, default_value = "sparse", value_parser = ["sparse", "model", "oracle"])]
-    pub reward: String,
+    /// Where the served reward's progress comes from: `sparse` (none: the task reward), `model` (shaped with the
+    /// task's shipped reward model, or the manifest given by --model), `oracle` (shaped with the simulator's
+    /// ground-truth progress: the upper bound). The same values as `run --reward`; the shaping is potential-based.
+    #[arg(long, value_enum, default_value_t = RewardSource::Sparse)]
+    pub reward: RewardSource,
     /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml).
     #[arg(long, value_name = "MANIFEST")]
     pub model: Option<PathBuf>,
@@ -42,7 +45,7 @@ pub struct ServeArgs {
     /// Shaping scale c in r = r_task + c (gamma phi' - phi).
     #[arg(long, default_value_t = 1.0)]
     pub shaping_scale: f64,
-    /// Environments served, each on its own thread; with N > 1 env i answers as robot `<robot>-<i>`.
+    /// Environments served, each on its own thread; with N > 1 env i answers as robot `<robot-name>-<i>`.
     #[arg(long, default_value_t = 1)]
     pub envs: usize,
     /// Put the camera frames on the observations (default: state only; the spec then lists no views).
@@ -155,11 +158,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let shaping = ShapingConfig::new(a.gamma, a.shaping_scale)?;
     let mut cfg = a.sim.config();
     // Render only when someone reads the frames; depth is never served.
-    cfg.render = a.images || a.reward == "model";
+    cfg.render = a.images || a.reward == RewardSource::Model;
     cfg.depth = false;
-    let manifest = match (a.reward.as_str(), &a.model) {
-        ("model", Some(m)) => Some(m.clone()),
-        ("model", None) => {
+    let manifest = match (a.reward, &a.model) {
+        (RewardSource::Model, Some(m)) => Some(m.clone()),
+        (RewardSource::Model, None) => {
             let task = a.sim.task.name();
             let path = PathBuf::from(format!("models/{task}/{task}-progress.toml"));
             if !path.exists() {
@@ -174,22 +177,22 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let reward = RewardSpecMsg {
-        source: a.reward.clone(),
+        source: a.reward.name().to_string(),
         model: manifest.as_ref().map(|m| m.display().to_string()),
         gamma: a.gamma,
-        shaping_scale: if a.reward == "sparse" {
+        shaping_scale: if a.reward == RewardSource::Sparse {
             0.0
         } else {
             a.shaping_scale
         },
     };
-    let base = Keys::new(a.zenoh.robot.clone())?;
+    let base = Keys::new(a.zenoh.robot_name()?)?;
     let node = a.zenoh.open(Role::Listen, None)?;
     let mut servers = Vec::with_capacity(a.envs);
     for i in 0..a.envs {
         let env = SimEnv::new(cfg.clone()).context("building the simulator")?;
-        let progress = match (a.reward.as_str(), &manifest) {
-            ("oracle", _) => ProgressSource::Oracle,
+        let progress = match (a.reward, &manifest) {
+            (RewardSource::Oracle, _) => ProgressSource::Oracle,
             (_, Some(m)) => {
                 let mut model = a.ort.load_reward_model(m)?;
                 // The model's state by name from the simulator's (refused here, naming the field it lacks).

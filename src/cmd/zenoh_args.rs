@@ -21,13 +21,21 @@ pub enum Role {
     Connect,
 }
 
+/// The name `run` streams under when it drives a robot through `--bridge` and no `--robot-name` is given.
+pub const DEFAULT_BRIDGE_ROBOT: &str = "robot0";
+/// The name everything else uses when no `--robot-name` is given (the simulator).
+pub const DEFAULT_SIM_ROBOT: &str = "sim0";
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct ZenohArgs {
-    /// Robot: a name (the simulator; messages go under `stagewise/<robot>/...`) or, for `run`, a firmware-bridge
-    /// URL (`udp://HOST:PORT`, `serial:///dev/ttyACM0[@BAUD]`): the runtime then drives that robot and streams
-    /// under `stagewise/<--robot-name>/...`.
-    #[arg(long, default_value = "sim0")]
-    pub robot: String,
+    /// The robot's name on the stream: messages go under `stagewise/<NAME>/...` and learner policies are signed
+    /// for it. Default: `sim0` (`robot0` for `run --bridge URL`).
+    #[arg(long, value_name = "NAME")]
+    pub robot_name: Option<String>,
+    /// Old spelling, kept for scripts: `--robot NAME` is `--robot-name NAME`; `--robot URL` (a firmware-bridge
+    /// URL, `run` only) is `--bridge URL`.
+    #[arg(long, hide = true, value_name = "NAME|URL")]
+    pub robot: Option<String>,
     /// zenoh endpoint to connect to (a router or peer), e.g. tcp/10.0.0.2:7447; repeatable. Default: none
     /// (`policy push`: tcp/127.0.0.1:7447).
     #[arg(long, value_name = "ENDPOINT")]
@@ -56,9 +64,59 @@ pub struct ZenohArgs {
 }
 
 impl ZenohArgs {
-    /// The firmware-bridge URL when `--robot` names one (a zenoh robot name never contains `://`).
-    pub fn robot_url(&self) -> Option<&str> {
-        self.robot.contains("://").then_some(self.robot.as_str())
+    /// The firmware-bridge URL given in the old spelling `--robot URL` (a robot name never contains `://`).
+    pub fn legacy_bridge(&self) -> Option<&str> {
+        self.robot.as_deref().filter(|r| r.contains("://"))
+    }
+
+    /// The robot's name on the stream, for a command that drives no robot through a bridge (`serve`, `replay`,
+    /// `policy push`, and `run` in the simulator): `--robot-name`, else the old `--robot NAME`, else `sim0`.
+    pub fn robot_name(&self) -> anyhow::Result<String> {
+        if let Some(url) = self.legacy_bridge() {
+            anyhow::bail!(
+                "--robot {url}: a firmware-bridge URL is `stagewise run --bridge {url}`; the robot's name on the stream is --robot-name NAME"
+            );
+        }
+        self.name_or(DEFAULT_SIM_ROBOT)
+    }
+
+    /// The robot's name and its firmware-bridge URL for `run`: `bridge` is `run --bridge URL`, which the old
+    /// spelling `--robot URL` also gives (both at once are refused). The name is `--robot-name` (or the old
+    /// `--robot NAME`), else `robot0` with a bridge and `sim0` without.
+    pub fn robot_target(&self, bridge: Option<&str>) -> anyhow::Result<(String, Option<String>)> {
+        let bridge = match (bridge, self.legacy_bridge()) {
+            (Some(b), Some(old)) => anyhow::bail!(
+                "--bridge {b} and --robot {old} both name a firmware bridge (`--robot URL` is the old spelling of --bridge URL): pass --bridge alone"
+            ),
+            (Some(b), None) => Some(b.to_string()),
+            (None, Some(old)) => {
+                tracing::warn!("--robot {old} is the old spelling of --bridge {old}");
+                Some(old.to_string())
+            }
+            (None, None) => None,
+        };
+        let name = self.name_or(if bridge.is_some() {
+            DEFAULT_BRIDGE_ROBOT
+        } else {
+            DEFAULT_SIM_ROBOT
+        })?;
+        Ok((name, bridge))
+    }
+
+    /// `--robot-name`, else the old `--robot NAME` (not a URL), else `default`.
+    fn name_or(&self, default: &str) -> anyhow::Result<String> {
+        let old = self.robot.as_deref().filter(|r| !r.contains("://"));
+        match (&self.robot_name, old) {
+            (Some(n), Some(o)) if n != o => anyhow::bail!(
+                "--robot-name {n} and --robot {o} name two robots (`--robot NAME` is the old spelling of --robot-name NAME): pass --robot-name alone"
+            ),
+            (Some(n), _) => Ok(n.clone()),
+            (None, Some(o)) => {
+                tracing::warn!("--robot {o} is the old spelling of --robot-name {o}");
+                Ok(o.to_string())
+            }
+            (None, None) => Ok(default.to_string()),
+        }
     }
 
     /// The session configuration of a command with `role`.
