@@ -12,7 +12,7 @@
 3. Three arms per training seed, all with the clean-BC recipe below and the same data, batches, steps and seed:
    `BC` (every frame weight 1), `RA-BC model` and `RA-BC oracle` (each sample's loss times its weight, normalised
    per batch as `w * B / (sum w + eps)`, LeRobot).
-4. Each policy exported to ONNX (`kind = "policy"` manifest) and rolled out by `stagewise eval --policy` in the
+4. Each policy exported to ONNX (`kind = "policy"` manifest) and rolled out by `stagewise eval policy` in the
    simulator on fresh seeds (3000000..); success = the simulator's success (block on the target).
 
     nice .venv/bin/python benches/bc_rabc.py [--episodes 1000] [--degraded 0.75] [--chunk 25] [--kappa 0.01]
@@ -106,7 +106,7 @@ def export(model, out_dir: Path, name: str, state_size: int):
 
 
 def evaluate(exe, manifest, episodes, seed, out_json, task="pick-place"):
-    sh(exe, "--log", "warn", "eval", "--policy", manifest, "--task", task, "--episodes", episodes,
+    sh(exe, "--log", "warn", "eval", "policy", "--policy", manifest, "--task", task, "--episodes", episodes,
        "--seed", seed, "--json", out_json, "--provider", "cpu")
     return json.loads(Path(out_json).read_text())
 
@@ -418,7 +418,7 @@ Measured by `benches/bc_rabc.py --clean` ({report['wall_s'] / 60:.1f} min wall o
   successful episodes for training, {report['dataset']['held_out_episodes']} episodes held out for the action error.
 - **Policy:** features `{args.features}`{geo}, MLP {args.depth}x{args.hidden}, gripper `{args.gripper}`; Adam lr {args.lr}
   (cosine), {args.steps} steps of batch {args.batch}; one torch thread per training seed.
-- **Evaluation:** `stagewise eval --policy`, {args.eval_episodes} fresh seeds ({args.eval_seed}..).
+- **Evaluation:** `stagewise eval policy`, {args.eval_episodes} fresh seeds ({args.eval_seed}..).
 
 | training seed | successes | mean final progress | held-out MSE dx dy dz | gripper sign acc | train s |
 |---|---|---|---|---|---|
@@ -688,7 +688,7 @@ Measured by `benches/bc_rabc.py` (one run, {report['wall_s'] / 60:.1f} min on th
   gripper BCE (exported as +-1), Adam lr {args.lr} (cosine), {args.steps} steps of batch {args.batch}, one torch
   thread; RA-BC = each sample's loss times its weight normalised per batch (`w * B / (sum w + eps)`, LeRobot).
   Same data, batches, seeds and steps in every arm; only the weights differ.
-- **Evaluation:** `stagewise eval --policy` in the simulator, {args.eval_episodes} fresh seeds
+- **Evaluation:** `stagewise eval policy` in the simulator, {args.eval_episodes} fresh seeds
   ({args.eval_seed}..), the simulator's success.
 
 | arm | {seed_cols} | mean success | mean final progress | vs BC | train s per seed |

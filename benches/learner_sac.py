@@ -346,7 +346,7 @@ class Checkpoints(BaseCallback):
 
 # ----------------------------------------------------------------------------------------------------- runs
 def serve_args(a, reward, robot, envs, seed):
-    args = ["--task", a.task, "--reward", reward, "--envs", str(envs), "--robot", robot, "--gamma", str(a.gamma),
+    args = ["--task", a.task, "--reward", reward, "--envs", str(envs), "--robot-name", robot, "--gamma", str(a.gamma),
             "--max-steps", str(a.max_steps), "--seed", str(seed), "--shaping-scale", str(a.shaping_scale)]
     if reward == "model":
         args += ["--width", "32", "--height", "32"]

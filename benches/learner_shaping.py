@@ -30,7 +30,7 @@ One run = one reward condition x one seed:
 
 Writes <out>/curves.json (args, per run: checkpoints, wall times, training-episode summary), <out>/curves.png,
 and per run the best and the last actor as ONNX policies (<out>/policies/<task>-<reward>-<seed>-{best,last}.onnx;
-`stagewise eval --policy` takes the manifest written beside them). `--smoke` is the CI-sized run
+`stagewise eval policy` takes the manifest written beside them). `--smoke` is the CI-sized run
 (python/tests/test_learner_smoke.py)."""
 
 from __future__ import annotations
@@ -505,7 +505,7 @@ def evaluate(agent: SAC, envs: Envs, seeds) -> dict:
 # ------------------------------------------------------------------------------------------------- export
 def export_onnx(agent: SAC, path: str, state_size: int, description: str) -> dict:
     """The deterministic actor (features, MLP, tanh of the mean) as ONNX `state` [N, S] -> `action` [N, A], with
-    a `kind = "policy"` manifest beside it (what `stagewise eval --policy` and `run --policy` load)."""
+    a `kind = "policy"` manifest beside it (what `stagewise eval policy` and `run --policy` load)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -551,7 +551,7 @@ def export_onnx(agent: SAC, path: str, state_size: int, description: str) -> dic
 
 # ---------------------------------------------------------------------------------------------------- runs
 def serve_args(a, reward, robot, envs, seed, max_steps):
-    args = ["--task", a.task, "--reward", reward, "--envs", str(envs), "--robot", robot, "--gamma", str(a.gamma),
+    args = ["--task", a.task, "--reward", reward, "--envs", str(envs), "--robot-name", robot, "--gamma", str(a.gamma),
             "--seed", str(seed), "--shaping-scale", str(a.shaping_scale)]
     if max_steps:
         args += ["--max-steps", str(max_steps)]
@@ -741,7 +741,7 @@ def parse(argv=None):
     ap.add_argument("--envs", type=int, default=4, help="training envs (one server, stepped concurrently)")
     ap.add_argument("--max-steps", type=int, default=200, help="training episode length (truncation)")
     ap.add_argument("--eval-max-steps", type=int, default=0,
-                    help="evaluation episode length (0: the task's own, as `stagewise eval --policy`; -1: --max-steps)")
+                    help="evaluation episode length (0: the task's own, as `stagewise eval policy`; -1: --max-steps)")
     ap.add_argument("--gamma", type=float, default=0.97)
     ap.add_argument("--shaping-scale", type=float, default=10.0)
     ap.add_argument("--phi-offset", type=float, default=1.0)

@@ -48,20 +48,20 @@ ${EMULATOR_BIN:-"$BIN" emulator} --bind 127.0.0.1:$PORT --task pick-place --widt
 EMU_PID=$!
 sleep 1
 t0=$(date +%s)
-"$BIN" run --robot udp://127.0.0.1:$PORT --link-key-file "$TMP/robot.key" --robot-name arm0 --policy-key "$PUB" \
+"$BIN" run --bridge udp://127.0.0.1:$PORT --link-key-file "$TMP/robot.key" --robot-name arm0 --policy-key "$PUB" \
     --policy random --episodes $((EPISODES + 1)) --hz 50 --seed "$SEED" --width 32 --height 32 --envs 1 \
     --listen tcp/127.0.0.1:$ZPORT --log-file "$TMP/run.swlog" --policy-state "$TMP/arm0.policy-state" \
     > "$TMP/run.log" 2>&1 &
 RUN_PID=$!
 sleep 3
-"$BIN" policy push "$ONNX" --robot arm0 --version 1 --connect tcp/127.0.0.1:$ZPORT > "$TMP/push.log" 2>&1 \
+"$BIN" policy push "$ONNX" --robot-name arm0 --version 1 --connect tcp/127.0.0.1:$ZPORT > "$TMP/push.log" 2>&1 \
     || { for f in push run emulator; do tail -n 5 "$TMP/$f.log" >&2; done; exit 1; }
 wait $RUN_PID || { tail -20 "$TMP/run.log" >&2; exit 1; }
 wall=$(( $(date +%s) - t0 ))
 kill $EMU_PID; wait $EMU_PID 2>/dev/null || true; EMU_PID=""
 grep -q "policy accepted" "$TMP/run.log" || { echo "the run never accepted the pushed policy" >&2; exit 1; }
 
-"$BIN" eval --policy "$POLICY" --task pick-place --episodes "$EPISODES" --seed $((SEED + 1)) \
+"$BIN" eval policy --policy "$POLICY" --task pick-place --episodes "$EPISODES" --seed $((SEED + 1)) \
     --json "$TMP/sim.json" > "$TMP/sim.log" 2>&1 || { cat "$TMP/sim.log" >&2; exit 1; }
 
 mkdir -p "$OUT"
@@ -93,10 +93,10 @@ for s in sorted(robot):
     e = sim_eps.get(s, {})
     rows.append(f"| {s} | {'yes' if robot[s]['success'] else 'no'} ({robot[s]['steps']} steps) | "
                 f"{'yes' if e.get('success') else 'no' if e else '?'} |")
-md = [f"Policy `{policy}` pushed signed (ed25519, version 1) to `stagewise run --robot udp://...` driving "
+md = [f"Policy `{policy}` pushed signed (ed25519, version 1) to `stagewise run --bridge udp://...` driving "
       f"`stagewise emulator` (pick-place, 32x32 scene frames, 50 Hz, authenticated link); {n} episodes, seeds "
       f"{seed + 1}..{seed + n}; wall {wall} s; {res['deadline_misses']} deadline misses.", "",
-      f"**Emulator: {rs}/{n} = {rs / n:.1%}; simulator (`stagewise eval --policy`, same seeds): "
+      f"**Emulator: {rs}/{n} = {rs / n:.1%}; simulator (`stagewise eval policy`, same seeds): "
       f"{res['sim_success']:.1%}.**", "", "| seed | emulator success | simulator success |", "|---|---|---|", *rows]
 open(f"{out}/sim_to_robot.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md[:3]))

@@ -27,7 +27,7 @@ from stagewise.vec_env import StagewiseVecEnv
 
 
 def serve_args(reward: str, envs: int, gamma: float, max_steps: int, robot: str) -> list:
-    args = ["--task", "pick-place", "--reward", reward, "--envs", str(envs), "--robot", robot,
+    args = ["--task", "pick-place", "--reward", reward, "--envs", str(envs), "--robot-name", robot,
             "--gamma", str(gamma), "--max-steps", str(max_steps)]
     if reward == "model":
         args += ["--width", "32", "--height", "32"]  # the shipped reward model reads 32x32 frames
@@ -56,7 +56,7 @@ def train(reward: str, steps: int, envs: int, seed: int, gamma: float, max_steps
 
 def push_and_run(path: str, out: str, version: int = 2) -> None:
     log = os.path.join(out, "run.log")
-    with launch.run("--task", "pick-place", "--robot", "ppo-run", "--policy", "random", "--model", "oracle",
+    with launch.run("--task", "pick-place", "--robot-name", "ppo-run", "--policy", "random", "--reward", "oracle",
                     "--envs", "1", "--episodes", "0", "--log-file", os.path.join(out, "run.swlog"), log=log) as actor:
         publish_policy(path, version, robot="ppo-run", connect=actor.endpoint, wait=60)
         if not launch.wait_for_output(actor, f"learner policy v{version}", 60):

@@ -68,7 +68,7 @@ class RemoteEnv:
     def hint(self) -> str:
         where = f"at {self.connect}" if self.connect else f"at {DEFAULT_ENDPOINT} (the default; pass connect=...)"
         return (
-            f"expected `stagewise serve --robot {self.robot}` (its env/reset and env/step queryables) "
+            f"expected `stagewise serve --robot-name {self.robot}` (its env/reset and env/step queryables) "
             f"reachable {where}"
         )
 

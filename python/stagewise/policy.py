@@ -84,7 +84,7 @@ def publish_policy(
         while not pub.matching_status.matching:
             if time.monotonic() >= deadline:
                 raise NoRuntimeError(
-                    k, wait, f"expected a `stagewise run --robot {robot}` subscribed to its policy key"
+                    k, wait, f"expected a `stagewise run --robot-name {robot}` subscribed to its policy key"
                 )
             time.sleep(0.01)
         pub.put(payload)

@@ -17,7 +17,7 @@ from .session import DEFAULT_ROBOT, open_session
 
 
 def robot_names(robot: str, n: int) -> list:
-    """The robot names `stagewise serve --robot R --envs N` serves: `R` for one env, else `R-0 .. R-(N-1)`."""
+    """The robot names `stagewise serve --robot-name R --envs N` serves: `R` for one env, else `R-0 .. R-(N-1)`."""
     return [robot] if n == 1 else [f"{robot}-{i}" for i in range(n)]
 
 

@@ -131,7 +131,7 @@ def test_vec_env_steps_every_served_env_and_auto_resets(serve):
 
     from stagewise.vec_env import StagewiseVecEnv
 
-    p = serve("--task", "pick-place", "--envs", "3", "--robot", "vec", "--max-steps", "5")
+    p = serve("--task", "pick-place", "--envs", "3", "--robot-name", "vec", "--max-steps", "5")
     venv = VecMonitor(StagewiseVecEnv(3, "vec", connect=p.endpoint, connect_timeout=30))
     try:
         venv.seed(100)

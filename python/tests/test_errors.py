@@ -29,12 +29,12 @@ def test_no_runtime_reachable_names_the_key_and_the_endpoint():
     assert time.monotonic() - t0 < 10
     msg = str(e.value)
     assert "stagewise/nobody/env/step" in msg and "1 s" in msg
-    assert "stagewise serve --robot nobody" in msg and endpoint in msg
+    assert "stagewise serve --robot-name nobody" in msg and endpoint in msg
     assert e.value.key == "stagewise/nobody/env/step"
 
 
 def test_a_server_for_another_robot_is_not_the_runtime(serve):
-    p = serve("--task", "pick-place", "--robot", "arm-a")
+    p = serve("--task", "pick-place", "--robot-name", "arm-a")
     with pytest.raises(NoRuntimeError, match="stagewise/arm-b/env/step"):
         StagewiseEnv("arm-b", connect=p.endpoint, connect_timeout=2.0)
 

@@ -53,7 +53,7 @@ def test_signature_covers_robot_version_and_hash_pinned_with_rust():
 
 
 def test_publish_without_an_actor_names_the_policy_key():
-    with pytest.raises(NoRuntimeError, match="stagewise/lonely/policy.*stagewise run --robot lonely"):
+    with pytest.raises(NoRuntimeError, match="stagewise/lonely/policy.*stagewise run --robot-name lonely"):
         publish_policy(b"x", 1, robot="lonely", connect=f"tcp/127.0.0.1:{free_port()}", wait=0.5)
 
 
@@ -87,7 +87,7 @@ def test_trained_policy_exports_and_runs_in_stagewise_run(serve, run_actor, tmp_
     secret = bytes(range(32))
     public = _ed25519.public_key(secret).hex()
     actor = run_actor(
-        "--task", "pick-place", "--robot", "learner-test", "--policy", "random", "--model", "oracle",
+        "--task", "pick-place", "--robot-name", "learner-test", "--policy", "random", "--reward", "oracle",
         "--envs", "1", "--episodes", "0", "--max-steps", "10", "--policy-key", public,
         "--stream-images", "--width", "16", "--height", "16",
     )
