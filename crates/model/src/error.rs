@@ -9,36 +9,61 @@ pub enum ModelError {
          current directory is never searched). Tried: {searched}"
     )]
     LibraryNotFound { searched: String },
-    #[error("could not load the ONNX Runtime library {path}: {reason}")]
-    LibraryLoad { path: PathBuf, reason: String },
-    #[error("ONNX Runtime could not create its environment: {0}")]
-    Environment(String),
+    #[error("could not load the ONNX Runtime library {path}")]
+    LibraryLoad {
+        path: PathBuf,
+        #[source]
+        source: ort::LoadDynamicError,
+    },
+    /// `--ort-lib` or `ORT_DYLIB_PATH` names a file that is not there.
+    #[error(
+        "could not load the ONNX Runtime library {path}: {origin} names a file that does not exist"
+    )]
+    LibraryMissing { path: PathBuf, origin: String },
+    #[error("ONNX Runtime could not create its environment")]
+    Environment(#[source] ort::Error),
+    /// Loading ONNX Runtime failed (it is loaded once per process: every later call reports the same failure).
+    #[error(transparent)]
+    RuntimeUnavailable(std::sync::Arc<ModelError>),
     #[error(
         "execution provider {provider} is not available in this ONNX Runtime build (available: {available}); \
          use --provider auto or install onnxruntime-gpu with CUDA/TensorRT"
     )]
     ProviderUnavailable { provider: String, available: String },
-    #[error("execution provider {provider} failed for {path}: {reason}")]
+    #[error("execution provider {provider} failed for {path}")]
     ProviderFailed {
         provider: String,
         path: PathBuf,
-        reason: String,
+        #[source]
+        source: ort::Error,
     },
     #[error("unknown execution provider {0:?}: expected auto, tensorrt, cuda or cpu")]
     UnknownProvider(String),
 
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
-    #[error("manifest {path}: {reason}")]
-    ManifestSyntax { path: PathBuf, reason: String },
+    #[error("manifest {path} is not valid TOML for a model manifest")]
+    ManifestSyntax {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
     #[error("manifest {path}: field `{field}`: {reason}")]
     ManifestField {
         path: PathBuf,
         field: String,
         reason: String,
+    },
+    /// `stages.proportions` of a manifest are not valid stage proportions.
+    #[error("manifest {path}: field `stages.proportions`")]
+    ManifestProportions {
+        path: PathBuf,
+        #[source]
+        source: stagewise_core::ProgressError,
     },
     #[error("{path}: sha256 is {actual}, manifest {manifest} says {expected}")]
     Checksum {
@@ -47,8 +72,12 @@ pub enum ModelError {
         expected: String,
         actual: String,
     },
-    #[error("{path} is not a valid ONNX model: {reason}")]
-    InvalidOnnx { path: PathBuf, reason: String },
+    #[error("{path} is not a valid ONNX model")]
+    InvalidOnnx {
+        path: PathBuf,
+        #[source]
+        source: ort::Error,
+    },
     #[error("{path} disagrees with its manifest: field `{field}`: {reason}")]
     GraphMismatch {
         path: PathBuf,
@@ -82,12 +111,46 @@ pub enum ModelError {
     BadObservation { env: usize, reason: String },
     #[error("input `{tensor}`: {reason}")]
     BadInput { tensor: String, reason: String },
-    #[error("ONNX Runtime failed running {path}: {reason}")]
-    Run { path: PathBuf, reason: String },
+    #[error("cannot decode image {path}")]
+    ImageDecode {
+        path: PathBuf,
+        #[source]
+        source: image::ImageError,
+    },
+    #[error("ONNX Runtime failed running {path}")]
+    Run {
+        path: PathBuf,
+        #[source]
+        source: ort::Error,
+    },
     #[error("output `{tensor}` of {path}: {reason}")]
     BadOutput {
         path: PathBuf,
         tensor: String,
         reason: String,
+    },
+    /// An output tensor that ONNX Runtime could not hand over as f32 values.
+    #[error("output `{tensor}` of {path} cannot be read as f32")]
+    OutputRead {
+        path: PathBuf,
+        tensor: String,
+        #[source]
+        source: ort::Error,
+    },
+    /// Output values that do not make a progress estimate (softmax or phi of the stage outputs failed).
+    #[error("output `{tensor}` of {path}: its values make no progress estimate")]
+    OutputProgress {
+        path: PathBuf,
+        tensor: String,
+        #[source]
+        source: stagewise_core::ProgressError,
+    },
+    /// The hop fusion of a hop model's outputs could not be set up.
+    #[error("output `{tensor}` of {path}: hop fusion")]
+    HopFusion {
+        path: PathBuf,
+        tensor: String,
+        #[source]
+        source: stagewise_core::HopError,
     },
 }

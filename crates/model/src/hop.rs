@@ -186,9 +186,9 @@ impl HopModel {
             .as_ref()
             .map(|i| (i.height as usize, i.width as usize))
             .unwrap_or_default();
-        let run_err = |e: ort::Error| ModelError::Run {
+        let run_err = |source: ort::Error| ModelError::Run {
             path: m.onnx.clone(),
-            reason: e.to_string(),
+            source,
         };
         let images = TensorRef::from_array_view((
             [n, views, 2, 3, img.0, img.1],
@@ -217,7 +217,11 @@ impl HopModel {
             .ok_or_else(|| bad_out("missing from the run's outputs".into()))?;
         let (_, data) = v
             .try_extract_tensor::<f32>()
-            .map_err(|e| bad_out(e.to_string()))?;
+            .map_err(|source| ModelError::OutputRead {
+                path: m.onnx.clone(),
+                tensor: hop_name.clone(),
+                source,
+            })?;
         if data.len() != n {
             return Err(bad_out(format!("has {} values for {n} pairs", data.len())));
         }
@@ -243,10 +247,10 @@ impl HopModel {
             self.manifest.onnx.clone(),
             self.manifest.outputs.hop.clone().unwrap_or_default(),
         );
-        let fusion_err = |e: HopError| ModelError::BadOutput {
+        let fusion_err = |source: HopError| ModelError::HopFusion {
             path: path.clone(),
             tensor: tensor.clone(),
-            reason: format!("hop fusion: {e}"),
+            source,
         };
         let gap = self.manifest.stride;
         let mut fusion = HopFusion::with_gap(

@@ -251,10 +251,11 @@ impl Manifest {
 
     /// Parses and checks fields without touching the file system (`path` is only used in errors).
     pub fn parse(text: &str, path: &Path) -> Result<Self, ModelError> {
-        let mut m: Manifest = toml::from_str(text).map_err(|e| ModelError::ManifestSyntax {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
+        let mut m: Manifest =
+            toml::from_str(text).map_err(|source| ModelError::ManifestSyntax {
+                path: path.to_path_buf(),
+                source,
+            })?;
         m.path = path.to_path_buf();
         m.resolve_state_size()?;
         m.check_fields()?;
@@ -425,8 +426,12 @@ impl Manifest {
                     ),
                 ));
             }
-            StageProportions::new(&st.proportions)
-                .map_err(|e| self.field_err("stages.proportions", e.to_string()))?;
+            StageProportions::new(&st.proportions).map_err(|source| {
+                ModelError::ManifestProportions {
+                    path: self.path.clone(),
+                    source,
+                }
+            })?;
         }
         match self.kind {
             ModelKind::StageProgress => {
@@ -586,7 +591,8 @@ embedding = 16
     fn field_of(e: ModelError) -> String {
         match e {
             ModelError::ManifestField { field, .. } => field,
-            ModelError::ManifestSyntax { reason, .. } => format!("syntax: {reason}"),
+            ModelError::ManifestProportions { .. } => "stages.proportions".into(),
+            ModelError::ManifestSyntax { source, .. } => format!("syntax: {source}"),
             other => panic!("unexpected error {other}"),
         }
     }

@@ -146,18 +146,18 @@ impl PolicyModel {
             }
             self.buf.extend_from_slice(s);
         }
-        let run_err = |e: ort::Error| ModelError::Run {
+        let run_err = |source: ort::Error| ModelError::Run {
             path: self.label.clone(),
-            reason: e.to_string(),
+            source,
         };
         let input =
             TensorRef::from_array_view(([n, self.state_size], &self.buf[..])).map_err(run_err)?;
         let outputs = self
             .session
             .run(ort::inputs![self.input.clone() => input])
-            .map_err(|e| ModelError::Run {
+            .map_err(|source| ModelError::Run {
                 path: self.label.clone(),
-                reason: e.to_string(),
+                source,
             })?;
         let bad = |reason: String| ModelError::BadOutput {
             path: self.label.clone(),
@@ -167,9 +167,14 @@ impl PolicyModel {
         let value = outputs
             .get(&self.output)
             .ok_or_else(|| bad("missing from the run's outputs".into()))?;
-        let (_, data) = value
-            .try_extract_tensor::<f32>()
-            .map_err(|e| bad(e.to_string()))?;
+        let (_, data) =
+            value
+                .try_extract_tensor::<f32>()
+                .map_err(|source| ModelError::OutputRead {
+                    path: self.label.clone(),
+                    tensor: self.output.clone(),
+                    source,
+                })?;
         if data.len() != n * self.action_size {
             return Err(bad(format!(
                 "has {} values, expected {} ([{n}, {}])",

@@ -139,9 +139,9 @@ pub fn frame_from_bytes(
 /// Decodes an image file into an RGB8 frame. Images that are not 8-bit RGB (grey, RGBA, 16-bit) are refused
 /// rather than silently converted: a reward model trained on RGB must see RGB.
 pub fn load_frame(path: &std::path::Path) -> Result<Frame, ModelError> {
-    let img = image::open(path).map_err(|e| ModelError::BadInput {
-        tensor: path.display().to_string(),
-        reason: format!("cannot decode image: {e}"),
+    let img = image::open(path).map_err(|source| ModelError::ImageDecode {
+        path: path.to_path_buf(),
+        source,
     })?;
     match img {
         image::DynamicImage::ImageRgb8(f) if f.width() > 0 && f.height() > 0 => Ok(f),

@@ -676,9 +676,9 @@ impl RewardModel {
             .map(|i| (i.height as usize, i.width as usize))
             .unwrap_or_default();
         let shape = [n, m.views.len(), m.frames, 3, img.0, img.1];
-        let run_err = |e: ort::Error| ModelError::Run {
+        let run_err = |source: ort::Error| ModelError::Run {
             path: m.onnx.clone(),
-            reason: e.to_string(),
+            source,
         };
         let images = TensorRef::from_array_view((shape, images)).map_err(run_err)?;
         let images_name = m.inputs.images.as_deref().unwrap_or_default();
@@ -698,13 +698,13 @@ impl RewardModel {
                 tensor: name.to_string(),
                 reason: "missing from the run's outputs".into(),
             })?;
-            let (_, data) = v
-                .try_extract_tensor::<f32>()
-                .map_err(|e| ModelError::BadOutput {
-                    path: path.clone(),
-                    tensor: name.to_string(),
-                    reason: e.to_string(),
-                })?;
+            let (_, data) =
+                v.try_extract_tensor::<f32>()
+                    .map_err(|source| ModelError::OutputRead {
+                        path: path.clone(),
+                        tensor: name.to_string(),
+                        source,
+                    })?;
             Ok(data.to_vec())
         };
         Ok((extract(logits_name)?, extract(tau_name)?))
@@ -850,14 +850,19 @@ pub(crate) fn progress_from_outputs(
                 format!("env {env}: value {x} is not finite"),
             ));
         }
-        let probs = softmax(&l).map_err(|e| bad(&logits_name, e.to_string()))?;
+        let progress_err = |tensor: &str, source| ModelError::OutputProgress {
+            path: graph.to_path_buf(),
+            tensor: tensor.into(),
+            source,
+        };
+        let probs = softmax(&l).map_err(|e| progress_err(&logits_name, e))?;
         let stage = argmax(&l).unwrap_or(0);
         let tau = if tau_width == k { t[stage] } else { t[0] };
         let phi = match mode {
             ProgressMode::Hard => proportions.hard_phi(stage, tau),
             ProgressMode::Soft => proportions.soft_phi(&l, &t),
         }
-        .map_err(|e| bad(&tau_name, e.to_string()))?;
+        .map_err(|e| progress_err(&tau_name, e))?;
         out.push(Progress {
             stage,
             stage_probs: probs.iter().map(|&p| p as f32).collect(),
@@ -884,7 +889,11 @@ pub(crate) fn progress_spec(
             "a stage_progress model needs [image] and [stages]".into(),
         ));
     };
-    let proportions = StageProportions::new(&stages.proportions)
-        .map_err(|e| field("stages.proportions", e.to_string()))?;
+    let proportions = StageProportions::new(&stages.proportions).map_err(|source| {
+        ModelError::ManifestProportions {
+            path: m.path.clone(),
+            source,
+        }
+    })?;
     Ok((image.clone(), stages.names.len(), proportions))
 }

@@ -8,6 +8,7 @@ use crate::ModelError;
 use ort::ep::ExecutionProvider;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::Session;
+use stagewise_core::ErrorChain;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::OnceLock;
@@ -77,38 +78,30 @@ pub struct OrtRuntime {
     version: String,
 }
 
-static RUNTIME: OnceLock<Result<OrtRuntime, String>> = OnceLock::new();
+static RUNTIME: OnceLock<Result<OrtRuntime, std::sync::Arc<ModelError>>> = OnceLock::new();
 
 impl OrtRuntime {
     /// Loads the library once per process. `explicit` (a `--ort-lib` flag) wins over `ORT_DYLIB_PATH`, which wins
     /// over the project's `.venv`. Later calls return the runtime loaded first, whatever they pass.
     pub fn init(explicit: Option<&Path>) -> Result<&'static OrtRuntime, ModelError> {
-        let mut first_error = None;
-        let result = RUNTIME.get_or_init(|| match Self::load(explicit) {
+        // A failure is kept too (ModelError is not Clone: shared), so every call reports the first load's error.
+        match RUNTIME.get_or_init(|| Self::load(explicit).map_err(std::sync::Arc::new)) {
             Ok(rt) => Ok(rt),
-            Err(e) => {
-                let msg = e.to_string();
-                first_error = Some(e);
-                Err(msg)
-            }
-        });
-        match result {
-            Ok(rt) => Ok(rt),
-            Err(msg) => Err(first_error.unwrap_or_else(|| ModelError::Environment(msg.clone()))),
+            Err(first) => Err(ModelError::RuntimeUnavailable(std::sync::Arc::clone(first))),
         }
     }
 
     fn load(explicit: Option<&Path>) -> Result<Self, ModelError> {
         let library = find_library(explicit)?;
-        let builder = ort::init_from(&library).map_err(|e| ModelError::LibraryLoad {
+        let builder = ort::init_from(&library).map_err(|source| ModelError::LibraryLoad {
             path: library.clone(),
-            reason: e.to_string(),
+            source,
         })?;
         let env = builder
             .with_name("stagewise")
             .with_telemetry(false)
             .build()
-            .map_err(|e| ModelError::Environment(e.to_string()))?;
+            .map_err(ModelError::Environment)?;
         let version = library_version(&library);
         tracing::info!(library = %library.display(), %version, "loaded ONNX Runtime");
         Ok(Self {
@@ -196,7 +189,7 @@ impl OrtRuntime {
                 Err(e @ (ModelError::Io { .. } | ModelError::InvalidOnnx { .. })) => return Err(e),
                 Err(e) if explicit => return Err(e),
                 Err(e) => {
-                    tracing::warn!(provider = %p, error = %e, "execution provider failed, trying the next one");
+                    tracing::warn!(provider = %p, error = %ErrorChain(&e), "execution provider failed, trying the next one");
                     last_err = Some(e);
                 }
             }
@@ -214,10 +207,10 @@ impl OrtRuntime {
         p: Provider,
         opts: &SessionOptions,
     ) -> Result<Session, ModelError> {
-        let fail = |e: ort::Error| ModelError::ProviderFailed {
+        let fail = |source: ort::Error| ModelError::ProviderFailed {
             provider: p.to_string(),
             path: model.to_path_buf(),
-            reason: e.to_string(),
+            source,
         };
         let fail_b = |e: ort::Error<SessionBuilder>| fail(e.into());
         let mut builder = Session::builder(&self.env)
@@ -249,7 +242,6 @@ impl OrtRuntime {
             Provider::Cpu | Provider::Auto => builder,
         };
         builder.commit_from_memory(bytes).map_err(|e| {
-            let reason = e.to_string();
             // An unparsable or invalid graph is the model's fault whatever the provider; on the CPU provider any
             // failure to build the session is.
             if p == Provider::Cpu
@@ -260,13 +252,13 @@ impl OrtRuntime {
             {
                 ModelError::InvalidOnnx {
                     path: model.to_path_buf(),
-                    reason,
+                    source: e,
                 }
             } else {
                 ModelError::ProviderFailed {
                     provider: p.to_string(),
                     path: model.to_path_buf(),
-                    reason,
+                    source: e,
                 }
             }
         })
@@ -367,9 +359,9 @@ fn existing(p: &Path, source: &str) -> Result<PathBuf, ModelError> {
         // the executable first).
         Ok(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
     } else {
-        Err(ModelError::LibraryLoad {
+        Err(ModelError::LibraryMissing {
             path: p.to_path_buf(),
-            reason: format!("{source} names a file that does not exist"),
+            origin: source.to_string(),
         })
     }
 }

@@ -303,10 +303,10 @@ fn bad_input(tensor: &str, reason: String) -> ModelError {
     }
 }
 
-fn run_err(path: &Path, e: ort::Error) -> ModelError {
+fn run_err(path: &Path, source: ort::Error) -> ModelError {
     ModelError::Run {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source,
     }
 }
 
@@ -325,6 +325,10 @@ fn extract<'a>(
         .ok_or_else(|| bad("missing from the run's outputs".into()))?;
     let (_, data) = v
         .try_extract_tensor::<f32>()
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(|source| ModelError::OutputRead {
+            path: path.to_path_buf(),
+            tensor: name.into(),
+            source,
+        })?;
     Ok(data)
 }

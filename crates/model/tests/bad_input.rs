@@ -302,3 +302,70 @@ fn library_errors_name_all_three_places() {
     assert!("gpu".parse::<Provider>().is_err());
     assert_eq!("TensorRT".parse::<Provider>().unwrap(), Provider::TensorRt);
 }
+
+/// Each message of `e`'s chain, outermost first, walking `std::error::Error::source`.
+fn chain(e: &dyn std::error::Error) -> Vec<String> {
+    let mut out = vec![e.to_string()];
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push(s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+/// A manifest that is not TOML: the error names the file, keeps the TOML parser's error as its source, and
+/// the parser's message is printed once (by the chain), not again in the outer message.
+#[test]
+fn malformed_manifest_keeps_the_parser_error_as_its_source() {
+    let (_d, p) = edited("tiny3v", |t| t.replace("frames = ", "frames = = "));
+    let e = load_err(&p);
+    assert!(
+        matches!(e, ModelError::ManifestSyntax { ref path, .. } if path == &p),
+        "{e}"
+    );
+    let msgs = chain(&e);
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert!(msgs[0].contains(&p.display().to_string()), "{msgs:?}");
+    let cause = &msgs[1];
+    assert!(!cause.is_empty());
+    assert!(
+        !msgs[0].contains(cause.as_str()),
+        "the cause is printed twice: {msgs:?}"
+    );
+    assert!(
+        std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<toml::de::Error>())
+            .is_some(),
+        "the source is the TOML parser's error"
+    );
+    // One line for a log: outer message, then the cause, once.
+    let line = stagewise_core::ErrorChain(&e).to_string();
+    assert_eq!(line.matches(cause.as_str()).count(), 1, "{line}");
+}
+
+/// Bad stage proportions: the manifest error names the file and the field; the core error with the value is
+/// its source.
+#[test]
+fn bad_proportions_keep_the_core_error_as_their_source() {
+    let (_d, p) = edited("tiny3v", |t| {
+        let start = t
+            .find("proportions = [")
+            .expect("proportions in tiny3v.toml");
+        let end = start + t[start..].find(']').expect("]");
+        let n = t[start..end].matches(',').count() + 1;
+        let bad = vec!["-1.0"; n].join(", ");
+        format!("{}proportions = [{bad}{}", &t[..start], &t[end..])
+    });
+    let e = load_err(&p);
+    let msgs = chain(&e);
+    assert!(
+        msgs[0].contains("stages.proportions") && msgs[0].contains(&p.display().to_string()),
+        "{msgs:?}"
+    );
+    let core = std::error::Error::source(&e)
+        .and_then(|s| s.downcast_ref::<stagewise_core::ProgressError>())
+        .unwrap_or_else(|| panic!("the source is the core error: {msgs:?}"));
+    assert!(core.to_string().contains("-1"), "{core}");
+    assert!(!msgs[0].contains(&core.to_string()), "{msgs:?}");
+}
