@@ -39,6 +39,9 @@
 //! head = "tiny3v.head.onnx"         # embeddings f32 [N, views, frames, embedding] (+ state) -> the [outputs]
 //! head_sha256 = "..."
 //! embedding = 64
+//! step = "tiny3v.step.onnx"         # optional, frames >= 2: the fused step graph (one run per control step):
+//! step_sha256 = "..."               #   frames f32 [N, views, 3, height, width] + cached f32 [N, views, frames - 1,
+//!                                   #   embedding] (+ state) -> the [outputs] + embedding f32 [N * views, embedding]
 //! ```
 //!
 //! A manifest without `state_names` (the older form) gives only `state_size`: its model reads the source's state
@@ -137,6 +140,11 @@ pub struct Stages {
 pub const ENCODER_INPUT: &str = "frames";
 pub const ENCODER_OUTPUT: &str = "embedding";
 pub const HEAD_INPUT: &str = "embeddings";
+/// Tensor names of the fused step graph ([`Parts::step`]): each env's new frame of every view, the embeddings of
+/// the older frames of its window (cached by the runtime) and, out, the new frames' embeddings.
+pub const STEP_FRAMES: &str = "frames";
+pub const STEP_CACHED: &str = "cached";
+pub const STEP_EMBEDDING: &str = "embedding";
 
 /// The two-part form of a stage-progress model (DESIGN.md "Two-part models are the fast path"): a per-frame
 /// `encoder` (input `frames` [M, 3, H, W] -> output `embedding` [M, E]) and a `head` (input `embeddings`
@@ -151,6 +159,15 @@ pub struct Parts {
     pub head_sha256: String,
     /// Values per frame embedding (E).
     pub embedding: usize,
+    /// Optional (models/training/export_parts.py writes it for frames >= 2): the encoder and the head composed
+    /// into one graph for the actor's step: inputs `frames` [N, views, 3, H, W] (the new frame of each view),
+    /// `cached` [N, views, frames - 1, E] (the embeddings of the window's older frames, oldest first) and the
+    /// manifest's state input; outputs the manifest's outputs and `embedding` [N * views, E] (the new frames'
+    /// embeddings). One `Session::run` per step instead of the encoder's and the head's.
+    #[serde(default)]
+    pub step: Option<PathBuf>,
+    #[serde(default)]
+    pub step_sha256: Option<String>,
 }
 
 /// A parsed manifest, with `onnx` (and the [`Parts`] files) resolved against the manifest's directory.
@@ -244,6 +261,9 @@ impl Manifest {
         if let Some(p) = &mut m.parts {
             p.encoder = dir.join(&p.encoder);
             p.head = dir.join(&p.head);
+            if let Some(step) = &mut p.step {
+                *step = dir.join(&*step);
+            }
         }
         m.verify_checksum()?;
         Ok(m)
@@ -321,6 +341,30 @@ impl Manifest {
             }
             if !is_sha256(&p.head_sha256) {
                 return Err(self.field_err("parts.head_sha256", "must be 64 hexadecimal digits"));
+            }
+            match (&p.step, &p.step_sha256) {
+                (Some(_), Some(sha)) if !is_sha256(sha) => {
+                    return Err(
+                        self.field_err("parts.step_sha256", "must be 64 hexadecimal digits")
+                    );
+                }
+                (Some(_), None) => {
+                    return Err(
+                        self.field_err("parts.step_sha256", "missing (parts.step names a file)")
+                    );
+                }
+                (None, Some(_)) => {
+                    return Err(
+                        self.field_err("parts.step", "missing (parts.step_sha256 is given)")
+                    );
+                }
+                (Some(_), Some(_)) if self.frames < 2 => {
+                    return Err(self.field_err(
+                        "parts.step",
+                        format!("a step graph needs frames >= 2 (frames is {})", self.frames),
+                    ));
+                }
+                _ => {}
             }
             if p.embedding == 0 || p.embedding > MAX_EMBEDDING {
                 return Err(self.field_err(
@@ -478,6 +522,9 @@ impl Manifest {
         if let Some(p) = &self.parts {
             files.push((&p.encoder, &p.encoder_sha256));
             files.push((&p.head, &p.head_sha256));
+            if let (Some(step), Some(sha)) = (&p.step, &p.step_sha256) {
+                files.push((step, sha));
+            }
         }
         for (file, expected) in files {
             let actual = sha256_file(file)?;
@@ -635,6 +682,26 @@ embedding = 16
             (
                 format!("{GOOD}{PARTS}").replace("head_sha256 = \"11", "head_sha256 = \"zz"),
                 "parts.head_sha256",
+            ),
+            (
+                format!("{GOOD}{PARTS}step = \"m.step.onnx\"\n"),
+                "parts.step_sha256",
+            ),
+            (
+                format!("{GOOD}{PARTS}step_sha256 = \"{}\"\n", "3".repeat(64)),
+                "parts.step",
+            ),
+            (
+                format!("{GOOD}{PARTS}step = \"m.step.onnx\"\nstep_sha256 = \"33\"\n"),
+                "parts.step_sha256",
+            ),
+            (
+                format!(
+                    "{GOOD}{PARTS}step = \"m.step.onnx\"\nstep_sha256 = \"{}\"\n",
+                    "3".repeat(64)
+                )
+                .replace("frames = 4", "frames = 1"),
+                "parts.step",
             ),
             (
                 format!("{GOOD}{PARTS}").replace("encoder_sha256 = \"2222", "encoder_sha256 = \"2"),

@@ -6,8 +6,10 @@
 //! head, DESIGN.md "Two-part models are the fast path") encodes only the new frame of each view per step (all
 //! envs' new frames in one encoder run), keeps the embeddings in the per-env window ring instead of the frames,
 //! and runs the head on the cached embeddings: a window of F frames shares F - 1 frames with the previous step,
-//! which the single graph encodes again every step. [`RewardModel::load`] takes the two-part form whenever the
-//! manifest has one; [`RewardModel::load_as`] chooses.
+//! which the single graph encodes again every step. When `[parts]` also names a fused `step` graph (encoder and
+//! head in one graph), each step is one run of it: the new frames and every window's cached older embeddings in,
+//! the outputs and the new embeddings out. [`RewardModel::load`] takes the two-part form whenever the manifest
+//! has one; [`RewardModel::load_as`] chooses.
 
 use crate::graph::GraphCheck;
 use crate::manifest::{ImageSpec, Manifest, ModelKind, ProgressMode};
@@ -67,6 +69,13 @@ enum Graphs {
         frames: Vec<f32>,
         /// Their embeddings, `[n * views, E]`.
         embeddings: Vec<f32>,
+        /// For the fused step graph: the embeddings of the older frames of each env's window, `[n, views,
+        /// frames - 1, E]`.
+        cached: Vec<f32>,
+        /// Whether steps run the manifest's fused step graph when it has one ([`RewardModel::use_step_graph`]).
+        use_step: bool,
+        /// Whether the last step ran the fused step graph (what [`RewardModel::time_bare_run`] reruns).
+        stepped: bool,
     },
 }
 
@@ -154,6 +163,9 @@ impl RewardModel {
                     model: Box::new(model),
                     frames: Vec::new(),
                     embeddings: Vec::new(),
+                    cached: Vec::new(),
+                    use_step: true,
+                    stepped: false,
                 },
                 provider,
                 None,
@@ -262,6 +274,19 @@ impl RewardModel {
             Graphs::Single(s) => vec![(self.manifest.onnx.as_path(), s)],
             Graphs::TwoPart { model, .. } => model.graphs().to_vec(),
         }
+    }
+
+    /// Whether steps run the manifest's fused step graph (`[parts] step`) when it has one: on by default. Off,
+    /// a two-part model runs the encoder and the head (two runs per step); for benchmarks and parity tests.
+    pub fn use_step_graph(&mut self, on: bool) {
+        if let Graphs::TwoPart { use_step, .. } = &mut self.graphs {
+            *use_step = on;
+        }
+    }
+
+    /// Whether the last step ran the fused step graph.
+    pub fn last_step_fused(&self) -> bool {
+        matches!(self.graphs, Graphs::TwoPart { stepped: true, .. })
     }
 
     /// Timing of the last `score` call.
@@ -401,8 +426,11 @@ impl RewardModel {
         self.run_prepared(n, None)
     }
 
-    /// The two-part step: every env's new frames are normalised into one batch and encoded in one run; each
-    /// env's window ring takes the new embeddings; the head runs on the windows of embeddings.
+    /// The two-part step: every env's new frames are normalised into one batch. With the manifest's fused step
+    /// graph (and at least one env past its first step), one run takes the new frames and the embeddings of
+    /// every window's older frames (cached in the rings) and gives the outputs and the new embeddings, which go
+    /// into the rings. Otherwise the new frames are encoded in one run, the rings take the embeddings and the
+    /// head runs on the windows of embeddings.
     fn step_two_part(
         &mut self,
         envs: &[usize],
@@ -418,6 +446,9 @@ impl RewardModel {
             model,
             frames: new_frames,
             embeddings,
+            cached,
+            use_step,
+            stepped,
         } = &mut self.graphs
         else {
             unreachable!("step_two_part runs the two-part form")
@@ -433,6 +464,83 @@ impl RewardModel {
                     .write_chw(&o.views[idx].rgb, &mut new_frames[at..at + frame_len])
                     .map_err(|reason| ModelError::BadObservation { env, reason })?;
             }
+        }
+        let fresh = |(&env, o): (&usize, &&Observation)| o.step == 0 || self.windows[env].is_none();
+        *stepped = *use_step && model.has_step() && !envs.iter().zip(obs).all(fresh);
+        if *stepped {
+            let fresh: Vec<bool> = envs.iter().zip(obs).map(fresh).collect();
+            // Each env's window slides; its older frames' embeddings go to the step graph. An env whose episode
+            // starts here has none (its window is its new frame repeated): it gets zeros, and the head reruns
+            // on its window below.
+            let (f, older) = (layout.frames(), (layout.frames() - 1) * e);
+            cached.resize(n * views * older, 0.0);
+            for ((&env, &is_fresh), dst) in envs
+                .iter()
+                .zip(&fresh)
+                .zip(cached.chunks_exact_mut(views * older))
+            {
+                let window =
+                    self.windows[env].get_or_insert_with(|| FrameWindow::with_layout(layout, e));
+                window.begin_step(is_fresh);
+                if is_fresh {
+                    dst.fill(0.0);
+                    continue;
+                }
+                let w = window.window();
+                for (v, d) in dst.chunks_exact_mut(older).enumerate() {
+                    d.copy_from_slice(&w[v * f * e..v * f * e + older]);
+                }
+            }
+            let prepared = Instant::now();
+            embeddings.clear();
+            let out = model.run_step(new_frames, cached, &self.state, n, embeddings);
+            let ran = Instant::now();
+            let mut out = match out {
+                Ok(out) => out,
+                Err(err) => {
+                    // The windows slid but took no frame: those episodes start over.
+                    for &env in envs {
+                        self.windows[env] = None;
+                    }
+                    return Err(err);
+                }
+            };
+            for (row, (&env, &is_fresh)) in envs.iter().zip(&fresh).enumerate() {
+                let window = self.windows[env].as_mut().expect("created above");
+                for v in 0..views {
+                    let at = (row * views + v) * e;
+                    let new = &embeddings[at..at + e];
+                    window.write_view(v, |slot, mirror| {
+                        slot.copy_from_slice(new);
+                        mirror.copy_from_slice(new);
+                    });
+                }
+                if is_fresh {
+                    window.fill_from_newest();
+                }
+            }
+            let written = Instant::now();
+            let starts: Vec<usize> = (0..n).filter(|&r| fresh[r]).collect();
+            if !starts.is_empty() {
+                let s = self.manifest.state_size;
+                let mut state = Vec::with_capacity(starts.len() * s);
+                self.images.clear();
+                for &r in &starts {
+                    let window = self.windows[envs[r]].as_ref().expect("created above");
+                    self.images.extend_from_slice(window.window());
+                    state.extend_from_slice(&self.state[r * s..(r + 1) * s]);
+                }
+                let redo = model.score_embeddings(&self.images, &state, starts.len())?;
+                for (r, p) in starts.into_iter().zip(redo) {
+                    out[r] = p;
+                }
+            }
+            self.timing = StepTiming {
+                prepare: (prepared - t0) + (written - ran),
+                run: (ran - prepared) + written.elapsed(),
+                finish: Duration::ZERO,
+            };
+            return Ok(out);
         }
         let prepared = Instant::now();
         embeddings.clear();
@@ -551,8 +659,9 @@ impl RewardModel {
     }
 
     /// Times the bare runs alone on the input of the last [`Self::score`] / [`Self::score_envs`] call (for
-    /// benchmarks: the bare-ORT reference): `Session::run` of the single graph, or the encoder's run on the new
-    /// frames and the head's on the windows of embeddings.
+    /// benchmarks: the bare-ORT reference): `Session::run` of the single graph, the fused step graph's run on
+    /// the new frames and cached embeddings, or the encoder's run on the new frames and the head's on the windows
+    /// of embeddings (whichever the last step ran).
     pub fn time_bare_run(&mut self, n: usize) -> Result<Duration, ModelError> {
         if self.last_input == LastInput::None {
             return Err(self.bad_input(
@@ -569,6 +678,18 @@ impl RewardModel {
                 model,
                 frames,
                 embeddings,
+                cached,
+                stepped: true,
+                ..
+            } => {
+                embeddings.clear();
+                model.run_step(frames, cached, &self.state, n, embeddings)?;
+            }
+            Graphs::TwoPart {
+                model,
+                frames,
+                embeddings,
+                ..
             } => {
                 let views = self.manifest.views.len();
                 embeddings.clear();

@@ -4,17 +4,23 @@
 //! The offline episode scorer ([`crate::scoring`]) uses it (encode every needed frame of an episode in batches,
 //! then run the head on the windows), and so does [`crate::RewardModel`] step by step whenever the manifest has
 //! `[parts]` (each step encodes only the new frame of each view and keeps the embeddings in the per-env window
-//! ring).
+//! ring). A manifest whose `[parts]` also names a `step` graph (the encoder and the head composed into one graph
+//! by models/training/export_parts.py) gives the actor one `Session::run` per step: [`TwoPartModel::run_step`]
+//! takes the new frames and the window's cached embeddings, returns the outputs and the new embeddings.
 
 use crate::graph::GraphCheck;
-use crate::manifest::{Manifest, ModelKind, Parts, ENCODER_INPUT, ENCODER_OUTPUT, HEAD_INPUT};
+use crate::manifest::{
+    Manifest, ModelKind, Parts, ENCODER_INPUT, ENCODER_OUTPUT, HEAD_INPUT, STEP_CACHED,
+    STEP_EMBEDDING, STEP_FRAMES,
+};
 use crate::preprocess::Normaliser;
 use crate::reward::{progress_from_outputs, progress_spec, select_rows};
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::state::StateMap;
 use crate::ModelError;
-use ort::session::{Session, SessionOutputs};
-use ort::value::TensorRef;
+use ort::memory::Allocator;
+use ort::session::{HasSelectedOutputs, OutputSelector, RunOptions, Session, SessionOutputs};
+use ort::value::{Tensor, TensorElementType, TensorRef, ValueType};
 use stagewise_core::{Progress, StageProportions};
 use std::path::Path;
 
@@ -35,6 +41,16 @@ pub struct TwoPartModel {
     /// them.
     encoder_batch: Option<usize>,
     head_batch: Option<usize>,
+    /// The fused step graph, when the manifest names one.
+    step: Option<StepGraph>,
+}
+
+/// The fused step graph's session, and output tensors allocated once per batch size and reused by every run of
+/// that size (ONNX Runtime writes into them instead of allocating three outputs per run).
+struct StepGraph {
+    session: Session,
+    batch: Option<usize>,
+    outputs: Option<(usize, RunOptions<HasSelectedOutputs>)>,
 }
 
 impl TwoPartModel {
@@ -97,6 +113,45 @@ impl TwoPartModel {
             &[None, Some(manifest.views.len()), Some(manifest.frames), e],
         )?;
         hd.progress_state_and_outputs(&manifest, k)?;
+        let step = match &parts.step {
+            Some(path) => {
+                let (session, _) = runtime.session(path, opts)?;
+                let check = GraphCheck {
+                    path,
+                    session: &session,
+                    known_inputs: vec![
+                        Some(STEP_FRAMES),
+                        Some(STEP_CACHED),
+                        manifest.inputs.state.as_deref(),
+                    ],
+                };
+                let views = Some(manifest.views.len());
+                let batch = check.input(
+                    "parts.step",
+                    STEP_FRAMES,
+                    &[
+                        None,
+                        views,
+                        Some(3),
+                        Some(image.height as usize),
+                        Some(image.width as usize),
+                    ],
+                )?;
+                check.input(
+                    "parts.step",
+                    STEP_CACHED,
+                    &[None, views, Some(manifest.frames - 1), e],
+                )?;
+                check.output("parts.step", STEP_EMBEDDING, &[&[None, e]])?;
+                check.progress_state_and_outputs(&manifest, k)?;
+                Some(StepGraph {
+                    session,
+                    batch,
+                    outputs: None,
+                })
+            }
+            None => None,
+        };
         Ok(Self {
             normaliser: Normaliser::new(&image),
             manifest,
@@ -109,7 +164,118 @@ impl TwoPartModel {
             selected: Vec::new(),
             encoder_batch,
             head_batch,
+            step,
         })
+    }
+
+    /// Whether the manifest names a fused step graph ([`Self::run_step`]).
+    pub fn has_step(&self) -> bool {
+        self.step.is_some()
+    }
+
+    /// The step graph's file, when there is one.
+    pub fn step_path(&self) -> Option<&Path> {
+        self.parts.step.as_deref().filter(|_| self.step.is_some())
+    }
+
+    /// One run of the fused step graph for `n` envs: `frames` `[n, views, 3, H, W]` (each env's new frame of every
+    /// view, normalised), `cached` `[n, views, frames - 1, E]` (the embeddings of each env's older window frames,
+    /// oldest first) and `state` `[n, state_size]` (the model's fields, not a bound source's rows). Appends the new
+    /// frames' embeddings (`[n * views, E]`) to `embeddings` and returns the progress of each env's window.
+    pub fn run_step(
+        &mut self,
+        frames: &[f32],
+        cached: &[f32],
+        state: &[f32],
+        n: usize,
+        embeddings: &mut Vec<f32>,
+    ) -> Result<Vec<Progress>, ModelError> {
+        let m = &self.manifest;
+        let path = self.parts.step.as_deref().unwrap_or(Path::new("step"));
+        let Some(step) = self.step.as_mut() else {
+            return Err(bad_input(
+                STEP_FRAMES,
+                "the manifest names no step graph".into(),
+            ));
+        };
+        let (views, e) = (m.views.len(), self.parts.embedding);
+        let (h, w) = m
+            .image
+            .as_ref()
+            .map_or((0, 0), |i| (i.height as usize, i.width as usize));
+        for (tensor, got, want) in [
+            (STEP_FRAMES, frames.len(), n * views * 3 * h * w),
+            (STEP_CACHED, cached.len(), n * views * (m.frames - 1) * e),
+            (
+                m.inputs.state.as_deref().unwrap_or("state"),
+                state.len(),
+                n * m.state_size,
+            ),
+        ] {
+            if got != want {
+                return Err(bad_input(
+                    tensor,
+                    format!("has {got} values, expected {want} for {n} envs"),
+                ));
+            }
+        }
+        if let Some(b) = step.batch.filter(|&b| b != n) {
+            return Err(bad_input(
+                STEP_FRAMES,
+                format!("the graph has a fixed batch of {b}, got {n} envs"),
+            ));
+        }
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if step.outputs.as_ref().map(|(b, _)| *b) != Some(n) {
+            let rows = |name: &str| if name == STEP_EMBEDDING { n * views } else { n };
+            step.outputs = preallocated_outputs(&step.session, rows).map(|o| (n, o));
+        }
+        let frames_t = TensorRef::from_array_view(([n, views, 3, h, w], frames))
+            .map_err(|e| run_err(path, e))?;
+        let cached_t = TensorRef::from_array_view(([n, views, m.frames - 1, e], cached))
+            .map_err(|e| run_err(path, e))?;
+        let state_t = match &m.inputs.state {
+            Some(_) => Some(
+                TensorRef::from_array_view(([n, m.state_size], state))
+                    .map_err(|e| run_err(path, e))?,
+            ),
+            None => None,
+        };
+        let session = &mut step.session;
+        let outputs = match (&step.outputs, &m.inputs.state, state_t) {
+            (Some((_, opts)), Some(name), Some(st)) => session.run_with_options(
+                ort::inputs![STEP_FRAMES => frames_t, STEP_CACHED => cached_t, name.as_str() => st],
+                opts,
+            ),
+            (Some((_, opts)), _, _) => session.run_with_options(
+                ort::inputs![STEP_FRAMES => frames_t, STEP_CACHED => cached_t],
+                opts,
+            ),
+            (None, Some(name), Some(st)) => session.run(
+                ort::inputs![STEP_FRAMES => frames_t, STEP_CACHED => cached_t, name.as_str() => st],
+            ),
+            (None, _, _) => {
+                session.run(ort::inputs![STEP_FRAMES => frames_t, STEP_CACHED => cached_t])
+            }
+        }
+        .map_err(|e| run_err(path, e))?;
+        let emb = extract(&outputs, path, STEP_EMBEDDING)?;
+        if emb.len() != n * views * e {
+            return Err(bad_input(
+                STEP_EMBEDDING,
+                format!("has {} values, expected {n} x {views} x {e}", emb.len()),
+            ));
+        }
+        embeddings.extend_from_slice(emb);
+        let logits = extract(
+            &outputs,
+            path,
+            m.outputs.stage_logits.as_deref().unwrap_or_default(),
+        )?;
+        let taus = extract(&outputs, path, m.outputs.tau.as_deref().unwrap_or_default())?;
+        progress_from_outputs(m, &self.proportions, path, n, logits, taus)
     }
 
     /// The encoder's and the head's files and sessions.
@@ -294,6 +460,37 @@ impl TwoPartModel {
         let taus = extract(&outputs, path, m.outputs.tau.as_deref().unwrap_or_default())?;
         progress_from_outputs(m, &self.proportions, path, n, logits, taus)
     }
+}
+
+/// Output tensors allocated once, for runs whose outputs' first axis is `rows(name)` long: each output's shape
+/// with that axis set. None (ONNX Runtime then allocates every run's outputs) when an output is not a float32
+/// tensor, has another dynamic axis, or the allocation fails.
+fn preallocated_outputs(
+    session: &Session,
+    rows: impl Fn(&str) -> usize,
+) -> Option<RunOptions<HasSelectedOutputs>> {
+    let mut selector = OutputSelector::default();
+    for o in session.outputs() {
+        let ValueType::Tensor {
+            ty: TensorElementType::Float32,
+            shape,
+            ..
+        } = o.dtype()
+        else {
+            return None;
+        };
+        let mut dims = Vec::with_capacity(shape.len());
+        for (axis, &d) in shape.iter().enumerate() {
+            dims.push(match usize::try_from(d) {
+                Ok(d) if axis > 0 && d > 0 => d,
+                _ if axis == 0 => rows(o.name()),
+                _ => return None,
+            });
+        }
+        let tensor = Tensor::<f32>::new(&Allocator::default(), dims).ok()?;
+        selector = selector.preallocate(o.name(), tensor);
+    }
+    RunOptions::new().ok().map(|r| r.with_outputs(selector))
 }
 
 fn bad_input(tensor: &str, reason: String) -> ModelError {

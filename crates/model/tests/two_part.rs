@@ -146,3 +146,129 @@ fn bad_parts_are_refused_naming_the_field() {
         other => panic!("expected a graph mismatch, got {other}"),
     }
 }
+
+/// Steps `models` through the same observations: 4 envs whose episodes start at different steps (so some calls
+/// mix envs at their first step with envs past it), then env 2 alone starting over (a call of fresh envs only).
+/// Returns every call's progress, per model.
+fn lockstep(models: &mut [&mut RewardModel], steps: u64) -> Vec<Vec<stagewise_core::Progress>> {
+    let m = models[0].manifest().clone();
+    let img = m.image.clone().unwrap();
+    let names: Vec<&str> = m.views.iter().map(String::as_str).collect();
+    let starts = [0u64, 0, 3, 7];
+    let mut out = vec![Vec::new(); models.len()];
+    for t in 0..steps {
+        let envs: Vec<usize> = (0..4).filter(|&e| t >= starts[e]).collect();
+        let obs: Vec<_> = envs
+            .iter()
+            .map(|&e| {
+                let step = t - starts[e];
+                observation(
+                    &names,
+                    10 * e as u64 + step,
+                    step,
+                    img.width,
+                    img.height,
+                    m.state_size,
+                )
+            })
+            .collect();
+        let refs: Vec<_> = obs.iter().collect();
+        for (model, out) in models.iter_mut().zip(&mut out) {
+            out.extend(model.score_envs(&envs, &refs).unwrap());
+        }
+    }
+    let o = observation(&names, 99, 0, img.width, img.height, m.state_size);
+    for (model, out) in models.iter_mut().zip(&mut out) {
+        out.extend(model.score_envs(&[2], &[&o]).unwrap());
+    }
+    out
+}
+
+#[test]
+fn the_fused_step_graph_equals_encoder_plus_head_and_the_single_graph() {
+    let mut fused = RewardModel::load(&shipped(), runtime(), &cpu()).unwrap();
+    assert_eq!(fused.form(), ModelForm::TwoPart);
+    let mut two = RewardModel::load(&shipped(), runtime(), &cpu()).unwrap();
+    two.use_step_graph(false);
+    let mut single =
+        RewardModel::load_as(&shipped(), runtime(), &cpu(), ModelForm::SingleGraph).unwrap();
+    let got = lockstep(&mut [&mut fused, &mut two, &mut single], 14);
+    assert!(!two.last_step_fused());
+    for (what, other) in [("encoder + head", &got[1]), ("single graph", &got[2])] {
+        assert_eq!(got[0].len(), other.len());
+        for (i, (a, b)) in got[0].iter().zip(other).enumerate() {
+            assert_eq!(a.stage, b.stage, "{what}: call row {i}");
+            assert!(
+                (a.phi - b.phi).abs() < 1e-5,
+                "{what} {i}: {} vs {}",
+                a.phi,
+                b.phi
+            );
+            assert!(
+                (a.tau - b.tau).abs() < 1e-5,
+                "{what} {i}: {} vs {}",
+                a.tau,
+                b.tau
+            );
+            for (p, q) in a.stage_probs.iter().zip(&b.stage_probs) {
+                assert!((p - q).abs() < 1e-5, "{what} {i}: stage probs {p} vs {q}");
+            }
+        }
+    }
+    // A steady step (all envs past their first) is one run of the step graph, and its bare rerun is too.
+    let m = fused.manifest().clone();
+    let img = m.image.clone().unwrap();
+    let names: Vec<&str> = m.views.iter().map(String::as_str).collect();
+    let o = observation(&names, 5, 1, img.width, img.height, m.state_size);
+    fused.score_envs(&[2], &[&o]).unwrap();
+    assert!(fused.last_step_fused());
+    assert!(fused.time_bare_run(1).unwrap() > std::time::Duration::ZERO);
+}
+
+#[test]
+fn a_manifest_without_a_step_graph_runs_encoder_and_head_and_a_bad_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_copy(dir.path(), |t| {
+        t.lines()
+            .filter(|l| !l.starts_with("step"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    });
+    let mut old = RewardModel::load(&path, runtime(), &cpu()).unwrap();
+    let mut fused = RewardModel::load(&shipped(), runtime(), &cpu()).unwrap();
+    let got = lockstep(&mut [&mut old, &mut fused], 6);
+    assert!(!old.last_step_fused());
+    for (a, b) in got[0].iter().zip(&got[1]) {
+        assert!((a.phi - b.phi).abs() < 1e-5, "{} vs {}", a.phi, b.phi);
+    }
+    // a tampered step graph fails its checksum
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_copy(dir.path(), |t| t);
+    let step = dir.path().join("pick-place-progress.step.onnx");
+    std::fs::write(&step, b"not a graph").unwrap();
+    match RewardModel::load(&path, runtime(), &cpu()).err().unwrap() {
+        ModelError::Checksum { path, .. } => assert_eq!(path, step),
+        other => panic!("expected a checksum error, got {other}"),
+    }
+    // the head named as the step graph: its inputs are not the step graph's
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_copy(dir.path(), |t| {
+        let head_sha = t
+            .lines()
+            .find(|l| l.starts_with("head_sha256"))
+            .unwrap()
+            .replacen("head_sha256", "step_sha256", 1);
+        t.lines()
+            .map(|l| match l {
+                l if l.starts_with("step =") => "step = \"pick-place-progress.head.onnx\"".into(),
+                l if l.starts_with("step_sha256") => head_sha.clone(),
+                l => l.to_string(),
+            })
+            .map(|l| format!("{l}\n"))
+            .collect()
+    });
+    match TwoPartModel::load(&path, runtime(), &cpu()).err().unwrap() {
+        ModelError::GraphMismatch { field, .. } => assert_eq!(field, "parts.step"),
+        other => panic!("expected a graph mismatch, got {other}"),
+    }
+}
