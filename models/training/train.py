@@ -113,6 +113,14 @@ class ProgressNet(nn.Module):
         x = images.reshape(-1, 3, self.h, self.w)
         return self.head(self.enc(x).reshape(-1, self.v, self.f, self.emb), state)
 
+    def forward_with_embeddings(self, images, state):
+        """(stage_logits, tau, embeddings [N, V*F*E]): training only (the auxiliary head reads the embeddings;
+        the exported graph is `forward`)."""
+        x = images.reshape(-1, 3, self.h, self.w)
+        emb = self.enc(x).reshape(-1, self.v, self.f, self.emb)
+        logits, tau = self.head(emb, state)
+        return logits, tau, emb.reshape(-1, self.v * self.f * self.emb)
+
     def head(self, emb, state):
         """Everything after the per-frame encoder: embeddings [N, V, F, E] + state -> (stage_logits, tau)."""
         e = emb.reshape(-1, self.v * self.f * self.emb)
@@ -131,6 +139,64 @@ class Head(nn.Module):
 
     def forward(self, emb, state):
         return self.net.head(emb, state)
+
+
+# Auxiliary training targets (`--aux-targets`): any state field of the dataset by name (e.g. block0_x, target_y,
+# ee_z) or one of these, derived from the block and target poses. Training labels only: the auxiliary head reads
+# the view embeddings and is dropped at export, so the model's inputs stay the views and `--state-names`.
+AUX_DERIVED = {
+    "block_target_dx": (["block0_x", "target_x"], lambda c: c[0] - c[1]),
+    "block_target_dy": (["block0_y", "target_y"], lambda c: c[0] - c[1]),
+    "block_target_dist": (["block0_x", "block0_y", "target_x", "target_y"],
+                          lambda c: np.hypot(c[0] - c[2], c[1] - c[3])),
+}
+
+
+def aux_fields(aux_names):
+    """The raw state fields the auxiliary targets need."""
+    out = []
+    for n in aux_names:
+        for f in (AUX_DERIVED[n][0] if n in AUX_DERIVED else [n]):
+            if f not in out:
+                out.append(f)
+    return out
+
+
+def split_aux(flat, loaded_names, state_names, aux_names):
+    """`flat` was built from a dataset loaded with `loaded_names` (the model's state names first, then the
+    auxiliary fields): keeps the model's state in `flat.state` and puts the auxiliary targets [G, A] in
+    `flat.aux`."""
+    full = flat.state
+    col = {n: full[:, loaded_names.index(n)] for n in loaded_names}
+    aux = [AUX_DERIVED[n][1]([col[f] for f in AUX_DERIVED[n][0]]) if n in AUX_DERIVED else col[n] for n in aux_names]
+    flat.aux = np.stack(aux, 1).astype(np.float32) if aux else None
+    flat.state = np.ascontiguousarray(full[:, : len(state_names)])
+    return flat
+
+
+class AuxHead(nn.Module):
+    """Predicts the (standardised) auxiliary targets from a ProgressNet's view embeddings [N, V*F*E]: a training
+    signal that makes the encoder localise what progress depends on; never exported."""
+
+    def __init__(self, d_in, n_out, hidden=128):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, n_out))
+
+    def forward(self, e):
+        return self.mlp(e)
+
+
+def phi_loss_weights(phi, spec):
+    """Per-sample loss weights from `--phi-weight LO,HI,W`: frames whose target progress is in [LO, HI] weigh W,
+    the others 1. None: unweighted."""
+    if not spec:
+        return None
+    lo, hi, w = spec
+    return 1.0 + (w - 1.0) * ((phi >= lo) & (phi <= hi)).float()
+
+
+def wmean(x, w):
+    return x.mean() if w is None else (w * x).sum() / w.sum()
 
 
 class HopNet(nn.Module):
@@ -415,6 +481,24 @@ def export_parts(model: ProgressNet, full_path: str, example, stem_path: str):
     return os.path.basename(enc_path), os.path.basename(head_path), model.emb
 
 
+def load_onnx_weights(model: nn.Module, path: str):
+    """Starts `model` from the weights of a single graph that train.py exported for the same architecture (its
+    initializers carry the parameter names); the state normalisation is the graph's too."""
+    import onnx
+    from onnx import numpy_helper
+
+    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
+    sd = model.state_dict()
+    missing = [k for k in sd if k not in inits]
+    if missing:
+        raise SystemExit(f"{path}: no initializer(s) {missing}: not a graph of this architecture")
+    for k in sd:
+        if tuple(inits[k].shape) != tuple(sd[k].shape):
+            raise SystemExit(f"{path}: {k} has shape {list(inits[k].shape)}, the model {list(sd[k].shape)}")
+    model.load_state_dict({k: torch.from_numpy(inits[k].copy()) for k in sd})
+    print(f"initialised from {path}", flush=True)
+
+
 def progress_balanced_p(phi: np.ndarray, bins: int):
     """Sampling probabilities that make every progress bin (of `bins` in [0, 1]) equally likely: a frozen or
     stalled episode repeats one label for hundreds of frames, while the frames near success, the ones that tell
@@ -440,7 +524,19 @@ def train_progress(args, train, val, proportions, names, on_step=None):
     model = ProgressNet(
         V, args.frames, H, W, sm, ss, K, chans=args.enc_channels, coord=args.coord, min_size=args.enc_min_size
     )
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
+    init = getattr(args, "init_onnx", None)
+    if init:
+        load_onnx_weights(model, init)
+    aux_w = getattr(args, "aux_weight", 0.0)
+    use_aux = aux_w > 0 and getattr(train, "aux", None) is not None
+    aux_head, params = None, list(model.parameters())
+    if use_aux:
+        aux_head = AuxHead(V * args.frames * model.emb, train.aux.shape[1])
+        params += list(aux_head.parameters())
+        aux_mean = torch.from_numpy(train.aux.mean(0))
+        aux_std = torch.from_numpy(np.maximum(train.aux.std(0), 1e-4))
+    phi_w_spec = getattr(args, "phi_weight", None)
+    opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
     steps = args.epochs * (min(train.n, args.samples_per_epoch) // args.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=max(steps, 1))
     P = torch.tensor(np.concatenate([[0.0], np.cumsum(proportions)[:-1]]), dtype=torch.float32)
@@ -453,7 +549,7 @@ def train_progress(args, train, val, proportions, names, on_step=None):
             order = rng.permutation(train.n)[: args.samples_per_epoch]
         else:
             order = rng.choice(train.n, size=min(train.n, args.samples_per_epoch), p=sample_p)
-        tot = 0.0
+        tot, aux_tot = 0.0, 0.0
         for b in range(0, len(order) - args.batch + 1, args.batch):
             g = order[b:b + args.batch]
             x = augment(
@@ -465,14 +561,23 @@ def train_progress(args, train, val, proportions, names, on_step=None):
             k = torch.from_numpy(train.stage[g])
             tau_t = torch.from_numpy(train.tau[g])
             phi_t = torch.from_numpy(train.phi[g])
-            logits, tau = model(x, st)
-            ce = F.cross_entropy(logits, k)
+            if use_aux:
+                logits, tau, emb = model.forward_with_embeddings(x, st)
+            else:
+                logits, tau = model(x, st)
+            wt = phi_loss_weights(phi_t, phi_w_spec)
+            ce = wmean(F.cross_entropy(logits, k, reduction="none"), wt)
             tau_k = tau.gather(1, k[:, None])[:, 0]
-            l_tau = F.mse_loss(tau_k, tau_t)
+            l_tau = wmean((tau_k - tau_t) ** 2, wt)
             p = logits.softmax(1)
             phi_soft = (p * (P[None] + a[None] * tau)).sum(1)
-            l_phi = F.mse_loss(phi_soft, phi_t)
+            l_phi = wmean((phi_soft - phi_t) ** 2, wt)
             loss = ce + 5.0 * l_tau + 20.0 * l_phi
+            if use_aux:
+                y = (torch.from_numpy(train.aux[g]) - aux_mean) / aux_std
+                l_aux = F.mse_loss(aux_head(emb), y)
+                loss = loss + aux_w * l_aux
+                aux_tot += float(l_aux.detach()) * len(g)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -481,6 +586,8 @@ def train_progress(args, train, val, proportions, names, on_step=None):
             if on_step is not None:
                 on_step(ep * (len(order) // args.batch) + b // args.batch + 1, steps, float(loss.detach()))
         msg = f"epoch {ep + 1}/{args.epochs} loss {tot / max(len(order), 1):.4f} ({time.time() - t0:.0f}s)"
+        if use_aux:
+            msg += f" aux {aux_tot / max(len(order), 1):.4f}"
         if val is not None and (ep + 1 == args.epochs or (ep + 1) % args.eval_every == 0):
             mae, acc = evaluate_progress(model, val, args.frames, args.stride, P, a)
             msg += f" | val MAE {mae:.4f} stage acc {acc:.3f}"
@@ -594,6 +701,19 @@ def main():
     ap.add_argument("--balance-progress", type=int, default=0,
                     help="progress model: sample frames so that each of this many progress bins is equally likely "
                          "(0: uniform over frames)")
+    ap.add_argument("--aux-targets", default="", type=lambda t: [n for n in t.split(",") if n],
+                    help="progress model: auxiliary training targets predicted from the view embeddings by a head "
+                         "that is dropped at export (training labels only, never inputs): state fields by name "
+                         f"(e.g. block0_x,target_y) or {','.join(AUX_DERIVED)}; empty (default): none")
+    ap.add_argument("--aux-weight", type=float, default=1.0,
+                    help="loss weight of the auxiliary targets (MSE on the standardised targets)")
+    ap.add_argument("--phi-weight", default=None,
+                    type=lambda t: tuple(float(x) for x in t.split(",")) if t else None,
+                    help="progress model: LO,HI,W weighs the loss of frames whose target progress is in [LO, HI] "
+                         "W times (default: unweighted)")
+    ap.add_argument("--init-onnx", default=None,
+                    help="progress model: start from the weights of this single graph (exported by train.py for "
+                         "the same architecture; fine-tuning) instead of a random initialisation")
     ap.add_argument("--state-dropout", type=float, default=0.0,
                     help="share of training samples whose state is replaced by the training mean (modality dropout)")
     ap.add_argument("--targets", default="hybrid", choices=["hybrid", "oracle"])
@@ -620,15 +740,19 @@ def main():
 
     proportions = PROPORTIONS[args.task]
     t0 = time.time()
-    dss = [dsmod.load(d, state_names=args.state_names) for d in args.train]
+    # the auxiliary targets' fields are loaded after the model's state fields and split off (split_aux)
+    loaded = list(args.state_names) + [f for f in aux_fields(args.aux_targets) if f not in args.state_names]
+    dss = [dsmod.load(d, state_names=loaded) for d in args.train]
     names = dss[0].stage_names
     if len(names) != len(proportions):
         raise SystemExit(f"dataset has {len(names)} stages, {args.task} has {len(proportions)}")
     train_ds = dss[0]
     for d in dss[1:]:
         train_ds.episodes += d.episodes
-    train = Flat(train_ds, proportions, args.targets)
+    train = split_aux(Flat(train_ds, proportions, args.targets), loaded, args.state_names, args.aux_targets)
     val = Flat(dsmod.load(args.val, state_names=args.state_names), proportions, args.targets) if args.val else None
+    if args.aux_targets:
+        print(f"auxiliary targets {args.aux_targets} (weight {args.aux_weight}), dropped at export", flush=True)
     print(f"loaded {len(train_ds.episodes)} episodes, {train.n} frames in {time.time() - t0:.0f}s", flush=True)
     V = len(train_ds.views)
     H, W = train.images.shape[2], train.images.shape[3]
@@ -664,6 +788,11 @@ def main():
             f"{args.view_dropout}, shift {args.shift}px, colour augmentation {args.colour}."
             + (f" Frames sampled so that {args.balance_progress} progress bins are equally likely."
                if args.balance_progress > 0 else "")
+            + (f" Auxiliary training targets (labels only, head dropped at export): {', '.join(args.aux_targets)}"
+               f" (weight {args.aux_weight})." if args.aux_targets and args.aux_weight > 0 else "")
+            + (f" Initialised from {args.init_onnx}." if args.init_onnx else "")
+            + (f" Loss weighted {args.phi_weight[2]}x on target progress {args.phi_weight[0]}-{args.phi_weight[1]}."
+               if args.phi_weight else "")
             + " State: "
             f"{', '.join(args.state_names)} (no object or target poses). A missing camera: feed a mean-colour frame."
         )
