@@ -7,7 +7,10 @@
 #   models/training/adapt_table.sh     # env: STAGEWISE (CLI, default target/release/stagewise), DATA (default
 #                                      # data/adapt), SEEDS (default "0 1 2"), NS (demo counts, default "1 3 10"),
 #                                      # TABLE, HELDOUT (default 24), OUT (results stem, default
-#                                      # benches/results/adapt_table: .json + .md), ADAPT_ARGS (extra adapt flags)
+#                                      # benches/results/adapt_table: .json + .md), REPLAY (original-task episodes
+#                                      # replayed, default 10; 0: none), REPLAY_FRAC (their share of each batch,
+#                                      # default 0.5), MODEL (the model to adapt, default the shipped
+#                                      # pick-place progress model), ADAPT_ARGS (extra adapt flags)
 #
 # Seeds: demonstrations 710000..710039 (one recording of 40), held-out 1000000.. (both held-out sets the same
 # layouts; only the table differs). Clean expert episodes, 32x32 (the model's size). Demonstrations: seed s
@@ -15,6 +18,9 @@
 # eligible means a single pick-and-place: every annotated stage lasts at most 3x its share of the model's stage
 # proportions (the expert's retries, a second grasp after a misplaced block, are annotated as one long "release";
 # 4 of the 40: episodes 0, 2, 6 and the failed 35). The held-out sets are taken as recorded, retries included.
+# Replayed: REPLAY episodes of the original task (seeds 720000.., the user's own data of the task the model was
+# trained on; neither held-out set), annotated, mixed into every batch and repainted in the demonstrations' colours
+# by adapt.py (--replay-recolour, on by default).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${STAGEWISE:-target/release/stagewise}
@@ -23,8 +29,10 @@ TABLE=${TABLE:-30,30,34}
 SEEDS=${SEEDS:-0 1 2}
 NS=${NS:-1 3 10}
 HELDOUT=${HELDOUT:-24}
+REPLAY=${REPLAY:-10}
+REPLAY_FRAC=${REPLAY_FRAC:-0.5}
 OUT=${OUT:-benches/results/adapt_table}
-M=models/pick-place/pick-place-progress.toml
+M=${MODEL:-models/pick-place/pick-place-progress.toml}
 [ -x "$B" ] || { echo "no stagewise CLI at $B: cargo build --release (or set STAGEWISE)" >&2; exit 1; }
 mkdir -p "$DATA" "$(dirname "$OUT")"
 rec() { # out seed episodes [flags]
@@ -36,6 +44,11 @@ rec() { # out seed episodes [flags]
 rec "$DATA/demos-40" 710000 40 --table-color "$TABLE"
 rec "$DATA/heldout-variant-$HELDOUT" 1000000 "$HELDOUT" --table-color "$TABLE"
 rec "$DATA/heldout-original-$HELDOUT" 1000000 "$HELDOUT"
+replay=()
+if [ "$REPLAY" -gt 0 ]; then
+  rec "$DATA/replay-original-$REPLAY" 720000 "$REPLAY"
+  replay=(--replay "$DATA/replay-original-$REPLAY" --replay-frac "$REPLAY_FRAC")
+fi
 "$B" --log warn annotate --dataset "$DATA/demos-40" --export "$DATA/demos-40.stages.json" > /dev/null
 eligible=$(python3 - "$DATA/demos-40.stages.json" "$M" <<'EOF'
 import json, sys, tomllib
@@ -66,7 +79,8 @@ row() { # model demos seed wall cpu variant(4) original(4)
     "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$9" "${10}" "${11}" "${12}" "${13}" "$ok" >> "$json"
 }
 {
-echo "Held-out: $HELDOUT episodes each (variant: table $TABLE; original). Eligible demonstrations: ${ELIG[*]}."
+echo "Held-out: $HELDOUT episodes each (variant: table $TABLE; original). Eligible demonstrations: ${ELIG[*]}." \
+  "Replayed original-task episodes: $REPLAY. Adapt flags: ${replay[*]} ${ADAPT_ARGS:-}"
 echo
 echo "| model | demos (episodes) | seed | adapt s (wall) | adapt s (CPU) | variant VOC (min) | variant MAE | original VOC (min) | original MAE |"
 echo "|---|---|---|---|---|---|---|---|---|"
@@ -80,7 +94,7 @@ for n in $NS; do
     out="$DATA/adapted-n$n-s$seed"
     rm -rf "$out"
     /usr/bin/time -f "%e %U %S" -o "$out.time" \
-      "$B" --log warn adapt --model $M --demo "$DATA/demos-40:$sel" --out "$out" --seed "$seed" ${ADAPT_ARGS:-} \
+      "$B" --log warn adapt --model $M --demo "$DATA/demos-40:$sel" --out "$out" --seed "$seed" "${replay[@]}" ${ADAPT_ARGS:-} \
       > "$out.log" 2>&1
     read -r wall user sys < "$out.time"
     cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN{printf "%.0f", u + s}')
