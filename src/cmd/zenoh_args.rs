@@ -1,7 +1,9 @@
 //! zenoh flags shared by run, serve, replay and policy push. Defaults trust nobody: the embedded peer listens on
 //! loopback only and does not scout; `--listen`/`--connect` name endpoints, `--scout` turns multicast
 //! discovery on, `--open-network` opens a lab network in one flag, `--zenoh-config FILE` (e.g. TLS) decides
-//! everything the flags do not.
+//! everything the flags do not. `--robot-name` is the robot's name on the stream (the key prefix
+//! `stagewise/<NAME>/`, what policies are signed for); the firmware-bridge URL is `run --bridge`, not a zenoh flag.
+//! The old `--robot NAME|URL` is still accepted (hidden) and resolved here.
 
 use anyhow::Context;
 use stagewise_stream::{Mode, Node, StreamConfig, LOOPBACK_EPHEMERAL};
