@@ -102,7 +102,10 @@ pub fn write_annotations(
         })?;
         if let Some(a) = a {
             a.check(ds.episodes()[*ep].length)
-                .map_err(|r| DatasetError::Input(format!("episode {ep}: {r}")))?;
+                .map_err(|reason| DatasetError::InputAnnotation {
+                    episode: *ep,
+                    reason,
+                })?;
         }
         *slot = a.clone();
     }

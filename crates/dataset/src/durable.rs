@@ -30,12 +30,10 @@ pub(crate) fn create_temp(path: &Path) -> Result<(PathBuf, File)> {
 pub(crate) fn commit(tmp: &Path, file: File, path: &Path) -> Result<()> {
     file.sync_all().map_err(io_err(tmp))?;
     drop(file);
-    std::fs::rename(tmp, path).map_err(|source| DatasetError::Io {
+    std::fs::rename(tmp, path).map_err(|source| DatasetError::Rename {
+        from: tmp.to_owned(),
         path: path.to_owned(),
-        source: std::io::Error::new(
-            source.kind(),
-            format!("renaming {} to it: {source}", tmp.display()),
-        ),
+        source,
     })?;
     sync_dir(parent_of(path))
 }

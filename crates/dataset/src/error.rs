@@ -7,13 +7,20 @@ pub type Result<T, E = DatasetError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{}: malformed JSON: {source}", path.display())]
+    #[error("{}: renaming {} to it", path.display(), from.display())]
+    Rename {
+        from: PathBuf,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: malformed JSON", path.display())]
     Json {
         path: PathBuf,
         #[source]
@@ -25,13 +32,13 @@ pub enum DatasetError {
         field: String,
         reason: String,
     },
-    #[error("{}: parquet: {source}", path.display())]
+    #[error("{}: parquet", path.display())]
     Parquet {
         path: PathBuf,
         #[source]
         source: parquet::errors::ParquetError,
     },
-    #[error("{}: arrow: {source}", path.display())]
+    #[error("{}: arrow", path.display())]
     Arrow {
         path: PathBuf,
         #[source]
@@ -53,7 +60,7 @@ pub enum DatasetError {
         row: usize,
         reason: String,
     },
-    #[error("{}: column `{column}`, episode {episode}, frame {frame}: corrupt image: {source}", path.display())]
+    #[error("{}: column `{column}`, episode {episode}, frame {frame}: corrupt image", path.display())]
     Image {
         path: PathBuf,
         column: String,
@@ -65,6 +72,13 @@ pub enum DatasetError {
     /// The ffmpeg program that video features need is missing or broken.
     #[error("video features need ffmpeg: `{}` {reason}", program.display())]
     VideoTool { program: PathBuf, reason: String },
+    /// The ffmpeg program could not be started at all.
+    #[error("video features need ffmpeg: `{}` cannot run; {}", program.display(), crate::video::INSTALL_HINT)]
+    VideoToolSpawn {
+        program: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{}: video column `{column}`: {reason}", path.display())]
     Video {
         path: PathBuf,
@@ -94,9 +108,41 @@ pub enum DatasetError {
     /// Input handed to the writer that does not match the dataset's declared features.
     #[error("invalid input: {0}")]
     Input(String),
-    #[error("{}: {reason}", path.display())]
-    Other { path: PathBuf, reason: String },
-    #[error("stage proportions: {0}")]
+    /// A PNG frame handed to the writer whose header does not decode.
+    #[error("invalid input: episode {episode}, frame {frame}, view {view:?}: not a PNG image")]
+    InputImage {
+        episode: usize,
+        frame: usize,
+        view: String,
+        #[source]
+        source: image::ImageError,
+    },
+    /// Stage annotations handed in for an episode that they do not fit.
+    #[error("invalid input: episode {episode}: {reason}")]
+    InputAnnotation { episode: usize, reason: String },
+    /// `meta/episodes` holds no `chunk-*/file-*.parquet`.
+    #[error("{}: no episode metadata parquet files (expected chunk-*/file-*.parquet)", path.display())]
+    NoEpisodeFiles { path: PathBuf },
+    /// The episodes' metadata rows are not episodes 0, 1, 2, ... in order.
+    #[error("{}: episode indices must be 0..{expected}, found {found} at position {position}", path.display())]
+    EpisodeIndices {
+        path: PathBuf,
+        expected: usize,
+        found: usize,
+        position: usize,
+    },
+    /// A column with another row count than the file's `index` column.
+    #[error("{}: column `{column}` has {rows} rows, `index` has {expected}", path.display())]
+    ColumnLength {
+        path: PathBuf,
+        column: String,
+        rows: usize,
+        expected: usize,
+    },
+    /// Creating a dataset in a directory that already holds files.
+    #[error("{}: dataset directory exists and is not empty; refusing to overwrite", path.display())]
+    NotEmpty { path: PathBuf },
+    #[error("stage proportions")]
     Proportions(#[from] stagewise_core::ProgressError),
 }
 

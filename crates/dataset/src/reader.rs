@@ -769,10 +769,7 @@ fn episode_files(root: &Path) -> Result<Vec<PathBuf>> {
     }
     files.sort();
     if files.is_empty() {
-        return Err(DatasetError::Other {
-            path: dir,
-            reason: "no episode metadata parquet files (expected chunk-*/file-*.parquet)".into(),
-        });
+        return Err(DatasetError::NoEpisodeFiles { path: dir });
     }
     Ok(files)
 }
@@ -884,13 +881,11 @@ fn read_episodes(
     let eps_dir = root.join("meta/episodes");
     for (pos, e) in out.iter().enumerate() {
         if e.episode_index != pos {
-            return Err(DatasetError::Other {
+            return Err(DatasetError::EpisodeIndices {
                 path: eps_dir,
-                reason: format!(
-                    "episode indices must be 0..{}, found {} at position {pos}",
-                    out.len(),
-                    e.episode_index
-                ),
+                expected: out.len(),
+                found: e.episode_index,
+                position: pos,
             });
         }
     }

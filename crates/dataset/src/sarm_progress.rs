@@ -54,9 +54,11 @@ impl SarmProgress {
         }
         for (name, len) in lens {
             if len != n {
-                return Err(DatasetError::Other {
+                return Err(DatasetError::ColumnLength {
                     path: path.to_owned(),
-                    reason: format!("column `{name}` has {len} rows, `index` has {n}"),
+                    column: name.into(),
+                    rows: len,
+                    expected: n,
                 });
             }
         }

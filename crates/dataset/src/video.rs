@@ -155,7 +155,10 @@ fn ffmpeg() -> Result<Arc<Ffmpeg>> {
         .args(["-hide_banner", "-encoders"])
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| tool_err(format!("cannot run it ({e}); {INSTALL_HINT}")))?;
+        .map_err(|source| DatasetError::VideoToolSpawn {
+            program: program.clone(),
+            source,
+        })?;
     if !out.status.success() {
         return Err(tool_err(format!(
             "`-encoders` failed ({}): {}",
@@ -316,9 +319,9 @@ impl VideoEncoder {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| DatasetError::VideoTool {
+            .map_err(|source| DatasetError::VideoToolSpawn {
                 program: ff.program.clone(),
-                reason: format!("cannot run it ({e}); {INSTALL_HINT}"),
+                source,
             })?;
         let stdin = child.stdin.take();
         let stderr = child.stderr.take().map(|mut s| {
@@ -532,9 +535,9 @@ pub(crate) fn decode_wanted(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| DatasetError::VideoTool {
+        .map_err(|source| DatasetError::VideoToolSpawn {
             program: ff.program.clone(),
-            reason: format!("cannot run it ({e}); {INSTALL_HINT}"),
+            source,
         })?;
     let stderr = child.stderr.take().map(|mut s| {
         std::thread::spawn(move || {

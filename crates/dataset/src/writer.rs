@@ -338,11 +338,7 @@ impl DatasetWriter {
         if root.exists() {
             let mut entries = std::fs::read_dir(&root).map_err(io_err(&root))?;
             if entries.next().is_some() {
-                return Err(DatasetError::Other {
-                    path: root,
-                    reason: "dataset directory exists and is not empty; refusing to overwrite"
-                        .into(),
-                });
+                return Err(DatasetError::NotEmpty { path: root });
             }
         }
         std::fs::create_dir_all(root.join("meta")).map_err(io_err(&root))?;
@@ -479,11 +475,11 @@ impl DatasetWriter {
                     FrameImage::Png(bytes) => {
                         image::codecs::png::PngDecoder::new(Cursor::new(bytes))
                             .map(|d| d.dimensions())
-                            .map_err(|e| {
-                                DatasetError::Input(format!(
-                                    "episode {n}, frame {i}, view {:?}: {e}",
-                                    spec.name
-                                ))
+                            .map_err(|source| DatasetError::InputImage {
+                                episode: n,
+                                frame: i,
+                                view: spec.name.clone(),
+                                source,
                             })?
                     }
                 };

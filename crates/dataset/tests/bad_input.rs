@@ -25,10 +25,11 @@ fn fresh() -> (tempfile::TempDir, std::path::PathBuf) {
     (tmp, dir)
 }
 
+/// The error of opening `dir`, with its causes (`outer: cause: ...`).
 fn open_err(dir: &Path) -> String {
     match stagewise_dataset::Dataset::open(dir) {
         Ok(_) => panic!("expected an error"),
-        Err(e) => e.to_string(),
+        Err(e) => stagewise_core::ErrorChain(&e).to_string(),
     }
 }
 
@@ -356,4 +357,63 @@ fn sarm_progress_errors() {
         msg.contains("sarm_progress.parquet") && msg.contains("parquet"),
         "{msg}"
     );
+}
+
+/// Each message of `e`'s chain, outermost first, walking `std::error::Error::source`.
+fn chain(e: &dyn std::error::Error) -> Vec<String> {
+    let mut out = vec![e.to_string()];
+    let mut next = e.source();
+    while let Some(s) = next {
+        out.push(s.to_string());
+        next = s.source();
+    }
+    out
+}
+
+/// A corrupt parquet file and a malformed info.json: the error names the file, keeps the parquet / JSON
+/// library's error as its source, and no message of the chain repeats the cause.
+#[test]
+fn corrupt_files_keep_the_library_error_as_their_source() {
+    let (_t, dir) = fresh();
+    let path = dir.join("sarm_progress.parquet");
+    std::fs::write(&path, b"not parquet").unwrap();
+    let e = SarmProgress::read(&path).unwrap_err();
+    assert!(matches!(e, DatasetError::Parquet { .. }), "{e}");
+    let msgs = chain(&e);
+    assert!(msgs.len() >= 2, "{msgs:?}");
+    assert!(msgs[0].contains("sarm_progress.parquet"), "{msgs:?}");
+    assert!(
+        std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<parquet::errors::ParquetError>())
+            .is_some(),
+        "the source is the parquet error: {msgs:?}"
+    );
+    for (i, m) in msgs.iter().enumerate() {
+        for later in &msgs[i + 1..] {
+            assert!(
+                !m.contains(later.as_str()),
+                "the cause is printed twice: {msgs:?}"
+            );
+        }
+    }
+
+    let (_t, dir) = fresh();
+    std::fs::write(dir.join("meta/info.json"), "{\"fps\": ").unwrap();
+    let e = match stagewise_dataset::Dataset::open(&dir) {
+        Ok(_) => panic!("a malformed info.json opened"),
+        Err(e) => e,
+    };
+    let msgs = chain(&e);
+    assert_eq!(msgs.len(), 2, "{msgs:?}");
+    assert!(
+        msgs[0].contains("meta/info.json") && msgs[0].contains("malformed JSON"),
+        "{msgs:?}"
+    );
+    assert!(
+        std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<serde_json::Error>())
+            .is_some(),
+        "the source is the JSON error: {msgs:?}"
+    );
+    assert!(!msgs[0].contains(msgs[1].as_str()), "{msgs:?}");
 }

@@ -94,15 +94,19 @@ impl EpisodeLog {
             ("payload", payload.len(), MAX_RECORD),
         ] {
             if len > max {
-                return Err(err(std::io::Error::other(format!(
-                    "record {what} of {len} bytes on {key:?} is larger than a log reader accepts ({max})"
-                ))));
+                return Err(RuntimeError::Log {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "record {what} of {len} bytes on {key:?} is larger than a log reader accepts ({max})"
+                    ),
+                });
             }
         }
         if key.is_empty() {
-            return Err(err(std::io::Error::other(
-                "record with an empty key: a log reader refuses it",
-            )));
+            return Err(RuntimeError::Log {
+                path: self.path.clone(),
+                reason: "record with an empty key: a log reader refuses it".into(),
+            });
         }
         let write = |out: &mut BufWriter<std::fs::File>| -> std::io::Result<()> {
             out.write_all(&(key.len() as u32).to_le_bytes())?;

@@ -312,7 +312,9 @@ fn bad_calls_are_errors_that_name_the_env() {
         matches!(&err, RuntimeError::Env { env: 1, .. }),
         "env 1's action is short: {err}"
     );
-    assert!(err.to_string().contains("action has 2 values"), "{err}");
+    // The env's own error is the source, printed once by a chain walker.
+    let chain = stagewise_core::ErrorChain(&err).to_string();
+    assert!(chain.contains("action has 2 values"), "{chain}");
     // One model reads one state layout: envs that name different state fields are refused, and so is a model
     // bound by the caller to a state of another size.
     let mixed = boxed(vec![

@@ -23,7 +23,8 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub const SIGNATURE_LEN: usize = 64;
 
 /// Why bytes could not be decoded into (or a message encoded as) a wire message. The msgpack decoder's or
-/// encoder's own error is the [`std::error::Error::source`] (shared, so that the error stays `Clone`).
+/// encoder's own error is the [`std::error::Error::source`] (shared, so that the error stays `Clone`; equality
+/// compares it by message).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum WireError {
     #[error(
@@ -185,6 +186,99 @@ fn classify<M: Message>(bytes: &[u8], err: rmp_serde::decode::Error) -> WireErro
     WireError::Malformed {
         kind: M::KIND,
         source: Arc::new(err),
+    }
+}
+
+/// Same variant and fields; the decoder's or encoder's error (the source, which has no `PartialEq`) compares by
+/// its message.
+impl PartialEq for WireError {
+    fn eq(&self, other: &Self) -> bool {
+        use WireError as W;
+        let same =
+            |a: &dyn std::error::Error, b: &dyn std::error::Error| a.to_string() == b.to_string();
+        match (self, other) {
+            (
+                W::NotAMessage {
+                    expected: e1,
+                    len: l1,
+                    source: s1,
+                },
+                W::NotAMessage {
+                    expected: e2,
+                    len: l2,
+                    source: s2,
+                },
+            ) => e1 == e2 && l1 == l2 && same(&**s1, &**s2),
+            (
+                W::WrongKind {
+                    expected: e1,
+                    got: g1,
+                },
+                W::WrongKind {
+                    expected: e2,
+                    got: g2,
+                },
+            ) => e1 == e2 && g1 == g2,
+            (
+                W::UnsupportedSchema {
+                    kind: k1,
+                    got: g1,
+                    supported: s1,
+                },
+                W::UnsupportedSchema {
+                    kind: k2,
+                    got: g2,
+                    supported: s2,
+                },
+            ) => k1 == k2 && g1 == g2 && s1 == s2,
+            (
+                W::Malformed {
+                    kind: k1,
+                    source: s1,
+                },
+                W::Malformed {
+                    kind: k2,
+                    source: s2,
+                },
+            ) => k1 == k2 && same(&**s1, &**s2),
+            (
+                W::Invalid {
+                    kind: k1,
+                    field: f1,
+                    reason: r1,
+                },
+                W::Invalid {
+                    kind: k2,
+                    field: f2,
+                    reason: r2,
+                },
+            ) => k1 == k2 && f1 == f2 && r1 == r2,
+            (
+                W::Hex {
+                    kind: k1,
+                    field: f1,
+                    value: v1,
+                    source: s1,
+                },
+                W::Hex {
+                    kind: k2,
+                    field: f2,
+                    value: v2,
+                    source: s2,
+                },
+            ) => k1 == k2 && f1 == f2 && v1 == v2 && s1 == s2,
+            (
+                W::Encode {
+                    kind: k1,
+                    source: s1,
+                },
+                W::Encode {
+                    kind: k2,
+                    source: s2,
+                },
+            ) => k1 == k2 && same(&**s1, &**s2),
+            _ => false,
+        }
     }
 }
 

@@ -312,15 +312,12 @@ fn schema_and_kind_are_checked_first() {
     ));
     let bytes = encode(&progress()).expect("encode");
     let err = decode::<TransitionMsg>(&bytes).expect_err("wrong kind");
-    assert!(
-        matches!(
-            &err,
-            WireError::WrongKind {
-                expected: "transition",
-                got,
-            } if got == "progress"
-        ),
-        "{err}"
+    assert_eq!(
+        err,
+        WireError::WrongKind {
+            expected: "transition",
+            got: "progress".into()
+        }
     );
     let mut v = to_value(&bytes);
     remove(&mut v, "schema");
