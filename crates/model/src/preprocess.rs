@@ -100,6 +100,9 @@ impl Normaliser {
 /// RGB8 pixels into three normalised planes. Compiled a second time for AVX2 where the CPU has it (checked once
 /// per call, cached by std): the stride-3 de-interleave then runs in 256-bit registers (about 3x faster here).
 /// The same `x * scale + offset` in either build (no fused multiply-add), so the values are identical.
+// The one `unsafe` of this crate (the workspace denies `unsafe_code`): calling the AVX2 build once the CPU is
+// known to have AVX2.
+#[allow(unsafe_code)]
 fn planes(rgb: &[u8], [r, g, b]: [&mut [f32]; 3], scale: [f32; 3], offset: [f32; 3]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {

@@ -126,7 +126,7 @@ impl Policies {
                 .act(&envs, &refs)
                 .map_err(|source| RuntimeError::Policy {
                     policy: policy.name(),
-                    source,
+                    source: Box::new(source),
                 })?;
             if out.len() != envs.len() {
                 return Err(RuntimeError::PolicyActions {

@@ -44,7 +44,7 @@ pub enum RuntimeError {
     Policy {
         policy: String,
         #[source]
-        source: PolicyError,
+        source: Box<PolicyError>,
     },
     #[error("policy {policy} returned {got} actions for {envs} envs")]
     PolicyActions {
