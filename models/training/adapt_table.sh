@@ -9,8 +9,9 @@
 #                                      # TABLE, HELDOUT (default 24), OUT (results stem, default
 #                                      # benches/results/adapt_table: .json + .md), REPLAY (original-task episodes
 #                                      # replayed, default 10; 0: none), REPLAY_FRAC (their share of each batch,
-#                                      # default 0.5), MODEL (the model to adapt, default the shipped
-#                                      # pick-place progress model), ADAPT_ARGS (extra adapt flags)
+#                                      # default 0.5), STEPS (fine-tuning steps, default 500), MODEL (the model
+#                                      # to adapt, default the shipped pick-place progress model), ADAPT_ARGS
+#                                      # (extra adapt flags)
 #
 # Seeds: demonstrations 710000..710039 (one recording of 40), held-out 1000000.. (both held-out sets the same
 # layouts; only the table differs). Clean expert episodes, 32x32 (the model's size). Demonstrations: seed s
@@ -31,6 +32,7 @@ NS=${NS:-1 3 10}
 HELDOUT=${HELDOUT:-24}
 REPLAY=${REPLAY:-10}
 REPLAY_FRAC=${REPLAY_FRAC:-0.5}
+STEPS=${STEPS:-500}
 OUT=${OUT:-benches/results/adapt_table}
 M=${MODEL:-models/pick-place/pick-place-progress.toml}
 [ -x "$B" ] || { echo "no stagewise CLI at $B: cargo build --release (or set STAGEWISE)" >&2; exit 1; }
@@ -80,7 +82,7 @@ row() { # model demos seed wall cpu variant(4) original(4)
 }
 {
 echo "Held-out: $HELDOUT episodes each (variant: table $TABLE; original). Eligible demonstrations: ${ELIG[*]}." \
-  "Replayed original-task episodes: $REPLAY. Adapt flags: ${replay[*]} ${ADAPT_ARGS:-}"
+  "Replayed original-task episodes: $REPLAY. Adapt flags: ${replay[*]} --steps $STEPS ${ADAPT_ARGS:-}"
 echo
 echo "| model | demos (episodes) | seed | adapt s (wall) | adapt s (CPU) | variant VOC (min) | variant MAE | original VOC (min) | original MAE |"
 echo "|---|---|---|---|---|---|---|---|---|"
@@ -94,7 +96,7 @@ for n in $NS; do
     out="$DATA/adapted-n$n-s$seed"
     rm -rf "$out"
     /usr/bin/time -f "%e %U %S" -o "$out.time" \
-      "$B" --log warn adapt --model $M --demo "$DATA/demos-40:$sel" --out "$out" --seed "$seed" "${replay[@]}" ${ADAPT_ARGS:-} \
+      "$B" --log warn adapt --model $M --demo "$DATA/demos-40:$sel" --out "$out" --seed "$seed" "${replay[@]}" --steps "$STEPS" ${ADAPT_ARGS:-} \
       > "$out.log" 2>&1
     read -r wall user sys < "$out.time"
     cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN{printf "%.0f", u + s}')
