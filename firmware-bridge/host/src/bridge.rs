@@ -105,7 +105,7 @@ impl std::fmt::Display for FirmwareStop {
 pub enum BridgeError {
     #[error(transparent)]
     Transport(#[from] TransportError),
-    #[error("link I/O failed: {0}")]
+    #[error("link I/O failed")]
     Io(#[from] std::io::Error),
     #[error("handshake refused: {0}")]
     Handshake(HandshakeError),
@@ -148,7 +148,7 @@ pub enum BridgeError {
         what: &'static str,
         status: AckStatus,
     },
-    #[error("command refused by the host limits: {0}")]
+    #[error("command refused by the host limits")]
     Limit(#[from] LimitError),
     #[error("the bridge has a latched fault ({0:?})")]
     Faulted(HostFault),
@@ -902,7 +902,7 @@ async fn rx_loop(
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     continue;
                 }
-                tracing::warn!(error = %e, "bridge receive failed; link down");
+                tracing::warn!(error = %stagewise_core::ErrorChain(&e), "bridge receive failed; link down");
                 *lock(&shared.fault) = Some(HostFault::LinkDown);
                 return;
             }

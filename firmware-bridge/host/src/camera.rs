@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CameraError {
-    #[error("camera {name}: cannot read directory {dir}: {source}")]
+    #[error("camera {name}: cannot read directory {dir}")]
     Dir {
         name: String,
         dir: PathBuf,
@@ -14,7 +14,7 @@ pub enum CameraError {
     },
     #[error("camera {name}: no .png images in {dir}")]
     Empty { name: String, dir: PathBuf },
-    #[error("camera {name}: cannot decode {path}: {source}")]
+    #[error("camera {name}: cannot decode {path}")]
     Decode {
         name: String,
         path: PathBuf,
@@ -41,6 +41,22 @@ pub enum CameraError {
     Source { name: String, message: String },
     #[error("scene channel tcp://{addr}: {message}")]
     Scene { addr: String, message: String },
+    #[error("scene channel tcp://{addr}: not a HOST:PORT address")]
+    SceneAddress {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "scene channel tcp://{addr}: cannot connect within {timeout:?} (is the emulator running with its scene \
+         channel, or a camera server?)"
+    )]
+    SceneConnect {
+        addr: String,
+        timeout: std::time::Duration,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Something that gives one frame per control step.

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkKeyError {
-    #[error("cannot read the link key file {path}: {source}")]
+    #[error("cannot read the link key file {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("link key file {path}: {source}")]
+    #[error("link key file {path}")]
     Parse { path: PathBuf, source: KeyError },
-    #[error("cannot write a new link key file {path}: {source} (an existing key file is never overwritten)")]
+    #[error("cannot write a new link key file {path} (an existing key file is never overwritten)")]
     Write {
         path: PathBuf,
         source: std::io::Error,
@@ -63,7 +63,7 @@ pub fn generate(path: &Path) -> Result<LinkKey, LinkKeyError> {
     let mut bytes = [0u8; KEY_LEN];
     rand::rngs::OsRng
         .try_fill_bytes(&mut bytes)
-        .map_err(|e| err(std::io::Error::other(e.to_string())))?;
+        .map_err(|e| err(std::io::Error::other(e)))?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

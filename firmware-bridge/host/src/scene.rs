@@ -115,16 +115,18 @@ impl SceneClient {
     pub fn connect(addr: &str, timeout: Duration) -> Result<Self, CameraError> {
         let sock: SocketAddr = addr
             .to_socket_addrs()
-            .map_err(|e| err(addr, format!("not a HOST:PORT address: {e}")))?
+            .map_err(|source| CameraError::SceneAddress {
+                addr: addr.to_string(),
+                source,
+            })?
             .next()
             .ok_or_else(|| err(addr, "the address resolves to nothing"))?;
-        let mut stream = TcpStream::connect_timeout(&sock, timeout).map_err(|e| {
-            err(
-                addr,
-                format!(
-                    "cannot connect within {timeout:?}: {e} (is the emulator running with its scene channel, or a camera server?)"
-                ),
-            )
+        let mut stream = TcpStream::connect_timeout(&sock, timeout).map_err(|source| {
+            CameraError::SceneConnect {
+                addr: addr.to_string(),
+                timeout,
+                source,
+            }
         })?;
         stream
             .set_read_timeout(Some(timeout))

@@ -62,17 +62,17 @@ impl std::str::FromStr for Endpoint {
 pub enum TransportError {
     #[error("endpoint {0:?} is not udp://HOST:PORT or serial://PATH[@BAUD]")]
     BadEndpoint(String),
-    #[error("cannot bind a UDP socket for {peer}: {source}")]
+    #[error("cannot bind a UDP socket for {peer}")]
     UdpBind {
         peer: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot open serial device {path}: {source}")]
+    #[error("cannot open serial device {path}")]
     SerialOpen {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot configure serial device {path} (raw mode, {baud} baud): {source}")]
+    #[error("cannot configure serial device {path} (raw mode, {baud} baud)")]
     SerialConfig {
         path: PathBuf,
         baud: u32,
@@ -80,7 +80,7 @@ pub enum TransportError {
     },
     #[error("unsupported baud rate {0}")]
     Baud(u32),
-    #[error("link I/O failed: {0}")]
+    #[error("link I/O failed")]
     Io(#[from] std::io::Error),
 }
 

@@ -314,8 +314,9 @@ fn robot_env_reset_never_clears_an_estop() {
     env.reset(0).expect("arms");
     env.step(&[0.5, 0.0, 0.0, 1.0]).expect("steps");
     env.estop().expect("estop");
-    let e = env.reset(1).unwrap_err();
-    assert!(e.to_string().contains("reset-estop"), "{e}");
+    // The bridge's error is the env error's source: read the chain.
+    let e = stagewise_core::ErrorChain(&env.reset(1).unwrap_err()).to_string();
+    assert!(e.contains("reset-estop"), "{e}");
     drop(env);
     // The operator's verb (its own session), then a new run arms again.
     let r = operator::reset_estop(&endpoint, BridgeConfig::new(key())).expect("reset");
@@ -527,9 +528,9 @@ fn a_firmware_that_disarms_or_reboots_on_its_own_is_reported() {
             }
         }
     }
-    let e = err.expect("the step after the disarm fails");
+    let e = stagewise_core::ErrorChain(&err.expect("the step after the disarm fails")).to_string();
     assert!(
-        e.to_string().contains("stopped on its own") && e.to_string().contains("Disarmed"),
+        e.contains("stopped on its own") && e.contains("Disarmed"),
         "{e}"
     );
     let stop = env.bridge().firmware_stop().expect("reported");
@@ -544,8 +545,8 @@ fn a_firmware_that_disarms_or_reboots_on_its_own_is_reported() {
         env.bridge().fault() == Some(HostFault::SessionLost)
     }));
     assert!(lost, "{:?}", env.bridge().fault());
-    let e = env.step(&[0.2, 0.0, 0.0, 1.0]).unwrap_err();
-    assert!(e.to_string().contains("SessionLost"), "{e}");
+    let e = stagewise_core::ErrorChain(&env.step(&[0.2, 0.0, 0.0, 1.0]).unwrap_err()).to_string();
+    assert!(e.contains("SessionLost"), "{e}");
     drop(env);
     let log = emu.stop().expect("stops");
     assert_eq!(log.counters.local_disarms, 1);
