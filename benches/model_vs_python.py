@@ -6,7 +6,8 @@ Measured:
   * per-step latency, 1 env: the full Stagewise step (preprocess new frames + window + run + progress math) and the
     bare Session::run inside the same process; the Python loop a user would write (numpy normalise + window +
     InferenceSession.run), and Python's bare run. For a model with a two-part form (manifest [parts]) Stagewise's
-    step is the one the actor runs (encode the new frames, head on cached embeddings) and it is also compared with
+    step is the one the actor runs (one run of the fused step graph on the new frames and the cached embeddings when
+    [parts] names one, else the encoder on the new frames and the head on cached embeddings) and it is also compared with
     the bare single-graph Session::run on the same window (target <= 0.6x); Python's bare runs of the two parts
     (encoder on one step's new frames + head) are shown too;
   * batched throughput (env-steps/s) for 1, 8 and 64 environments: Stagewise's full step against the batched Python

@@ -1,8 +1,9 @@
 //! stagewise-model: ONNX Runtime sessions for Stagewise reward models (and later policies): the model
 //! manifest and its check against the ONNX graph, library discovery and execution providers, frame
 //! preprocessing, per-view frame windows, batched scoring into `Progress` ([`RewardModel`]: the two-part form,
-//! per-frame encoder + head, whenever the manifest has one, so each step encodes only the new frames; or the
-//! single graph, [`ModelForm`]), the two-part model itself ([`TwoPartModel`]), the by-name map from a source's
+//! per-frame encoder + head, whenever the manifest has one, so each step encodes only the new frames, in one run
+//! of the fused step graph when `[parts]` names one; or the single graph, [`ModelForm`]), the two-part model
+//! itself ([`TwoPartModel`]), the by-name map from a source's
 //! state to the state fields a model reads ([`StateMap`]), and the offline scoring engine ([`scoring`]:
 //! [`EpisodeScorer`] plans the windows of whole episodes, runs the single graph or the two-part form in batches,
 //! and `scoring::score_in_workers` spreads episodes over worker threads) that `stagewise label`, `eval` and
