@@ -354,7 +354,7 @@ fn policy_trust(
         .as_deref()
         .map(PolicyGate::parse_key)
         .transpose()
-        .map_err(|e| anyhow::anyhow!("--policy-key: {e}"))?;
+        .context("--policy-key")?;
     if a.policy_max_bytes == 0 {
         bail!("--policy-max-bytes must be > 0");
     }

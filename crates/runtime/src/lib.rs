@@ -20,8 +20,8 @@ pub use actor::{Actor, ActorConfig, RunStats};
 pub use clock::{Clock, ClockStats};
 pub use log::{EpisodeLog, LogReader, LogRecord};
 pub use policy::{
-    GateConfig, OnnxPolicy, Policy, PolicyError, PolicyGate, PolicyState, RandomPolicy,
-    DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
+    GateConfig, OnnxPolicy, Policy, PolicyError, PolicyGate, PolicyKeyError, PolicyState,
+    RandomPolicy, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
 };
 pub use shaped::{ProgressSource, ResetOutcome, ShapedEnv, StepOutcome};
 pub use sink::Sink;

@@ -79,6 +79,22 @@ impl PolicyError {
     }
 }
 
+/// Why a configured ed25519 public key (`--policy-key`) is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyKeyError {
+    #[error("public key is not hex")]
+    NotHex(#[source] hex::FromHexError),
+    #[error("public key has {0} bytes, ed25519 keys have 32")]
+    Length(usize),
+    #[error("not an ed25519 public key")]
+    NotEd25519(#[source] ed25519_dalek::SignatureError),
+    #[error(
+        "public key {0} is a weak (small-order) ed25519 key: signatures forged without the secret verify against \
+         it; make a key pair with `stagewise policy keygen`"
+    )]
+    Weak(String),
+}
+
 fn state_note(path: &Option<PathBuf>) -> String {
     path.as_ref()
         .map(|p| format!(" (recorded in {})", p.display()))
@@ -209,19 +225,14 @@ impl PolicyGate {
 
     /// Parses a hex-encoded 32-byte ed25519 public key; weak (small-order) keys are refused: anything verifies
     /// against them.
-    pub fn parse_key(hex_key: &str) -> Result<VerifyingKey, String> {
-        let bytes =
-            hex::decode(hex_key.trim()).map_err(|e| format!("public key is not hex: {e}"))?;
-        let arr: [u8; 32] = bytes.try_into().map_err(|b: Vec<u8>| {
-            format!("public key has {} bytes, ed25519 keys have 32", b.len())
-        })?;
-        let key = VerifyingKey::from_bytes(&arr)
-            .map_err(|e| format!("not an ed25519 public key: {e}"))?;
+    pub fn parse_key(hex_key: &str) -> Result<VerifyingKey, PolicyKeyError> {
+        let bytes = hex::decode(hex_key.trim()).map_err(PolicyKeyError::NotHex)?;
+        let arr: [u8; 32] = bytes
+            .try_into()
+            .map_err(|b: Vec<u8>| PolicyKeyError::Length(b.len()))?;
+        let key = VerifyingKey::from_bytes(&arr).map_err(PolicyKeyError::NotEd25519)?;
         if key.is_weak() {
-            return Err(format!(
-                "public key {} is a weak (small-order) ed25519 key: signatures forged without the secret verify against it; make a key pair with `stagewise policy keygen`",
-                hex_key.trim()
-            ));
+            return Err(PolicyKeyError::Weak(hex_key.trim().to_string()));
         }
         Ok(key)
     }
@@ -527,8 +538,12 @@ mod tests {
         // The identity point: small order, every "signature" with s = 0 verifies against it.
         let weak = format!("01{}", "00".repeat(31));
         let e = PolicyGate::parse_key(&weak).expect_err("weak key");
-        assert!(e.contains("weak"), "{e}");
-        assert!(PolicyGate::parse_key("zz").is_err());
+        assert!(e.to_string().contains("weak"), "{e}");
+        // The hex decoder's error is the source, printed once by a chain walker.
+        let e = PolicyGate::parse_key("zz").expect_err("not hex");
+        assert!(matches!(e, PolicyKeyError::NotHex(_)), "{e}");
+        let chain = stagewise_core::ErrorChain(&e).to_string();
+        assert!(chain.starts_with("public key is not hex: "), "{chain}");
         assert!(PolicyGate::parse_key(&"00".repeat(31)).is_err());
         let good = hex::encode(signing_key().verifying_key().to_bytes());
         assert!(PolicyGate::parse_key(&good).is_ok());
