@@ -726,7 +726,7 @@ def plot(runs, a, path):
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
         row[0].legend(loc="upper left", fontsize=8)
-    fig.suptitle(f"SAC via stagewise serve: c={a.shaping_scale}, gamma={a.gamma}, potential phi-{a.phi_offset}, "
+    fig.suptitle(f"{a.algo.upper()} via stagewise serve: {a.demos} demos, c={a.shaping_scale}, gamma={a.gamma}, potential phi-{a.phi_offset}, "
                  f"max-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep} (thin: seeds, thick: mean)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -799,7 +799,10 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     curves = os.path.join(a.out, "curves.json")
     if a.plot_only:
-        runs = json.load(open(curves))["runs"]
+        saved = json.load(open(curves))
+        runs = saved["runs"]
+        # the title tells the set-up the runs were made with, not this call's defaults
+        a = argparse.Namespace(**{**vars(a), **saved.get("args", {}), "out": a.out, "plot_only": True})
     else:
         runs: List[dict] = []
         t0 = time.time()
