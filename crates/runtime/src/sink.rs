@@ -61,7 +61,7 @@ impl Sink {
         let e = encode_and_log(&mut self.log, msg, self.keys.progress())?;
         if let Some(p) = self.publisher.as_ref() {
             if let Err(e) = p.publish_progress(e) {
-                tracing::debug!(error = %e, "progress message not sent");
+                tracing::debug!(error = %stagewise_core::ErrorChain(&e), "progress message not sent");
             }
         }
         Ok(())

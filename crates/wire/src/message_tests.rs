@@ -405,7 +405,8 @@ fn duplicate_view_names_are_rejected() {
     set(&mut obs, "images", images);
     set(&mut v, "obs", obs);
     let err = decode::<TransitionMsg>(&from_value(&v)).expect_err("duplicate");
-    assert!(err.to_string().contains("appears twice"), "{err}");
+    let chain = stagewise_core::ErrorChain(&err).to_string();
+    assert!(chain.contains("appears twice"), "{chain}");
 }
 
 #[test]

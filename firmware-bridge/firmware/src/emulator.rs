@@ -700,7 +700,10 @@ impl<E: Env> EnvPlant<E> {
             }
             Err(e) => {
                 self.errors += 1;
-                Some(format!("the plant env refused reset({seed}): {e}"))
+                Some(format!(
+                    "the plant env refused reset({seed}): {}",
+                    stagewise_core::ErrorChain(&e)
+                ))
             }
         };
         if let Some(s) = &self.scene {
