@@ -113,7 +113,16 @@ fn legacy_argv(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     if args.get(i).and_then(|a| a.to_str()) != Some("eval") {
         return args;
     }
-    let Some(next) = args.get(i + 1).and_then(|a| a.to_str()) else {
+    // The global --log may also come after `eval` (`eval --log warn model ...`): look past it.
+    let mut j = i + 1;
+    loop {
+        match args.get(j).and_then(|a| a.to_str()) {
+            Some("--log") => j += 2,
+            Some(a) if a.starts_with("--log=") => j += 1,
+            _ => break,
+        }
+    }
+    let Some(next) = args.get(j).and_then(|a| a.to_str()) else {
         return args;
     };
     if !next.starts_with('-') || ["-h", "--help"].contains(&next) {
@@ -474,5 +483,31 @@ mod tests {
             .map(Into::into)
             .collect();
         assert_eq!(legacy_argv(help.clone()), help);
+        // The global --log after `eval`, before today's subcommand, is not an old spelling.
+        for args in [
+            &[
+                "stagewise",
+                "eval",
+                "--log",
+                "warn",
+                "model",
+                "--model",
+                "m.toml",
+                "--dataset",
+                "d",
+            ][..],
+            &[
+                "stagewise",
+                "eval",
+                "--log=warn",
+                "policy",
+                "--policy",
+                "p.toml",
+            ][..],
+        ] {
+            let argv: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+            assert_eq!(legacy_argv(argv.clone()), argv, "{args:?}");
+            parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
     }
 }

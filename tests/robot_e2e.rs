@@ -547,13 +547,25 @@ fn what_a_robot_cannot_give_is_refused() {
         &["--bridge", url, "--model", "oracle"],
         Duration::from_secs(20),
     );
-    assert!(t.contains("--model oracle") && t.contains(url), "{t}");
+    assert!(
+        t.contains("--model oracle reads the simulator's ground-truth progress") && t.contains(url),
+        "{t}"
+    );
     // `--model oracle` is the old spelling of `--reward oracle`; the refusal names the flag as it was given.
     let t = run_fails(
         &["--bridge", url, "--reward", "oracle"],
         Duration::from_secs(20),
     );
     assert!(t.contains("--reward oracle") && t.contains(url), "{t}");
+    // A robot has no task reward: a sparse run would stream 0 at every step.
+    let t = run_fails(
+        &["--bridge", url, "--reward", "sparse"],
+        Duration::from_secs(20),
+    );
+    assert!(
+        t.contains("--reward sparse") && t.contains("reports none"),
+        "{t}"
+    );
     let t = run_fails(
         &["--bridge", url, "--policy", "expert"],
         Duration::from_secs(20),

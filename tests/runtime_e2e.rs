@@ -447,7 +447,10 @@ fn unsigned_policies_over_a_robot_need_an_explicit_opt_out() {
     ]);
     assert!(!ok, "{t}");
     assert!(t.contains("UNSIGNED POLICIES ACCEPTED"), "{t}");
-    assert!(t.contains("--model oracle"), "{t}");
+    assert!(
+        t.contains("--model oracle reads the simulator's ground-truth progress"),
+        "{t}"
+    );
     // The same in today's spelling: the refusal names the flag as it was given.
     let (ok, t) = run(&[
         "--bridge",

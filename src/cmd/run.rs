@@ -177,6 +177,13 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
     if manifest.is_some() && source != RewardSource::Model {
         bail!("--model needs --reward model (this run has --reward {source})");
     }
+    // The sparse reward has no progress: shaping and progress-based success detection would do nothing (or,
+    // with --success-delta 1, "succeed" at every first step).
+    if source == RewardSource::Sparse
+        && (a.shaping.is_some() || old_mode.is_some() || a.success_delta.is_some())
+    {
+        bail!("--reward sparse has no progress to shape or detect success from: drop --shaping and --success-delta");
+    }
     let manifest = match (source, manifest) {
         (RewardSource::Model, Some(m)) => Some(m),
         (RewardSource::Model, None) => {
@@ -227,6 +234,11 @@ fn connect_robot(a: &RunArgs, url: &str, reward: &RewardChoice) -> anyhow::Resul
         bail!(
             "{} reads the simulator's ground-truth progress; a robot ({url}) has none: use a reward model (--reward model, the task's shipped one or --model MANIFEST)",
             reward.spelled
+        );
+    }
+    if reward.source == RewardSource::Sparse {
+        bail!(
+            "--reward sparse is the simulator's task reward; a robot ({url}) reports none (every step would be 0): use a reward model (--reward model, the task's shipped one or --model MANIFEST)"
         );
     }
     if a.policy == "expert" {
@@ -654,5 +666,14 @@ mod tests {
             e.to_string().contains("--model needs --reward model"),
             "{e}"
         );
+        for extra in [&["--shaping", "naive"][..], &["--success-delta", "1"]] {
+            let mut args = vec!["--reward", "sparse"];
+            args.extend(extra);
+            let e = choice(&args).unwrap_err();
+            assert!(
+                e.to_string().contains("no progress to shape"),
+                "{args:?}: {e}"
+            );
+        }
     }
 }

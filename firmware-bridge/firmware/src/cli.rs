@@ -57,7 +57,7 @@ pub struct EmulatorArgs {
     #[arg(long, default_value_t = 500)]
     pub stall_timeout_ms: u64,
     /// File with the pre-shared link key (64 hex digits; `stagewise robot keygen FILE` makes one). The host
-    /// (`stagewise run --robot URL --link-key-file FILE`) needs the same key.
+    /// (`stagewise run --bridge URL --link-key-file FILE`) needs the same key.
     #[arg(long, value_name = "FILE", env = "STAGEWISE_LINK_KEY_FILE")]
     pub link_key_file: Option<PathBuf>,
     /// Use the public all-zero key instead: no authentication at all. Only for a bench nobody else can reach;

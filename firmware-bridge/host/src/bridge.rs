@@ -136,11 +136,11 @@ pub enum BridgeError {
     )]
     SessionBusy { endpoint: String },
     #[error(
-        "the robot at {endpoint} is e-stopped (latched): an operator clears it with `stagewise robot reset-estop --robot {endpoint}`, then the next arm works"
+        "the robot at {endpoint} is e-stopped (latched): an operator clears it with `stagewise robot reset-estop --bridge {endpoint}`, then the next arm works"
     )]
     EStopLatched { endpoint: String },
     #[error(
-        "an e-stop to {endpoint} is still being repeated (no telemetry has shown it yet): nothing is armed until it is acknowledged and an operator clears it with `stagewise robot reset-estop --robot {endpoint}`"
+        "an e-stop to {endpoint} is still being repeated (no telemetry has shown it yet): nothing is armed until it is acknowledged and an operator clears it with `stagewise robot reset-estop --bridge {endpoint}`"
     )]
     EStopPending { endpoint: String },
     #[error("the firmware refused {what}: {status:?}")]
