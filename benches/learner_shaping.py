@@ -613,7 +613,7 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
             if ev["success"] >= best["success"] and step > 0:
                 best.update(success=ev["success"], steps=step)
                 best.update(export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-best.onnx"), s_dim,
-                                        f"SAC, {reward} reward, seed {seed}, {step} env steps, held-out eval "
+                                        f"{a.algo.upper()}, {reward} reward, seed {seed}, {step} env steps, held-out eval "
                                         f"{ev['success']:.2f} (benches/learner_shaping.py)"))
             save(run)
 
@@ -681,7 +681,7 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
         torch.save({"actor": agent.actor.state_dict(), "q": agent.q.state_dict(), "names": names},
                    os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-last.pt"))
         last = export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-last.onnx"), s_dim,
-                           f"SAC, {reward} reward, seed {seed}, {step} env steps (benches/learner_shaping.py)")
+                           f"{a.algo.upper()}, {reward} reward, seed {seed}, {step} env steps (benches/learner_shaping.py)")
         train.close()
         evals.close()
     wall = time.time() - t0
