@@ -152,7 +152,7 @@ impl TwoPartModel {
             }
             None => None,
         };
-        Ok(Self {
+        let mut model = Self {
             normaliser: Normaliser::new(&image),
             manifest,
             parts,
@@ -165,7 +165,65 @@ impl TwoPartModel {
             encoder_batch,
             head_batch,
             step,
-        })
+        };
+        model.check_step_agrees()?;
+        Ok(model)
+    }
+
+    /// The step graph is checked against this model's own encoder and head on one fixed input at load: its
+    /// sha256 only proves the file is the one the manifest names, and its shapes match any export of the same
+    /// architecture (e.g. another training run's), which would silently score steady steps with other weights.
+    fn check_step_agrees(&mut self) -> Result<(), ModelError> {
+        let Some(batch) = self.step.as_ref().map(|s| s.batch) else {
+            return Ok(());
+        };
+        let one = |b: Option<usize>| b.is_none_or(|b| b == 1);
+        if !one(batch) || !one(self.encoder_batch) || !one(self.head_batch) {
+            return Ok(()); // fixed batches: run_step checks them per call
+        }
+        let m = &self.manifest;
+        let (views, frames, e, state_size) =
+            (m.views.len(), m.frames, self.parts.embedding, m.state_size);
+        let frame_len = self.normaliser.frame_len();
+        // A fixed, frame-dependent pattern in the normalised range (no image needed).
+        let pattern = |k: usize| -> Vec<f32> {
+            (0..frame_len)
+                .map(|i| ((i * 7 + k * 131) % 97) as f32 / 48.0 - 1.0)
+                .collect()
+        };
+        let older: Vec<f32> = (0..views * (frames - 1)).flat_map(pattern).collect();
+        let new: Vec<f32> = (0..views).flat_map(|v| pattern(1000 + v)).collect();
+        let state = vec![0.25f32; state_size];
+        let (mut cached, mut fresh) = (Vec::new(), Vec::new());
+        self.encode(&older, views * (frames - 1), &mut cached)?;
+        self.encode(&new, views, &mut fresh)?;
+        let mut window = Vec::with_capacity(views * frames * e);
+        for v in 0..views {
+            window.extend_from_slice(&cached[v * (frames - 1) * e..(v + 1) * (frames - 1) * e]);
+            window.extend_from_slice(&fresh[v * e..(v + 1) * e]);
+        }
+        let want = self.score_embeddings(&window, &state, 1)?;
+        let mut got_emb = Vec::new();
+        let got = self.run_step(&new, &cached, &state, 1, &mut got_emb)?;
+        let emb_err = got_emb
+            .iter()
+            .zip(&fresh)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        let phi_err = (got[0].phi - want[0].phi).abs();
+        if emb_err > 1e-3 || phi_err > 1e-3 || got[0].stage != want[0].stage {
+            return Err(ModelError::GraphMismatch {
+                path: self.parts.step.clone().unwrap_or_default(),
+                field: "parts.step".into(),
+                reason: format!(
+                    "disagrees with this model's encoder + head on a test input (embedding max |d| {emb_err:.2e}, \
+                     phi {:.4} vs {:.4}): it was exported from other weights; re-export it with \
+                     models/training/export_parts.py --step-only",
+                    got[0].phi, want[0].phi
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Whether the manifest names a fused step graph ([`Self::run_step`]).

@@ -272,3 +272,60 @@ fn a_manifest_without_a_step_graph_runs_encoder_and_head_and_a_bad_one_is_refuse
         other => panic!("expected a graph mismatch, got {other}"),
     }
 }
+
+/// A step graph of the right shapes but other weights (here: the shipped one with its weights nudged, as another
+/// training run's export would be) passes its checksum and shape checks; the load-time agreement check with the
+/// model's own encoder + head refuses it.
+#[test]
+fn a_step_graph_from_other_weights_is_refused_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let step = dir.path().join("pick-place-progress.step.onnx");
+    let path = edited_copy(dir.path(), |t| t);
+    let python = root().join(".venv/bin/python");
+    let script = "import hashlib, sys, onnx, numpy as np\n\
+                  from onnx import numpy_helper as nh\n\
+                  m = onnx.load(sys.argv[1])\n\
+                  for i, t in enumerate(m.graph.initializer):\n    \
+                      a = nh.to_array(t)\n    \
+                      if a.dtype == np.float32 and a.size > 1000:\n        \
+                          m.graph.initializer[i].CopyFrom(nh.from_array(a * 1.5 + 0.05, t.name))\n\
+                  onnx.save(m, sys.argv[1])\n\
+                  print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())\n";
+    let out = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(&step)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {}: {e} (run scripts/setup.sh)",
+                python.display()
+            )
+        });
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sha = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| match l {
+            l if l.starts_with("step_sha256") => format!("step_sha256 = \"{sha}\"\n"),
+            l => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    match TwoPartModel::load(&path, runtime(), &cpu()).err().unwrap() {
+        ModelError::GraphMismatch { field, reason, .. } => {
+            assert_eq!(field, "parts.step");
+            assert!(
+                reason.contains("disagrees with this model's encoder + head"),
+                "{reason}"
+            );
+        }
+        other => panic!("expected a graph mismatch, got {other}"),
+    }
+    // the shipped step graph agrees with its own parts
+    TwoPartModel::load(&shipped(), runtime(), &cpu()).unwrap();
+}
