@@ -478,16 +478,22 @@ def reset(env: StagewiseEnv, seed=None, patience: float = 120.0):
             time.sleep(1.0)
 
 
-def evaluate(agent: SAC, envs: Envs, seeds) -> dict:
+def evaluate(agent: SAC, envs: Envs, seeds, repeat: int = 1) -> dict:
+    """Deterministic success on `seeds`; each action is held `repeat` env steps (1: every step, as `stagewise eval
+    policy` runs an exported policy)."""
     todo, results, active = list(seeds), [], {}
     while todo or active:
         for i, env in enumerate(envs.envs):
             if i not in active and todo:
                 o, _ = reset(env, todo.pop(0))
-                active[i] = [o, 0]
+                active[i] = [o, 0, None]
         idx = sorted(active)
-        acts = agent.act(np.stack([active[i][0] for i in idx]), deterministic=True)
-        pend = [(i, envs.envs[i].step_async(acts[j])) for j, i in enumerate(idx)]
+        need = [i for i in idx if active[i][1] % repeat == 0]
+        if need:
+            acts = agent.act(np.stack([active[i][0] for i in need]), deterministic=True)
+            for j, i in enumerate(need):
+                active[i][2] = acts[j]
+        pend = [(i, envs.envs[i].step_async(active[i][2])) for i in idx]
         for i, p in pend:
             o, _, term, trunc, info = envs.envs[i].step_wait(p)
             active[i][0] = o
@@ -598,7 +604,7 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
 
         def checkpoint(step):
             te = time.time()
-            ev = evaluate(agent, evals, eval_seeds)
+            ev = evaluate(agent, evals, eval_seeds, a.eval_repeat)
             timing["eval_s"] += time.time() - te
             recent = [e for e in episodes if e[0] > step - a.eval_every]
             ev.update(steps=step, updates=agent.updates, wall_s=time.time() - t0, **agent.stats,
@@ -776,6 +782,9 @@ def parse(argv=None):
     ap.add_argument("--learning-starts", type=int, default=5000)
     ap.add_argument("--eval-every", type=int, default=10_000)
     ap.add_argument("--eval-episodes", type=int, default=50)
+    ap.add_argument("--eval-repeat", type=int, default=1,
+                    help="hold each evaluated action this many env steps (1: every step, as `stagewise eval policy`; "
+                         "--action-repeat: the policy as trained; benches/learner_shaping.md)")
     ap.add_argument("--eval-envs", type=int, default=10)
     ap.add_argument("--eval-seed", type=int, default=7_000_000)
     ap.add_argument("--demos", type=int, default=0, help="expert demonstrations replayed into a second buffer")
@@ -787,6 +796,8 @@ def parse(argv=None):
     ap.add_argument("--smoke", action="store_true",
                     help="CI size: 3000 steps, 1000 random, 100-step episodes, eval every 1500 on 5 seeds, 64x64 nets, utd 0.5")
     a = ap.parse_args(argv)
+    if a.eval_repeat < 1:
+        ap.error(f"--eval-repeat must be >= 1 (got {a.eval_repeat})")
     if a.smoke:
         a.steps, a.random_steps, a.learning_starts, a.eval_every, a.eval_episodes = 3000, 1000, 1000, 1500, 5
         a.net, a.eval_envs, a.max_steps, a.eval_max_steps, a.utd = "64,64", 5, 100, -1, 0.5

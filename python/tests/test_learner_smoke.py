@@ -80,7 +80,8 @@ def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
 
     ls = _script()
     out = tmp_path / "run"
-    runs = ls.main(["--smoke", "--task", "push-target", "--rewards", "model", "--seeds", "3", "--out", str(out)])
+    runs = ls.main(["--smoke", "--task", "push-target", "--rewards", "model", "--seeds", "3", "--eval-repeat", "2",
+                    "--out", str(out)])
     assert len(runs) == 1
     run = runs[0]
     steps = [c["steps"] for c in run["checkpoints"]]
