@@ -567,6 +567,9 @@ pub struct EnvPlant<E> {
     outcomes: Vec<PlantOutcome>,
 }
 
+/// How many [`PlantOutcome`]s an [`EnvPlant`] keeps in memory.
+pub const MAX_OUTCOMES: usize = 10_000;
+
 /// How one of the plant env's episodes ended: the simulator's own success and failure, which a real robot does
 /// not report. For evaluation only (`stagewise emulator` logs each one, so a robot run's task success can be
 /// counted against the same policy's success in simulation); nothing of it reaches the host or a model.
@@ -641,7 +644,8 @@ impl<E: Env> EnvPlant<E> {
         self.errors
     }
 
-    /// The episodes that ended so far (terminated, or cut short by a scene reset after at least one step).
+    /// The episodes that ended so far (terminated, or cut short by a scene reset after at least one step), oldest
+    /// first; a long-running emulator keeps the last [`MAX_OUTCOMES`] (every one is also logged).
     pub fn outcomes(&self) -> &[PlantOutcome] {
         &self.outcomes
     }
@@ -660,6 +664,9 @@ impl<E: Env> EnvPlant<E> {
             steps = o.steps,
             "plant episode ended"
         );
+        if self.outcomes.len() >= MAX_OUTCOMES {
+            self.outcomes.drain(..MAX_OUTCOMES / 2);
+        }
         self.outcomes.push(o);
     }
 
