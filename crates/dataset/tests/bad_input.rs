@@ -359,17 +359,6 @@ fn sarm_progress_errors() {
     );
 }
 
-/// Each message of `e`'s chain, outermost first, walking `std::error::Error::source`.
-fn chain(e: &dyn std::error::Error) -> Vec<String> {
-    let mut out = vec![e.to_string()];
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push(s.to_string());
-        next = s.source();
-    }
-    out
-}
-
 /// A corrupt parquet file and a malformed info.json: the error names the file, keeps the parquet / JSON
 /// library's error as its source, and no message of the chain repeats the cause.
 #[test]
@@ -379,7 +368,7 @@ fn corrupt_files_keep_the_library_error_as_their_source() {
     std::fs::write(&path, b"not parquet").unwrap();
     let e = SarmProgress::read(&path).unwrap_err();
     assert!(matches!(e, DatasetError::Parquet { .. }), "{e}");
-    let msgs = chain(&e);
+    let msgs = stagewise_core::chain_messages(&e);
     assert!(msgs.len() >= 2, "{msgs:?}");
     assert!(msgs[0].contains("sarm_progress.parquet"), "{msgs:?}");
     assert!(
@@ -403,7 +392,7 @@ fn corrupt_files_keep_the_library_error_as_their_source() {
         Ok(_) => panic!("a malformed info.json opened"),
         Err(e) => e,
     };
-    let msgs = chain(&e);
+    let msgs = stagewise_core::chain_messages(&e);
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert!(
         msgs[0].contains("meta/info.json") && msgs[0].contains("malformed JSON"),

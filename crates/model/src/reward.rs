@@ -507,14 +507,7 @@ impl RewardModel {
             };
             for (row, (&env, &is_fresh)) in envs.iter().zip(&fresh).enumerate() {
                 let window = self.windows[env].as_mut().expect("created above");
-                for v in 0..views {
-                    let at = (row * views + v) * e;
-                    let new = &embeddings[at..at + e];
-                    window.write_view(v, |slot, mirror| {
-                        slot.copy_from_slice(new);
-                        mirror.copy_from_slice(new);
-                    });
-                }
+                window.copy_views(&embeddings[row * views * e..(row + 1) * views * e]);
                 if is_fresh {
                     window.fill_from_newest();
                 }
@@ -555,14 +548,7 @@ impl RewardModel {
             let window =
                 self.windows[env].get_or_insert_with(|| FrameWindow::with_layout(layout, e));
             window.begin_step(fresh);
-            for v in 0..views {
-                let at = (row * views + v) * e;
-                let new = &embeddings[at..at + e];
-                window.write_view(v, |slot, mirror| {
-                    slot.copy_from_slice(new);
-                    mirror.copy_from_slice(new);
-                });
-            }
+            window.copy_views(&embeddings[row * views * e..(row + 1) * views * e]);
             if fresh {
                 window.fill_from_newest();
             }

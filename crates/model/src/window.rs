@@ -160,6 +160,18 @@ impl FrameWindow {
         )
     }
 
+    /// Writes the current step's frame of every view from `frames` (`[views, frame_len]`, view order): each into
+    /// both of its mirror slots ([`Self::write_view`] with copies).
+    pub fn copy_views(&mut self, frames: &[f32]) {
+        let fl = self.frame_len;
+        for (v, frame) in frames.chunks_exact(fl).enumerate().take(self.views) {
+            self.write_view(v, |slot, mirror| {
+                slot.copy_from_slice(frame);
+                mirror.copy_from_slice(frame);
+            });
+        }
+    }
+
     /// Ends a fresh step (after [`Self::begin_step`] with `fresh` and every view written): the first frame of
     /// each view fills all of that view's slots in every phase.
     pub fn fill_from_newest(&mut self) {

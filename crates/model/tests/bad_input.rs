@@ -303,17 +303,6 @@ fn library_errors_name_all_three_places() {
     assert_eq!("TensorRT".parse::<Provider>().unwrap(), Provider::TensorRt);
 }
 
-/// Each message of `e`'s chain, outermost first, walking `std::error::Error::source`.
-fn chain(e: &dyn std::error::Error) -> Vec<String> {
-    let mut out = vec![e.to_string()];
-    let mut next = e.source();
-    while let Some(s) = next {
-        out.push(s.to_string());
-        next = s.source();
-    }
-    out
-}
-
 /// A manifest that is not TOML: the error names the file, keeps the TOML parser's error as its source, and
 /// the parser's message is printed once (by the chain), not again in the outer message.
 #[test]
@@ -324,7 +313,7 @@ fn malformed_manifest_keeps_the_parser_error_as_its_source() {
         matches!(e, ModelError::ManifestSyntax { ref path, .. } if path == &p),
         "{e}"
     );
-    let msgs = chain(&e);
+    let msgs = stagewise_core::chain_messages(&e);
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert!(msgs[0].contains(&p.display().to_string()), "{msgs:?}");
     let cause = &msgs[1];
@@ -358,7 +347,7 @@ fn bad_proportions_keep_the_core_error_as_their_source() {
         format!("{}proportions = [{bad}{}", &t[..start], &t[end..])
     });
     let e = load_err(&p);
-    let msgs = chain(&e);
+    let msgs = stagewise_core::chain_messages(&e);
     assert!(
         msgs[0].contains("stages.proportions") && msgs[0].contains(&p.display().to_string()),
         "{msgs:?}"
