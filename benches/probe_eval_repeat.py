@@ -19,33 +19,20 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learner_shaping import Envs, reset  # noqa: E402
+from learner_shaping import Envs, evaluate  # noqa: E402
 from stagewise import launch  # noqa: E402
 
 
-def evaluate(policy: ort.InferenceSession, envs: Envs, seeds, repeat: int) -> dict:
-    todo, results, active = list(seeds), [], {}
-    while todo or active:
-        for i, env in enumerate(envs.envs):
-            if i not in active and todo:
-                o, _ = reset(env, todo.pop(0))
-                active[i] = {"obs": o, "steps": 0, "act": None}
-        idx = sorted(active)
-        need = [i for i in idx if active[i]["steps"] % repeat == 0]
-        if need:
-            acts = policy.run(None, {"state": np.stack([active[i]["obs"] for i in need]).astype(np.float32)})[0]
-            for j, i in enumerate(need):
-                active[i]["act"] = acts[j]
-        pend = [(i, envs.envs[i].step_async(active[i]["act"])) for i in idx]
-        for i, p in pend:
-            o, _, term, trunc, info = envs.envs[i].step_wait(p)
-            active[i]["obs"] = o
-            active[i]["steps"] += 1
-            if term or trunc:
-                results.append((bool(info["success"]), float(info.get("progress_oracle") or 0.0), active[i]["steps"]))
-                del active[i]
-    s = np.array(results, np.float64)
-    return {"success": s[:, 0].mean(), "final_progress": s[:, 1].mean(), "ep_len": s[:, 2].mean(), "n": len(s)}
+class OnnxActor:
+    """An exported policy behind learner_shaping.evaluate's `agent.act`."""
+
+    def __init__(self, path: str):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        self.session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+    def act(self, obs, deterministic=True):
+        return self.session.run(None, {"state": np.asarray(obs, np.float32)})[0]
 
 
 def main():
@@ -57,16 +44,14 @@ def main():
     ap.add_argument("--eval-seed", type=int, default=7_000_000)
     ap.add_argument("--envs", type=int, default=10)
     a = ap.parse_args()
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    policy = ort.InferenceSession(a.policy, so, providers=["CPUExecutionProvider"])
+    policy = OnnxActor(a.policy)
     robot = f"probe-{os.getpid()}"
     with launch.serve("--task", a.task, "--reward", "sparse", "--envs", str(a.envs), "--robot-name", robot,
                       "--seed", "0") as srv:
         envs = Envs(srv.endpoint, robot, a.envs, None)
         for k in [int(r) for r in a.repeats.split(",")]:
             r = evaluate(policy, envs, range(a.eval_seed, a.eval_seed + a.episodes), k)
-            print(f"{os.path.basename(a.policy)} repeat {k}: success {r['success']:.0%} of {r['n']}, "
+            print(f"{os.path.basename(a.policy)} repeat {k}: success {r['success']:.0%} of {r['episodes']}, "
                   f"final progress {r['final_progress']:.2f}, episode length {r['ep_len']:.0f}", flush=True)
         envs.close()
 
