@@ -4,26 +4,14 @@
 //! that envs reset (and are scored alone) while the others go on.
 
 use stagewise_core::{Env, ShapingConfig};
-use stagewise_model::{ModelForm, OrtRuntime, Provider, RewardModel, SessionOptions};
+use stagewise_model::ModelForm;
 use stagewise_runtime::{
     Actor, ActorConfig, Clock, EpisodeLog, LogReader, ProgressSource, RandomPolicy,
 };
 use stagewise_sim::{SimConfig, SimEnv, Task};
 use stagewise_wire::{decode, ProgressMsg, TransitionMsg};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-
-fn model(form: ModelForm) -> RewardModel {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/pick-place/pick-place-progress.toml");
-    let rt = OrtRuntime::init(None).expect("ONNX Runtime (run scripts/setup.sh)");
-    let opts = SessionOptions {
-        provider: Provider::Cpu,
-        intra_threads: 1,
-        tensorrt_cache: None,
-    };
-    RewardModel::load_as(&manifest, rt, &opts, form).expect("the shipped pick-place model")
-}
 
 /// Three pick-place envs whose episodes are truncated after 9, 14 and 20 steps.
 fn envs() -> Vec<Box<dyn Env>> {
@@ -41,7 +29,7 @@ fn envs() -> Vec<Box<dyn Env>> {
 /// Runs the actor for 9 episodes with a seeded random policy and returns the log's progress and transition
 /// messages, in the order they were emitted.
 fn run(form: ModelForm, log: PathBuf) -> (Vec<ProgressMsg>, Vec<TransitionMsg>) {
-    let model = model(form);
+    let model = crate::common::pick_place_model(form);
     assert_eq!(model.form(), form);
     let envs = envs();
     let policy = RandomPolicy::new(&envs[0].spec().action, 7);

@@ -2,6 +2,7 @@
 //! new `tests/*.rs` file runs only once it is declared here). Run one module with
 //! `cargo test -p stagewise-runtime --test integration <module>::`.
 
+mod common;
 mod encoder_cache;
 mod log_corpus;
 mod shaped_env;

@@ -4,10 +4,9 @@
 //! potential-based formula on the cached potentials (terminated: `Phi(s') = 0`, truncated: kept).
 
 use stagewise_core::{Env, EnvError, EnvSpec, Observation, ShapingConfig, StepResult};
-use stagewise_model::{ModelForm, OrtRuntime, Provider, RewardModel, SessionOptions, StateMap};
+use stagewise_model::{ModelForm, RewardModel, StateMap};
 use stagewise_runtime::{ProgressSource, RuntimeError, ShapedEnv, StepOutcome};
 use stagewise_sim::{Degradation, Expert, SimConfig, SimEnv, Task};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 fn sim(task: Task, max_steps: u64, render: bool) -> SimEnv {
@@ -25,16 +24,7 @@ fn boxed(envs: Vec<SimEnv>) -> Vec<Box<dyn Env>> {
 }
 
 fn pick_place_model() -> RewardModel {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/pick-place/pick-place-progress.toml");
-    let rt = OrtRuntime::init(None).expect("ONNX Runtime (run scripts/setup.sh)");
-    let opts = SessionOptions {
-        provider: Provider::Cpu,
-        intra_threads: 1,
-        tensorrt_cache: None,
-    };
-    RewardModel::load_as(&manifest, rt, &opts, ModelForm::SingleGraph)
-        .expect("the shipped pick-place model")
+    crate::common::pick_place_model(ModelForm::SingleGraph)
 }
 
 /// A fixed, seeded action sequence that moves the gripper (so that progress changes).
