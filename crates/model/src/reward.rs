@@ -69,9 +69,6 @@ enum Graphs {
         frames: Vec<f32>,
         /// Their embeddings, `[n * views, E]`.
         embeddings: Vec<f32>,
-        /// For the fused step graph: the embeddings of the older frames of each env's window, `[n, views,
-        /// frames - 1, E]`.
-        cached: Vec<f32>,
         /// Whether steps run the manifest's fused step graph when it has one ([`RewardModel::use_step_graph`]).
         use_step: bool,
         /// Whether the last step ran the fused step graph (what [`RewardModel::time_bare_run`] reruns).
@@ -163,7 +160,6 @@ impl RewardModel {
                     model: Box::new(model),
                     frames: Vec::new(),
                     embeddings: Vec::new(),
-                    cached: Vec::new(),
                     use_step: true,
                     stepped: false,
                 },
@@ -446,7 +442,6 @@ impl RewardModel {
             model,
             frames: new_frames,
             embeddings,
-            cached,
             use_step,
             stepped,
         } = &mut self.graphs
@@ -455,29 +450,44 @@ impl RewardModel {
         };
         model.check_batch(n * views, n)?;
         let e = model.embedding_len();
-        new_frames.resize(n * views * frame_len, 0.0);
-        for (row, ((&env, o), order)) in envs.iter().zip(obs).zip(order).enumerate() {
-            for (v, &idx) in order.iter().enumerate() {
-                let at = (row * views + v) * frame_len;
-                // Sizes were checked in view_order, so this cannot fail.
-                self.normaliser
-                    .write_chw(&o.views[idx].rgb, &mut new_frames[at..at + frame_len])
-                    .map_err(|reason| ModelError::BadObservation { env, reason })?;
-            }
-        }
         let fresh = |(&env, o): (&usize, &&Observation)| o.step == 0 || self.windows[env].is_none();
         *stepped = *use_step && model.has_step() && !envs.iter().zip(obs).all(fresh);
+        // The new frames of every view, normalised: straight into the step graph's bound input when it runs.
+        let normalise = |frames: &mut [f32]| -> Result<(), ModelError> {
+            for (row, ((&env, o), order)) in envs.iter().zip(obs).zip(order).enumerate() {
+                for (v, &idx) in order.iter().enumerate() {
+                    let at = (row * views + v) * frame_len;
+                    // Sizes were checked in view_order, so this cannot fail.
+                    self.normaliser
+                        .write_chw(&o.views[idx].rgb, &mut frames[at..at + frame_len])
+                        .map_err(|reason| ModelError::BadObservation { env, reason })?;
+                }
+            }
+            Ok(())
+        };
         if *stepped {
             let fresh: Vec<bool> = envs.iter().zip(obs).map(fresh).collect();
+            let inputs = model.step_inputs(n)?;
+            normalise(inputs.frames)?;
+            if self.state.len() != inputs.state.len() {
+                return Err(ModelError::BadInput {
+                    tensor: self.manifest.inputs.state.clone().unwrap_or_default(),
+                    reason: format!(
+                        "has {} values, expected {} for {n} envs",
+                        self.state.len(),
+                        inputs.state.len()
+                    ),
+                });
+            }
+            inputs.state.copy_from_slice(&self.state);
             // Each env's window slides; its older frames' embeddings go to the step graph. An env whose episode
             // starts here has none (its window is its new frame repeated): it gets zeros, and the head reruns
             // on its window below.
             let (f, older) = (layout.frames(), (layout.frames() - 1) * e);
-            cached.resize(n * views * older, 0.0);
             for ((&env, &is_fresh), dst) in envs
                 .iter()
                 .zip(&fresh)
-                .zip(cached.chunks_exact_mut(views * older))
+                .zip(inputs.cached.chunks_exact_mut(views * older))
             {
                 let window =
                     self.windows[env].get_or_insert_with(|| FrameWindow::with_layout(layout, e));
@@ -493,7 +503,7 @@ impl RewardModel {
             }
             let prepared = Instant::now();
             embeddings.clear();
-            let out = model.run_step(new_frames, cached, &self.state, n, embeddings);
+            let out = model.run_bound_step(n, embeddings);
             let ran = Instant::now();
             let mut out = match out {
                 Ok(out) => out,
@@ -535,6 +545,8 @@ impl RewardModel {
             };
             return Ok(out);
         }
+        new_frames.resize(n * views * frame_len, 0.0);
+        normalise(new_frames)?;
         let prepared = Instant::now();
         embeddings.clear();
         model.encode(new_frames, n * views, embeddings)?;
@@ -662,14 +674,12 @@ impl RewardModel {
             }
             Graphs::TwoPart {
                 model,
-                frames,
                 embeddings,
-                cached,
                 stepped: true,
                 ..
             } => {
                 embeddings.clear();
-                model.run_step(frames, cached, &self.state, n, embeddings)?;
+                model.run_bound_step(n, embeddings)?;
             }
             Graphs::TwoPart {
                 model,

@@ -19,7 +19,7 @@ use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::state::StateMap;
 use crate::ModelError;
 use ort::memory::Allocator;
-use ort::session::{HasSelectedOutputs, OutputSelector, RunOptions, Session, SessionOutputs};
+use ort::session::{IoBinding, Session, SessionOutputs};
 use ort::value::{Tensor, TensorElementType, TensorRef, ValueType};
 use stagewise_core::{Progress, StageProportions};
 use std::path::Path;
@@ -45,12 +45,31 @@ pub struct TwoPartModel {
     step: Option<StepGraph>,
 }
 
-/// The fused step graph's session, and output tensors allocated once per batch size and reused by every run of
-/// that size (ONNX Runtime writes into them instead of allocating three outputs per run).
+/// The fused step graph's session and its inputs and outputs for the last batch size.
 struct StepGraph {
     session: Session,
     batch: Option<usize>,
-    outputs: Option<(usize, RunOptions<HasSelectedOutputs>)>,
+    bound: Option<Box<BoundStep>>,
+}
+
+/// The step graph's input and output tensors for `n` envs, allocated once and bound to the graph (an
+/// `IoBinding`): a step writes its inputs into them in place ([`TwoPartModel::step_inputs`]) and every run of
+/// that size reuses them, so a run creates no input value and ONNX Runtime allocates no output.
+struct BoundStep {
+    n: usize,
+    binding: IoBinding,
+    frames: Tensor<f32>,
+    cached: Tensor<f32>,
+    state: Option<Tensor<f32>>,
+}
+
+/// Where a step writes its inputs for [`TwoPartModel::run_bound_step`]: `frames` `[n, views, 3, H, W]` (each
+/// env's new frame of every view, normalised), `cached` `[n, views, frames - 1, E]` (the embeddings of each env's
+/// older window frames, oldest first) and `state` `[n, state_size]` (empty when the model takes no state).
+pub struct StepInputs<'a> {
+    pub frames: &'a mut [f32],
+    pub cached: &'a mut [f32],
+    pub state: &'a mut [f32],
 }
 
 impl TwoPartModel {
@@ -147,7 +166,7 @@ impl TwoPartModel {
                 Some(StepGraph {
                     session,
                     batch,
-                    outputs: None,
+                    bound: None,
                 })
             }
             None => None,
@@ -236,15 +255,85 @@ impl TwoPartModel {
         self.parts.step.as_deref().filter(|_| self.step.is_some())
     }
 
-    /// One run of the fused step graph for `n` envs: `frames` `[n, views, 3, H, W]` (each env's new frame of every
-    /// view, normalised), `cached` `[n, views, frames - 1, E]` (the embeddings of each env's older window frames,
-    /// oldest first) and `state` `[n, state_size]` (the model's fields, not a bound source's rows). Appends the new
-    /// frames' embeddings (`[n * views, E]`) to `embeddings` and returns the progress of each env's window.
+    /// One run of the fused step graph for `n` envs on the given inputs (laid out as in [`StepInputs`], which
+    /// they are copied into; the actor writes its inputs there in place instead). Appends the new frames'
+    /// embeddings (`[n * views, E]`) to `embeddings` and returns the progress of each env's window.
     pub fn run_step(
         &mut self,
         frames: &[f32],
         cached: &[f32],
         state: &[f32],
+        n: usize,
+        embeddings: &mut Vec<f32>,
+    ) -> Result<Vec<Progress>, ModelError> {
+        if n == 0 && frames.is_empty() && cached.is_empty() && state.is_empty() {
+            return Ok(Vec::new());
+        }
+        let state_name = self.manifest.inputs.state.clone();
+        let state_name = state_name.as_deref().unwrap_or("state");
+        let inputs = self.step_inputs(n)?;
+        for (tensor, src, dst) in [
+            (STEP_FRAMES, frames, inputs.frames),
+            (STEP_CACHED, cached, inputs.cached),
+            (state_name, state, inputs.state),
+        ] {
+            if src.len() != dst.len() {
+                return Err(bad_input(
+                    tensor,
+                    format!(
+                        "has {} values, expected {} for {n} envs",
+                        src.len(),
+                        dst.len()
+                    ),
+                ));
+            }
+            dst.copy_from_slice(src);
+        }
+        self.run_bound_step(n, embeddings)
+    }
+
+    /// The step graph's input buffers for `n` envs (bound to the graph once per batch size; see
+    /// [`StepInputs`]) for a step to write, then [`Self::run_bound_step`]. They keep what was written last.
+    pub fn step_inputs(&mut self, n: usize) -> Result<StepInputs<'_>, ModelError> {
+        let m = &self.manifest;
+        let path = self.parts.step.as_deref().unwrap_or(Path::new("step"));
+        let Some(step) = self.step.as_mut() else {
+            return Err(bad_input(
+                STEP_FRAMES,
+                "the manifest names no step graph".into(),
+            ));
+        };
+        if let Some(b) = step.batch.filter(|&b| b != n) {
+            return Err(bad_input(
+                STEP_FRAMES,
+                format!("the graph has a fixed batch of {b}, got {n} envs"),
+            ));
+        }
+        if step.bound.as_ref().map(|b| b.n) != Some(n) {
+            step.bound = None;
+            step.bound = Some(Box::new(
+                bind_step(&step.session, m, self.parts.embedding, n)
+                    .map_err(|e| run_err(path, e))?,
+            ));
+        }
+        let bound = step.bound.as_mut().expect("bound above");
+        let frames = tensor_data(&mut bound.frames).map_err(|e| run_err(path, e))?;
+        let cached = tensor_data(&mut bound.cached).map_err(|e| run_err(path, e))?;
+        let state = match bound.state.as_mut() {
+            Some(t) => tensor_data(t).map_err(|e| run_err(path, e))?,
+            None => &mut [],
+        };
+        Ok(StepInputs {
+            frames,
+            cached,
+            state,
+        })
+    }
+
+    /// One run of the fused step graph on what [`Self::step_inputs`] holds for `n` envs. Appends the new frames'
+    /// embeddings (`[n * views, E]`) to `embeddings` and returns the progress of each env's window.
+    pub fn run_bound_step(
+        &mut self,
         n: usize,
         embeddings: &mut Vec<f32>,
     ) -> Result<Vec<Progress>, ModelError> {
@@ -256,69 +345,20 @@ impl TwoPartModel {
                 "the manifest names no step graph".into(),
             ));
         };
-        let (views, e) = (m.views.len(), self.parts.embedding);
-        let (h, w) = m
-            .image
-            .as_ref()
-            .map_or((0, 0), |i| (i.height as usize, i.width as usize));
-        for (tensor, got, want) in [
-            (STEP_FRAMES, frames.len(), n * views * 3 * h * w),
-            (STEP_CACHED, cached.len(), n * views * (m.frames - 1) * e),
-            (
-                m.inputs.state.as_deref().unwrap_or("state"),
-                state.len(),
-                n * m.state_size,
-            ),
-        ] {
-            if got != want {
-                return Err(bad_input(
-                    tensor,
-                    format!("has {got} values, expected {want} for {n} envs"),
-                ));
-            }
-        }
-        if let Some(b) = step.batch.filter(|&b| b != n) {
+        let Some(bound) = step.bound.as_ref().filter(|b| b.n == n) else {
             return Err(bad_input(
                 STEP_FRAMES,
-                format!("the graph has a fixed batch of {b}, got {n} envs"),
+                format!("no step inputs for {n} envs were written (step_inputs first)"),
             ));
-        }
+        };
         if n == 0 {
             return Ok(Vec::new());
         }
-        if step.outputs.as_ref().map(|(b, _)| *b) != Some(n) {
-            let rows = |name: &str| if name == STEP_EMBEDDING { n * views } else { n };
-            step.outputs = preallocated_outputs(&step.session, rows).map(|o| (n, o));
-        }
-        let frames_t = TensorRef::from_array_view(([n, views, 3, h, w], frames))
+        let outputs = step
+            .session
+            .run_binding(&bound.binding)
             .map_err(|e| run_err(path, e))?;
-        let cached_t = TensorRef::from_array_view(([n, views, m.frames - 1, e], cached))
-            .map_err(|e| run_err(path, e))?;
-        let state_t = match &m.inputs.state {
-            Some(_) => Some(
-                TensorRef::from_array_view(([n, m.state_size], state))
-                    .map_err(|e| run_err(path, e))?,
-            ),
-            None => None,
-        };
-        let session = &mut step.session;
-        let outputs = match (&step.outputs, &m.inputs.state, state_t) {
-            (Some((_, opts)), Some(name), Some(st)) => session.run_with_options(
-                ort::inputs![STEP_FRAMES => frames_t, STEP_CACHED => cached_t, name.as_str() => st],
-                opts,
-            ),
-            (Some((_, opts)), _, _) => session.run_with_options(
-                ort::inputs![STEP_FRAMES => frames_t, STEP_CACHED => cached_t],
-                opts,
-            ),
-            (None, Some(name), Some(st)) => session.run(
-                ort::inputs![STEP_FRAMES => frames_t, STEP_CACHED => cached_t, name.as_str() => st],
-            ),
-            (None, _, _) => {
-                session.run(ort::inputs![STEP_FRAMES => frames_t, STEP_CACHED => cached_t])
-            }
-        }
-        .map_err(|e| run_err(path, e))?;
+        let (views, e) = (m.views.len(), self.parts.embedding);
         let emb = extract(&outputs, path, STEP_EMBEDDING)?;
         if emb.len() != n * views * e {
             return Err(bad_input(
@@ -520,35 +560,67 @@ impl TwoPartModel {
     }
 }
 
-/// Output tensors allocated once, for runs whose outputs' first axis is `rows(name)` long: each output's shape
-/// with that axis set. None (ONNX Runtime then allocates every run's outputs) when an output is not a float32
-/// tensor, has another dynamic axis, or the allocation fails.
-fn preallocated_outputs(
-    session: &Session,
-    rows: impl Fn(&str) -> usize,
-) -> Option<RunOptions<HasSelectedOutputs>> {
-    let mut selector = OutputSelector::default();
-    for o in session.outputs() {
-        let ValueType::Tensor {
-            ty: TensorElementType::Float32,
-            shape,
-            ..
-        } = o.dtype()
-        else {
-            return None;
-        };
-        let mut dims = Vec::with_capacity(shape.len());
-        for (axis, &d) in shape.iter().enumerate() {
-            dims.push(match usize::try_from(d) {
-                Ok(d) if axis > 0 && d > 0 => d,
-                _ if axis == 0 => rows(o.name()),
-                _ => return None,
-            });
+/// The step graph's inputs and outputs for `n` envs, allocated and bound. An output with a static shape past its
+/// first axis (`n`, or `n * views` for the embeddings) gets a tensor of its own that every run writes into; any
+/// other is bound to the CPU and allocated by ONNX Runtime per run.
+fn bind_step(session: &Session, m: &Manifest, e: usize, n: usize) -> Result<BoundStep, ort::Error> {
+    let views = m.views.len();
+    let (h, w) = m
+        .image
+        .as_ref()
+        .map_or((0, 0), |i| (i.height as usize, i.width as usize));
+    let alloc = Allocator::default();
+    let frames = Tensor::<f32>::new(&alloc, [n, views, 3, h, w])?;
+    let cached = Tensor::<f32>::new(&alloc, [n, views, m.frames - 1, e])?;
+    let mut binding = session.create_binding()?;
+    binding.bind_input(STEP_FRAMES, &frames)?;
+    binding.bind_input(STEP_CACHED, &cached)?;
+    let state = match &m.inputs.state {
+        Some(name) => {
+            let t = Tensor::<f32>::new(&alloc, [n, m.state_size])?;
+            binding.bind_input(name.as_str(), &t)?;
+            Some(t)
         }
-        let tensor = Tensor::<f32>::new(&Allocator::default(), dims).ok()?;
-        selector = selector.preallocate(o.name(), tensor);
+        None => None,
+    };
+    for o in session.outputs() {
+        let rows = if o.name() == STEP_EMBEDDING {
+            n * views
+        } else {
+            n
+        };
+        let dims = match o.dtype() {
+            ValueType::Tensor {
+                ty: TensorElementType::Float32,
+                shape,
+                ..
+            } => shape
+                .iter()
+                .enumerate()
+                .map(|(axis, &d)| match usize::try_from(d) {
+                    _ if axis == 0 => Some(rows),
+                    Ok(d) if d > 0 => Some(d),
+                    _ => None,
+                })
+                .collect::<Option<Vec<usize>>>(),
+            _ => None,
+        };
+        match dims {
+            Some(dims) => binding.bind_output(o.name(), Tensor::<f32>::new(&alloc, dims)?)?,
+            None => binding.bind_output_to_device(o.name(), alloc.memory_info())?,
+        }
     }
-    RunOptions::new().ok().map(|r| r.with_outputs(selector))
+    Ok(BoundStep {
+        n,
+        binding,
+        frames,
+        cached,
+        state,
+    })
+}
+
+fn tensor_data(t: &mut Tensor<f32>) -> Result<&mut [f32], ort::Error> {
+    t.try_extract_tensor_mut::<f32>().map(|(_, d)| d)
 }
 
 fn bad_input(tensor: &str, reason: String) -> ModelError {
