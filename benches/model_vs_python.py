@@ -17,7 +17,9 @@ Measured:
 
     .venv/bin/python benches/model_vs_python.py [--model models/test/tiny3v.toml] [--threads 1] [--steps 200]
 
-Builds target/release/stagewise if needed. Report ratios, not absolute numbers: machines here are shared. The Rust
+The Rust side is `stagewise bench`, whose 1-env loop runs the step and the single graph in alternating blocks of 50
+consecutive steps (each form as an actor running only it would; interleaved step by step, each graph ran right
+after the other had evicted its weights). Builds target/release/stagewise if needed. Report ratios, not absolute numbers: machines here are shared. The Rust
 and the Python measurements alternate (--rounds, default 3: Rust, Python, Rust, Python, ...) and every ratio is the
 median of the per-round ratios, so that a change in the machine's load between the two sides does not show up as
 a difference between them.

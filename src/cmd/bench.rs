@@ -37,6 +37,9 @@ pub struct BenchArgs {
 /// Distinct synthetic steps per env; the benchmark cycles through them (generating frames is not measured).
 const POOL: u64 = 8;
 
+/// Consecutive steps of one form in the 1-env latency measurement before the other form's block.
+const BLOCK: usize = 50;
+
 fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
@@ -74,34 +77,49 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
 
     // Per-step latency, one env: the full step (preprocess + window + run + progress math) and, right after
     // it on the same buffers, the bare runs; for a two-part model also the single graph's bare Session::run on
-    // the same window (its own step, untimed, builds the window first).
+    // the same windows (its own step, untimed, builds each window first). The two forms run in alternating
+    // blocks of BLOCK consecutive steps, each as an actor running only that model would (interleaved step by
+    // step, each graph's weights would evict the other's from the caches before every timed run), and the
+    // alternation spreads the machine's load changes over both.
     let obs = pool(1);
+    let at = |t: usize| &obs[0][if t == 0 { 0 } else { 1 + (t as u64 - 1) % POOL } as usize];
     let mut step_ms = Vec::new();
     let mut bare_ms = Vec::new();
     let mut single_bare_ms = Vec::new();
     let mut prepare_ms = Vec::new();
     let mut finish_ms = Vec::new();
-    for t in 0..a.warmup + a.steps {
-        let o = &obs[0][if t == 0 { 0 } else { 1 + (t as u64 - 1) % POOL } as usize];
-        let t0 = Instant::now();
-        model.score(&[o])?;
-        let step = t0.elapsed();
-        let timing = model.last_timing();
-        let bare = model.time_bare_run(1)?;
-        let single_bare = match single.as_mut() {
-            Some(s) => {
-                s.score(&[o])?;
-                s.time_bare_run(1)?
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let total = a.warmup + a.steps;
+    for block in (0..total).step_by(BLOCK) {
+        let steps = block..(block + BLOCK).min(total);
+        for t in steps.clone() {
+            let t0 = Instant::now();
+            model.score(&[at(t)])?;
+            let step = t0.elapsed();
+            let timing = model.last_timing();
+            let bare = model.time_bare_run(1)?;
+            if t >= a.warmup {
+                step_ms.push(ms(step));
+                bare_ms.push(ms(bare));
+                prepare_ms.push(ms(timing.prepare));
+                finish_ms.push(ms(timing.finish));
             }
-            None => bare,
-        };
-        if t >= a.warmup {
-            step_ms.push(step.as_secs_f64() * 1e3);
-            bare_ms.push(bare.as_secs_f64() * 1e3);
-            single_bare_ms.push(single_bare.as_secs_f64() * 1e3);
-            prepare_ms.push(timing.prepare.as_secs_f64() * 1e3);
-            finish_ms.push(timing.finish.as_secs_f64() * 1e3);
         }
+        for t in steps {
+            let single_bare = match single.as_mut() {
+                Some(s) => {
+                    s.score(&[at(t)])?;
+                    s.time_bare_run(1)?
+                }
+                None => continue,
+            };
+            if t >= a.warmup {
+                single_bare_ms.push(ms(single_bare));
+            }
+        }
+    }
+    if single.is_none() {
+        single_bare_ms.clone_from(&bare_ms);
     }
     for v in [
         &mut step_ms,
