@@ -228,6 +228,7 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         "my-task-progress.onnx",
         "my-task-progress.encoder.onnx",
         "my-task-progress.head.onnx",
+        "my-task-progress.step.onnx",
         "my-task-progress.toml",
         "my-task-progress.train.json",
     ] {
@@ -239,6 +240,7 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         text.contains(r#"views = ["front", "side", "wrist"]"#)
             && text.contains(r#"state_names = ["ee_x", "ee_y", "ee_z", "gripper_width"]"#)
             && text.contains("[parts]")
+            && text.contains(r#"step = "my-task-progress.step.onnx""#)
             && text.contains(r#"names = ["reach", "grasp", "lift", "carry", "place", "release"]"#),
         "{text}"
     );
@@ -323,7 +325,8 @@ fn walkthrough_record_annotate_train_eval_label_run() {
     assert!(
         text.contains(r#"views = ["front", "side", "wrist"]"#)
             && text.contains(r#"state_names = ["ee_x", "ee_y", "ee_z", "gripper_width"]"#)
-            && text.contains("[parts]"),
+            && text.contains("[parts]")
+            && text.contains(r#"step = "my-task-dark-progress.step.onnx""#),
         "{text}"
     );
     let e = err(&stagewise(&[

@@ -317,10 +317,10 @@ def main():
         if "parts" not in man:
             raise SystemExit(f"{args.manifest}: --step-only needs a [parts] section (run without it first)")
         enc, head, emb = man["parts"]["encoder"], man["parts"]["head"], man["parts"]["embedding"]
-    else:
-        enc, head, emb = export_two_parts(man, d, onnx_path, stem)
-    step = None
-    if F >= 2:
+        step = None
+    else:  # the encoder, the head and (frames >= 2) the step graph, as train.py writes them
+        enc, head, emb, step = export_two_parts(man, d, onnx_path, stem)
+    if F >= 2 and (args.step_only or args.no_simplify):
         step = compose_step(os.path.join(d, enc), os.path.join(d, head), V, F, emb,
                             os.path.join(d, stem + ".step.onnx"), simplify=not args.no_simplify)
         check_step(onnx_path, os.path.join(d, enc), os.path.join(d, step), man)

@@ -17,7 +17,9 @@ block or target poses, which only a simulator knows.
 
 Every progress model is also exported in two parts (DESIGN.md's fast path; manifest [parts]): the per-frame encoder
 (frames [M, 3, H, W] -> embedding [M, E]) and the head (embeddings [N, V, F, E] + state -> stage_logits, tau),
-checked against the single graph; `stagewise label` runs them so each frame is encoded once.
+checked against the single graph; `stagewise label` runs them so each frame is encoded once. With --frames >= 2
+the fused step graph (<stem>.step.onnx, [parts] step: encoder + head in one graph, the actor's one run per
+control step) is written and checked too.
 
 Hop model (kind = "hop", --kind hop): images f32 [N, V, 2, 3, H, W] (frame 0 = s_p, frame 1 = s_q), state
 f32 [N, 2, S] -> hop [N, 1] = H(s_p, s_q) in [-1, 1] (tanh). Label (Robo-Dopamine's relative hop, from the oracle
@@ -391,7 +393,7 @@ def write_manifest(
             'progress = "hard"',
         ]
     if parts is not None:
-        enc, head, emb = parts
+        enc, head, emb, step = parts
         d = os.path.dirname(path)
         lines += [
             "",
@@ -402,6 +404,8 @@ def write_manifest(
             f'head_sha256 = "{sha256(os.path.join(d, head))}"',
             f"embedding = {emb}",
         ]
+        if step is not None:
+            lines += [f'step = "{step}"', f'step_sha256 = "{sha256(os.path.join(d, step))}"']
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -460,7 +464,10 @@ def check_onnx(path, example, model):
 
 def export_parts(model: ProgressNet, full_path: str, example, stem_path: str):
     """Exports the encoder (frames [M, 3, H, W] -> embedding [M, E]) and the head (embeddings [N, V, F, E] +
-    state -> stage_logits, tau) as two graphs and checks that encoder + head reproduces the full graph."""
+    state -> stage_logits, tau) as two graphs and checks that encoder + head reproduces the full graph. With
+    frames >= 2 it also writes the fused step graph (export_parts.compose_step: the actor's one run per control
+    step) and checks it against the full graph and the encoder. Returns (encoder, head, embedding, step or None),
+    the files' names, for write_manifest's [parts]."""
     import onnxruntime as ort
 
     images, state = example
@@ -478,7 +485,16 @@ def export_parts(model: ProgressNet, full_path: str, example, stem_path: str):
     print(f"encoder + head vs full graph max abs diff: {err:.2e}")
     if err > 1e-4:
         raise SystemExit(f"two-part export disagrees with the full graph: {err}")
-    return os.path.basename(enc_path), os.path.basename(head_path), model.emb
+    step = None
+    if model.f >= 2:
+        import export_parts as xp  # it imports this module, so not at the top
+
+        step_path = stem_path + ".step.onnx"
+        step = xp.compose_step(enc_path, head_path, model.v, model.f, model.emb, step_path)
+        man = {"views": [None] * model.v, "frames": model.f, "image": {"height": model.h, "width": model.w},
+               "state_size": state.shape[1], "inputs": {"images": "images", "state": "state"}}
+        xp.check_step(full_path, enc_path, step_path, man)
+    return os.path.basename(enc_path), os.path.basename(head_path), model.emb, step
 
 
 def load_onnx_weights(model: nn.Module, path: str):
