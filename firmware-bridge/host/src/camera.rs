@@ -41,6 +41,18 @@ pub enum CameraError {
     Source { name: String, message: String },
     #[error("scene channel tcp://{addr}: {message}")]
     Scene { addr: String, message: String },
+    #[error("scene channel tcp://{addr}: reading the scene header")]
+    SceneHeaderRead {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("scene channel tcp://{addr}: bad scene header")]
+    SceneHeader {
+        addr: String,
+        #[source]
+        source: stagewise_protocol::scene::SceneError,
+    },
     #[error("scene channel tcp://{addr}: not a HOST:PORT address")]
     SceneAddress {
         addr: String,

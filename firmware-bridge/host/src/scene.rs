@@ -68,18 +68,27 @@ fn read_message(r: &mut impl Read) -> std::io::Result<String> {
 }
 
 /// Reads a whole header from `stream`: as many bytes as the decoder asks for, at most [`MAX_HEADER_BYTES`].
-fn read_header(stream: &mut impl Read) -> Result<(String, Vec<ViewSpec>, BoxSpec), String> {
+fn read_header(
+    stream: &mut impl Read,
+    addr: &str,
+) -> Result<(String, Vec<ViewSpec>, BoxSpec), CameraError> {
     let mut buf = Vec::new();
     let mut need = 4;
     loop {
         if buf.len() + need > MAX_HEADER_BYTES {
-            return Err(format!("scene header larger than {MAX_HEADER_BYTES} bytes"));
+            return Err(err(
+                addr,
+                format!("scene header larger than {MAX_HEADER_BYTES} bytes"),
+            ));
         }
         let start = buf.len();
         buf.resize(start + need, 0);
         stream
             .read_exact(&mut buf[start..])
-            .map_err(|e| format!("reading the scene header: {e}"))?;
+            .map_err(|source| CameraError::SceneHeaderRead {
+                addr: addr.to_string(),
+                source,
+            })?;
         let mut views = Vec::new();
         let mut state = BoxSpec {
             names: Vec::new(),
@@ -104,7 +113,12 @@ fn read_header(stream: &mut impl Read) -> Result<(String, Vec<ViewSpec>, BoxSpec
         match r {
             Ok((task, _)) => return Ok((task.to_string(), views, state)),
             Err(SceneError::Incomplete { need: more }) => need = more,
-            Err(e) => return Err(e.to_string()),
+            Err(source) => {
+                return Err(CameraError::SceneHeader {
+                    addr: addr.to_string(),
+                    source,
+                });
+            }
         }
     }
 }
@@ -133,7 +147,7 @@ impl SceneClient {
             .and_then(|_| stream.set_write_timeout(Some(timeout)))
             .and_then(|_| stream.set_nodelay(true))
             .map_err(|e| err(addr, e))?;
-        let (task, views, state) = read_header(&mut stream).map_err(|m| err(addr, m))?;
+        let (task, views, state) = read_header(&mut stream, addr)?;
         let n = views.len();
         Ok(Self {
             shared: Arc::new(Shared {
@@ -358,5 +372,55 @@ struct SceneResetter {
 impl SceneReset for SceneResetter {
     fn reset_scene(&mut self, seed: u64) -> Result<(), CameraError> {
         self.client.reset(seed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+    use std::net::TcpListener;
+
+    /// A server that sends `bytes` to its first client and hangs up; connects a SceneClient to it.
+    fn connect_to_one_that_sends(bytes: &'static [u8]) -> CameraError {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            s.write_all(bytes).expect("write");
+        });
+        let err = match SceneClient::connect(&addr, Duration::from_secs(5)) {
+            Ok(_) => panic!("a bad header was accepted"),
+            Err(e) => e,
+        };
+        server.join().expect("server");
+        err
+    }
+
+    #[test]
+    fn a_bad_header_keeps_the_codec_error_as_its_source() {
+        let err = connect_to_one_that_sends(b"HTTP/1.1 200 OK\r\n");
+        assert!(matches!(err, CameraError::SceneHeader { .. }), "{err:?}");
+        let source = err.source().expect("a source");
+        assert!(
+            source.to_string().contains("not a scene server"),
+            "{source}"
+        );
+    }
+
+    #[test]
+    fn a_server_that_hangs_up_mid_header_is_an_io_source() {
+        let err = connect_to_one_that_sends(b"SW");
+        assert!(
+            matches!(err, CameraError::SceneHeaderRead { .. }),
+            "{err:?}"
+        );
+        let io = err
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            io.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::UnexpectedEof)
+        );
     }
 }
