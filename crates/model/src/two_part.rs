@@ -298,10 +298,7 @@ impl TwoPartModel {
         let m = &self.manifest;
         let path = self.parts.step.as_deref().unwrap_or(Path::new("step"));
         let Some(step) = self.step.as_mut() else {
-            return Err(bad_input(
-                STEP_FRAMES,
-                "the manifest names no step graph".into(),
-            ));
+            return Err(no_step_graph());
         };
         if let Some(b) = step.batch.filter(|&b| b != n) {
             return Err(bad_input(
@@ -340,10 +337,7 @@ impl TwoPartModel {
         let m = &self.manifest;
         let path = self.parts.step.as_deref().unwrap_or(Path::new("step"));
         let Some(step) = self.step.as_mut() else {
-            return Err(bad_input(
-                STEP_FRAMES,
-                "the manifest names no step graph".into(),
-            ));
+            return Err(no_step_graph());
         };
         let Some(bound) = step.bound.as_ref().filter(|b| b.n == n) else {
             return Err(bad_input(
@@ -617,6 +611,10 @@ fn bind_step(session: &Session, m: &Manifest, e: usize, n: usize) -> Result<Boun
         cached,
         state,
     })
+}
+
+fn no_step_graph() -> ModelError {
+    bad_input(STEP_FRAMES, "the manifest names no step graph".into())
 }
 
 fn tensor_data(t: &mut Tensor<f32>) -> Result<&mut [f32], ort::Error> {
