@@ -45,6 +45,12 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.steps >= 1, "--steps must be at least 1 (got 0)");
+    anyhow::ensure!(
+        a.envs.iter().all(|&n| n >= 1),
+        "--envs: every batch size must be at least 1 (got {:?})",
+        a.envs
+    );
     let mut model = a.ort.load_reward_model(&a.model)?;
     let m = model.manifest().clone();
     // The single graph of a two-part model, for the bare-run reference on the same windows.
@@ -195,4 +201,28 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn bench_err(args: &[&str]) -> String {
+        let cli =
+            Cli::try_parse_from(["bench", "--model", "m.toml"].iter().chain(args)).expect("parses");
+        run(cli.bench).expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn zero_steps_or_an_empty_batch_are_refused_before_anything_loads() {
+        assert!(bench_err(&["--steps", "0"]).contains("--steps"));
+        assert!(bench_err(&["--envs", "1,0"]).contains("--envs"));
+    }
 }
