@@ -111,16 +111,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 finish_ms.push(ms(timing.finish));
             }
         }
-        for t in steps {
-            let single_bare = match single.as_mut() {
-                Some(s) => {
-                    s.score(&[at(t)])?;
-                    s.time_bare_run(1)?
+        if let Some(s) = single.as_mut() {
+            for t in steps {
+                s.score(&[at(t)])?;
+                let single_bare = s.time_bare_run(1)?;
+                if t >= a.warmup {
+                    single_bare_ms.push(ms(single_bare));
                 }
-                None => continue,
-            };
-            if t >= a.warmup {
-                single_bare_ms.push(ms(single_bare));
             }
         }
     }

@@ -16,7 +16,7 @@ use crate::manifest::{ImageSpec, Manifest, ModelKind, ProgressMode};
 use crate::preprocess::Normaliser;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::state::StateMap;
-use crate::two_part::TwoPartModel;
+use crate::two_part::{copy_step_input, TwoPartModel};
 use crate::window::{FrameWindow, WindowLayout};
 use crate::ModelError;
 use ort::session::Session;
@@ -469,17 +469,8 @@ impl RewardModel {
             let fresh: Vec<bool> = envs.iter().zip(obs).map(fresh).collect();
             let inputs = model.step_inputs(n)?;
             normalise(inputs.frames)?;
-            if self.state.len() != inputs.state.len() {
-                return Err(ModelError::BadInput {
-                    tensor: self.manifest.inputs.state.clone().unwrap_or_default(),
-                    reason: format!(
-                        "has {} values, expected {} for {n} envs",
-                        self.state.len(),
-                        inputs.state.len()
-                    ),
-                });
-            }
-            inputs.state.copy_from_slice(&self.state);
+            let state_name = self.manifest.inputs.state.as_deref().unwrap_or("state");
+            copy_step_input(state_name, &self.state, inputs.state, n)?;
             // Each env's window slides; its older frames' embeddings go to the step graph. An env whose episode
             // starts here has none (its window is its new frame repeated): it gets zeros, and the head reruns
             // on its window below.

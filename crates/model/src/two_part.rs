@@ -277,17 +277,7 @@ impl TwoPartModel {
             (STEP_CACHED, cached, inputs.cached),
             (state_name, state, inputs.state),
         ] {
-            if src.len() != dst.len() {
-                return Err(bad_input(
-                    tensor,
-                    format!(
-                        "has {} values, expected {} for {n} envs",
-                        src.len(),
-                        dst.len()
-                    ),
-                ));
-            }
-            dst.copy_from_slice(src);
+            copy_step_input(tensor, src, dst, n)?;
         }
         self.run_bound_step(n, embeddings)
     }
@@ -611,6 +601,27 @@ fn bind_step(session: &Session, m: &Manifest, e: usize, n: usize) -> Result<Boun
         cached,
         state,
     })
+}
+
+/// Copies `src` into the bound step input `dst` (the tensor `tensor` for `n` envs), refusing another size.
+pub(crate) fn copy_step_input(
+    tensor: &str,
+    src: &[f32],
+    dst: &mut [f32],
+    n: usize,
+) -> Result<(), ModelError> {
+    if src.len() != dst.len() {
+        return Err(bad_input(
+            tensor,
+            format!(
+                "has {} values, expected {} for {n} envs",
+                src.len(),
+                dst.len()
+            ),
+        ));
+    }
+    dst.copy_from_slice(src);
+    Ok(())
 }
 
 fn no_step_graph() -> ModelError {
