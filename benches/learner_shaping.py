@@ -509,9 +509,11 @@ def evaluate(agent: SAC, envs: Envs, seeds, repeat: int = 1) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- export
-def export_onnx(agent: SAC, path: str, state_size: int, description: str) -> dict:
+def export_onnx(agent: SAC, path: str, state_size: int, description: str, action_repeat: int = 1) -> dict:
     """The deterministic actor (features, MLP, tanh of the mean) as ONNX `state` [N, S] -> `action` [N, A], with
-    a `kind = "policy"` manifest beside it (what `stagewise eval policy` and `run --policy` load)."""
+    a `kind = "policy"` manifest beside it (what `stagewise eval policy` and `run --policy` load). A policy trained
+    with `--action-repeat K` > 1 says so in the graph's metadata (`stagewise.action_repeat`), and the runtime then
+    holds each of its actions K steps, as in training."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -543,6 +545,8 @@ def export_onnx(agent: SAC, path: str, state_size: int, description: str) -> dic
                               [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["N", act])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="stagewise")
     model.ir_version = 8
+    if action_repeat > 1:
+        helper.set_model_props(model, {"stagewise.action_repeat": str(action_repeat)})
     onnx.checker.check_model(model)
     data = model.SerializeToString()
     with open(path, "wb") as fh:
@@ -620,7 +624,7 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
                 best.update(success=ev["success"], steps=step)
                 best.update(export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-best.onnx"), s_dim,
                                         f"{a.algo.upper()}, {reward} reward, seed {seed}, {step} env steps, held-out eval "
-                                        f"{ev['success']:.2f} (benches/learner_shaping.py)"))
+                                        f"{ev['success']:.2f} (benches/learner_shaping.py)", a.action_repeat))
             save(run)
 
         learn_rew = [LearnReward(a, reward) for _ in train.envs]
@@ -687,7 +691,8 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
         torch.save({"actor": agent.actor.state_dict(), "q": agent.q.state_dict(), "names": names},
                    os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-last.pt"))
         last = export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-last.onnx"), s_dim,
-                           f"{a.algo.upper()}, {reward} reward, seed {seed}, {step} env steps (benches/learner_shaping.py)")
+                           f"{a.algo.upper()}, {reward} reward, seed {seed}, {step} env steps (benches/learner_shaping.py)",
+                           a.action_repeat)
         train.close()
         evals.close()
     wall = time.time() - t0
@@ -782,9 +787,10 @@ def parse(argv=None):
     ap.add_argument("--learning-starts", type=int, default=5000)
     ap.add_argument("--eval-every", type=int, default=10_000)
     ap.add_argument("--eval-episodes", type=int, default=50)
-    ap.add_argument("--eval-repeat", type=int, default=1,
-                    help="hold each evaluated action this many env steps (1: every step, as `stagewise eval policy`; "
-                         "--action-repeat: the policy as trained; benches/learner_shaping.md)")
+    ap.add_argument("--eval-repeat", type=int, default=0,
+                    help="hold each evaluated action this many env steps (default 0: --action-repeat, the policy as "
+                         "trained and as `stagewise eval policy` runs its export; 1: every step, how the curves before "
+                         "2026-12-02 evening were measured; benches/learner_shaping.md)")
     ap.add_argument("--eval-envs", type=int, default=10)
     ap.add_argument("--eval-seed", type=int, default=7_000_000)
     ap.add_argument("--demos", type=int, default=0, help="expert demonstrations replayed into a second buffer")
@@ -796,8 +802,9 @@ def parse(argv=None):
     ap.add_argument("--smoke", action="store_true",
                     help="CI size: 3000 steps, 1000 random, 100-step episodes, eval every 1500 on 5 seeds, 64x64 nets, utd 0.5")
     a = ap.parse_args(argv)
-    if a.eval_repeat < 1:
-        ap.error(f"--eval-repeat must be >= 1 (got {a.eval_repeat})")
+    if a.eval_repeat < 0:
+        ap.error(f"--eval-repeat must be >= 0 (got {a.eval_repeat})")
+    a.eval_repeat = a.eval_repeat or a.action_repeat
     if a.smoke:
         a.steps, a.random_steps, a.learning_starts, a.eval_every, a.eval_episodes = 3000, 1000, 1000, 1500, 5
         a.net, a.eval_envs, a.max_steps, a.eval_max_steps, a.utd = "64,64", 5, 100, -1, 0.5

@@ -565,7 +565,10 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
             break;
         }
         let batch: Vec<&[f32]> = active.iter().map(|&i| states[i].as_slice()).collect();
-        let actions = policy.act(&batch).context("running the policy")?;
+        // each action held for the policy's own action repeat, as it was trained
+        let actions = policy
+            .act_held(&active, &batch)
+            .context("running the policy")?;
         for (&i, a) in active.iter().zip(actions) {
             let r = envs[i]
                 .step(&a)
@@ -590,13 +593,14 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
     let mean_progress = eps.iter().map(|e| e.final_progress).sum::<f64>() / n as f64;
     println!(
         "policy {} on {task}: {successes}/{n} successes ({:.1}%), mean final oracle progress {:.3}, seeds {}..{} \
-         ({:.1} s)",
+         ({:.1} s; each action held {} step(s))",
         path.display(),
         100.0 * rate,
         mean_progress,
         args.seed,
         args.seed + n as u64,
-        t0.elapsed().as_secs_f64()
+        t0.elapsed().as_secs_f64(),
+        policy.action_repeat()
     );
     if let Some(p) = &args.json {
         let json = serde_json::json!({
@@ -607,6 +611,7 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
             "successes": successes,
             "success_rate": rate,
             "mean_final_progress": mean_progress,
+            "action_repeat": policy.action_repeat(),
             "per_episode": eps,
         });
         std::fs::write(p, serde_json::to_string_pretty(&json)?)

@@ -10,6 +10,13 @@ use ort::session::Session;
 use ort::value::TensorRef;
 use std::path::{Path, PathBuf};
 
+/// ONNX metadata key (the model's `metadata_props`) of a policy that chooses an action every K control steps
+/// (trained with its actions held K steps): [`PolicyModel::act_held`] holds each action that long. It lives in
+/// the graph, so the sha256 and the signature of a pushed policy cover it. Absent: 1 (a new action every step).
+pub const ACTION_REPEAT_KEY: &str = "stagewise.action_repeat";
+/// Largest action repeat a policy may declare.
+pub const MAX_ACTION_REPEAT: u32 = 1000;
+
 /// A policy graph `state f32 [N, state_size] -> action f32 [N, action_size]`.
 pub struct PolicyModel {
     session: Session,
@@ -19,7 +26,15 @@ pub struct PolicyModel {
     output: String,
     state_size: usize,
     action_size: usize,
+    action_repeat: u32,
+    /// Per env index: the action being held and how many more steps it is held.
+    held: Vec<Option<Held>>,
     buf: Vec<f32>,
+}
+
+struct Held {
+    action: Vec<f32>,
+    left: u32,
 }
 
 impl PolicyModel {
@@ -66,6 +81,26 @@ impl PolicyModel {
             .or_else(|| outputs.first())
             .ok_or_else(|| check.err("outputs.action", "the graph has no outputs".into()))?;
         check.output("outputs.action", output, &[&[None, Some(action_size)]])?;
+        let declared = session
+            .metadata()
+            .ok()
+            .and_then(|m| m.custom(ACTION_REPEAT_KEY));
+        let action_repeat = match declared {
+            None => 1,
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|k| (1..=MAX_ACTION_REPEAT).contains(k))
+                .ok_or_else(|| {
+                    check.err(
+                        "metadata",
+                        format!(
+                            "{ACTION_REPEAT_KEY} is {v:?}: an integer in 1..={MAX_ACTION_REPEAT} expected"
+                        ),
+                    )
+                })?,
+        };
         let (input, output) = (input.clone(), output.clone());
         Ok(Self {
             session,
@@ -75,6 +110,8 @@ impl PolicyModel {
             output,
             state_size,
             action_size,
+            action_repeat,
+            held: Vec::new(),
             buf: Vec::new(),
         })
     }
@@ -118,6 +155,63 @@ impl PolicyModel {
 
     pub fn action_size(&self) -> usize {
         self.action_size
+    }
+
+    /// Control steps each action is held by [`Self::act_held`] (the graph's [`ACTION_REPEAT_KEY`]; 1 when it
+    /// has none).
+    pub fn action_repeat(&self) -> u32 {
+        self.action_repeat
+    }
+
+    /// Env `env` starts an episode: its next [`Self::act_held`] chooses a new action.
+    pub fn reset_env(&mut self, env: usize) {
+        if let Some(h) = self.held.get_mut(env) {
+            *h = None;
+        }
+    }
+
+    /// One action per env (`envs[i]` is the env index of `states[i]`), each held for [`Self::action_repeat`]
+    /// steps as the policy was trained: the graph runs, in one batch, only for the envs whose held action has
+    /// run out (or that have none since [`Self::reset_env`]); the others repeat theirs. A bad state is refused
+    /// when the graph would read it (`BadObservation`'s `env` is its position in `states`).
+    pub fn act_held(
+        &mut self,
+        envs: &[usize],
+        states: &[&[f32]],
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        assert_eq!(envs.len(), states.len(), "one env index per state");
+        if let Some(&max) = envs.iter().max() {
+            if self.held.len() <= max {
+                self.held.resize_with(max + 1, || None);
+            }
+        }
+        let due: Vec<usize> = (0..envs.len())
+            .filter(|&i| self.held[envs[i]].as_ref().is_none_or(|h| h.left == 0))
+            .collect();
+        if !due.is_empty() {
+            let batch: Vec<&[f32]> = due.iter().map(|&i| states[i]).collect();
+            let fresh = self.act(&batch).map_err(|e| match e {
+                ModelError::BadObservation { env, reason } => ModelError::BadObservation {
+                    env: due[env],
+                    reason,
+                },
+                e => e,
+            })?;
+            for (&i, action) in due.iter().zip(fresh) {
+                self.held[envs[i]] = Some(Held {
+                    action,
+                    left: self.action_repeat,
+                });
+            }
+        }
+        Ok(envs
+            .iter()
+            .map(|&e| {
+                let h = self.held[e].as_mut().expect("every env holds an action");
+                h.left -= 1;
+                h.action.clone()
+            })
+            .collect())
     }
 
     /// One action per state, in one batched run. Refuses wrong state sizes and non-finite states or actions.

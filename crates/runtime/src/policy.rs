@@ -166,12 +166,23 @@ impl OnnxPolicy {
 
 impl Policy for OnnxPolicy {
     fn name(&self) -> String {
-        format!("{} v{}", self.name, self.version)
+        match self.model.action_repeat() {
+            1 => format!("{} v{}", self.name, self.version),
+            k => format!(
+                "{} v{} (each action held {k} steps)",
+                self.name, self.version
+            ),
+        }
     }
 
-    fn act(&mut self, _envs: &[usize], obs: &[&Observation]) -> Result<Vec<Vec<f32>>, PolicyError> {
+    /// Each env's action is held for the graph's action repeat ([`PolicyModel::act_held`]).
+    fn act(&mut self, envs: &[usize], obs: &[&Observation]) -> Result<Vec<Vec<f32>>, PolicyError> {
         let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
-        self.model.act(&states).map_err(PolicyError::Run)
+        self.model.act_held(envs, &states).map_err(PolicyError::Run)
+    }
+
+    fn reset(&mut self, env: usize, _seed: u64) {
+        self.model.reset_env(env);
     }
 }
 
