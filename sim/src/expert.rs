@@ -40,6 +40,10 @@ pub struct Degradation {
     /// Once, mid-task: undo progress (open the gripper while carrying; back off while pushing), then recover.
     pub regress: bool,
     pub failure: Option<FailureMode>,
+    /// No expert at all when > 0: every action uniformly random in [-1, 1]^4, each held this many steps
+    /// (exploration-like play: the states an RL explorer visits and no expert does).
+    #[serde(default)]
+    pub random_hold: u32,
 }
 
 impl Degradation {
@@ -71,9 +75,15 @@ impl Degradation {
             ..Self::default()
         }
     }
+    pub fn random(hold: u32) -> Self {
+        Self {
+            random_hold: hold,
+            ..Self::default()
+        }
+    }
 
     /// Named presets: `none`, `noisy`, `pauses`, `regress`, `miss-grasp`, `wrong-place`, `freeze`,
-    /// `off-table`, `mixed` (noise + pauses + regress).
+    /// `off-table`, `mixed` (noise + pauses + regress), `random` (uniformly random actions held 4 steps).
     pub fn preset(name: &str) -> Option<Self> {
         Some(match name {
             "none" | "clean" => Self::none(),
@@ -90,12 +100,14 @@ impl Degradation {
                 pause_steps: 10,
                 regress: true,
                 failure: None,
+                random_hold: 0,
             },
+            "random" => Self::random(4),
             _ => return None,
         })
     }
 
-    pub const PRESETS: [&'static str; 9] = [
+    pub const PRESETS: [&'static str; 10] = [
         "none",
         "noisy",
         "pauses",
@@ -105,6 +117,7 @@ impl Degradation {
         "freeze",
         "off-table",
         "mixed",
+        "random",
     ];
 }
 
@@ -121,6 +134,8 @@ pub struct Expert {
     regress_done: bool,
     reopen: bool,
     last_grip: f32,
+    /// The action `random_hold` is holding.
+    random_action: [f32; 4],
 }
 
 impl Expert {
@@ -144,6 +159,7 @@ impl Expert {
             regress_done: false,
             reopen: false,
             last_grip: 1.0,
+            random_action: [0.0; 4],
         }
     }
 
@@ -167,6 +183,12 @@ impl Expert {
     /// [-1, 1]; the env clips it and says so in `info.action_clipped`.
     pub fn act(&mut self, world: &World) -> [f32; 4] {
         self.steps += 1;
+        if self.deg.random_hold > 0 {
+            if (self.steps - 1) % self.deg.random_hold == 0 {
+                self.random_action = std::array::from_fn(|_| self.rng.random_range(-1.0f32..=1.0));
+            }
+            return self.random_action;
+        }
         if self.deg.failure == Some(FailureMode::Freeze) && self.steps >= self.freeze_at {
             return [0.0, 0.0, 0.0, self.last_grip];
         }

@@ -144,6 +144,21 @@ fn degraded_experts_fail_or_recover_as_described() {
         assert!(Degradation::preset(name).is_some());
     }
     assert!(Degradation::preset("nope").is_none());
+    // random play: no expert; each uniformly random action held 4 steps; never reaches the goal here
+    let play = rollout(
+        Task::PushTarget,
+        4,
+        Degradation::preset("random").unwrap(),
+        false,
+    )
+    .expect("rollout");
+    assert!(play.actions.len() > 8);
+    for (i, chunk) in play.actions.chunks(4).enumerate() {
+        assert!(chunk.iter().all(|a| a == &chunk[0]), "hold {i}: {chunk:?}");
+        assert!(chunk[0].iter().all(|v| (-1.0..=1.0).contains(v)));
+    }
+    assert_ne!(play.actions[0], play.actions[4]);
+    assert!(!play.success && play.clipped.iter().all(|&c| !c));
 }
 
 /// The push expert's "miss-grasp" variant pushes 6 cm off the block-target line; where the gripper still meets

@@ -47,7 +47,8 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 0.3)]
     pub degraded: f64,
     /// Degradation presets cycled over the degraded episodes, comma-separated (e.g. only the failure modes,
-    /// `miss-grasp,wrong-place,freeze,off-table`, for data where most attempts fail).
+    /// `miss-grasp,wrong-place,freeze,off-table`, for data where most attempts fail; `random`, not among the
+    /// defaults: no expert, random actions held 4 steps, the states an RL explorer visits).
     #[arg(long, value_delimiter = ',', default_values_t = DEGRADED_PRESETS.map(String::from))]
     pub presets: Vec<String>,
     /// Seed of the first episode; episode i uses seed + i.
@@ -215,9 +216,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     }
     for p in &args.presets {
         if p == "none" || Degradation::preset(p).is_none() {
+            let known: Vec<&str> = Degradation::PRESETS
+                .into_iter()
+                .filter(|&n| n != "none")
+                .collect();
             bail!(
                 "--presets: unknown degradation preset '{p}' (one of {})",
-                DEGRADED_PRESETS.join(", ")
+                known.join(", ")
             );
         }
     }
