@@ -737,7 +737,8 @@ def plot(runs, a, path):
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
         row[0].legend(loc="upper left", fontsize=8)
-    fig.suptitle(f"{a.algo.upper()} via stagewise serve: {a.demos} demos, c={a.shaping_scale}, gamma={a.gamma}, potential phi-{a.phi_offset}, "
+    form = f"potential phi-{a.phi_offset}" if a.reward_form == "potential" else f"{a.reward_form} form"
+    fig.suptitle(f"{a.algo.upper()} via stagewise serve: {a.demos} demos, c={a.shaping_scale}, gamma={a.gamma}, {form}, "
                  f"max-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep} (thin: seeds, thick: mean)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

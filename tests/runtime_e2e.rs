@@ -937,3 +937,35 @@ fn a_run_killed_mid_episode_leaves_a_log_that_reads_to_its_last_complete_record(
     );
     assert!(t.contains("torn last record"), "{t}");
 }
+
+/// `eval policy` holds each action of a policy that declares an action repeat in its graph (ONNX metadata
+/// `stagewise.action_repeat`) as long as it says: the committed push-target policy was trained with 4.
+#[test]
+fn eval_policy_holds_the_actions_of_a_policy_trained_at_a_lower_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("eval.json");
+    let out = Command::new(exe())
+        .current_dir(root())
+        .args([
+            "eval",
+            "policy",
+            "--task",
+            "push-target",
+            "--policy",
+            "models/policies/push-target-learned/push-target-learned.toml",
+            "--episodes",
+            "4",
+            "--seed",
+            "7400000",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("each action held 4 step(s)"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["action_repeat"], 4, "{v}");
+    assert_eq!(v["episodes"], 4, "{v}");
+}

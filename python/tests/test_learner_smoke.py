@@ -71,8 +71,14 @@ def test_exported_policy_is_the_deterministic_actor(tmp_path):
     paths = ls.export_onnx(agent, str(tmp_path / "p.onnx"), len(names), "test")
     assert Path(paths["manifest"]).read_text().count('state = "state"') == 1
     x = np.random.default_rng(2).normal(scale=0.2, size=(9, len(names))).astype(np.float32)
-    (y,) = ort.InferenceSession(paths["onnx"]).run(["action"], {"state": x})
+    sess = ort.InferenceSession(paths["onnx"])
+    (y,) = sess.run(["action"], {"state": x})
     np.testing.assert_allclose(y, agent.act(x, deterministic=True), atol=1e-5)
+    assert "stagewise.action_repeat" not in sess.get_modelmeta().custom_metadata_map
+    # trained with each action held 4 steps: the graph says so, and the runtime holds them as long
+    held = ls.export_onnx(agent, str(tmp_path / "p4.onnx"), len(names), "test", action_repeat=4)
+    meta = ort.InferenceSession(held["onnx"]).get_modelmeta().custom_metadata_map
+    assert meta["stagewise.action_repeat"] == "4"
 
 
 def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
