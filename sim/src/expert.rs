@@ -184,7 +184,7 @@ impl Expert {
     pub fn act(&mut self, world: &World) -> [f32; 4] {
         self.steps += 1;
         if self.deg.random_hold > 0 {
-            if (self.steps - 1) % self.deg.random_hold == 0 {
+            if (self.steps - 1).is_multiple_of(self.deg.random_hold) {
                 self.random_action = std::array::from_fn(|_| self.rng.random_range(-1.0f32..=1.0));
             }
             return self.random_action;
