@@ -208,21 +208,22 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     if !(0.0..=1.0).contains(&args.degraded) {
         bail!("--degraded is {}: it must be in [0, 1]", args.degraded);
     }
+    // Every preset but the clean expert's can degrade an episode (`random` among them, not a default).
+    let known = || {
+        Degradation::PRESETS
+            .into_iter()
+            .filter(|&n| n != "none")
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if args.presets.is_empty() {
-        bail!(
-            "--presets is empty: name at least one of {}",
-            DEGRADED_PRESETS.join(", ")
-        );
+        bail!("--presets is empty: name at least one of {}", known());
     }
     for p in &args.presets {
         if p == "none" || Degradation::preset(p).is_none() {
-            let known: Vec<&str> = Degradation::PRESETS
-                .into_iter()
-                .filter(|&n| n != "none")
-                .collect();
             bail!(
                 "--presets: unknown degradation preset '{p}' (one of {})",
-                known.join(", ")
+                known()
             );
         }
     }
