@@ -17,8 +17,7 @@
 //!
 //! Episodes are rendered at each model's own resolution (its manifest's `[image]`).
 //!
-//! Needs ONNX Runtime (scripts/setup.sh installs the wheel into .venv). The push-target test is `#[ignore]`d
-//! while its model misses bars (models/README.md); run it with `-- --ignored`.
+//! Needs ONNX Runtime (scripts/setup.sh installs the wheel into .venv).
 
 use rayon::prelude::*;
 use stagewise_core::{metrics, Observation};
@@ -361,8 +360,6 @@ fn pick_place_model_meets_the_bars() {
 }
 
 #[test]
-#[ignore = "issue 16 open: the pixel-and-proprioception push-target model misses pixel dependence (3.0x < 4x; \
-            every other bar met); models/README.md"]
 fn push_target_model_meets_the_bars() {
     check_progress_model(Task::PushTarget);
 }

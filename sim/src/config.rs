@@ -142,6 +142,22 @@ impl CameraConfig {
         ]
     }
 
+    /// The views a task is recorded with: [`Self::default_views`], except that push-target's wrist camera sits
+    /// higher and looks nearly straight down with a wider field: pushes go in every direction, and the default
+    /// wrist view (looking forward along +x) loses the target under its lower edge on a push towards -x, where
+    /// the block and the target are behind the gripper (models/README.md, the held-out `freeze`).
+    pub fn task_views(task: Task, width: u32, height: u32) -> Vec<Self> {
+        let mut views = Self::default_views(width, height);
+        if task == Task::PushTarget {
+            for wrist in views.iter_mut().filter(|v| v.mount == CameraMount::Wrist) {
+                wrist.eye = [-0.06, 0.0, 0.18];
+                wrist.target = [0.02, 0.0, -0.05];
+                wrist.fov_y_deg = 80.0;
+            }
+        }
+        views
+    }
+
     /// Pinhole intrinsics `[fx, fy, cx, cy]` in pixels.
     pub fn intrinsics(&self) -> [f32; 4] {
         let f = (self.height as f32 * 0.5) / (self.fov_y_deg.to_radians() * 0.5).tan();
@@ -204,7 +220,7 @@ impl SimConfig {
             },
             render: true,
             depth: true,
-            cameras: CameraConfig::default_views(96, 96),
+            cameras: CameraConfig::task_views(task, 96, 96),
             render_threads: 1,
             sleeping: true,
             solver_iterations: 4,
