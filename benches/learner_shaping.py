@@ -30,7 +30,7 @@ One run = one reward condition x one seed:
 
 Writes <out>/curves.json (args, per run: checkpoints, wall times, training-episode summary), <out>/curves.png,
 and per run the best and the last actor as ONNX policies (<out>/policies/<task>-<reward>-<seed>-{best,last}.onnx;
-`stagewise eval policy` takes the manifest written beside them). `--smoke` is the CI-sized run
+`stagewise eval policy` takes the manifest written beside them; `--export-checkpoints`: every checkpoint's too). `--smoke` is the CI-sized run
 (python/tests/test_learner_smoke.py)."""
 
 from __future__ import annotations
@@ -352,6 +352,67 @@ def sample(online: Replay, demo: Optional[Replay], b: int, demo_ratio: float):
     return tuple(torch.cat(x) for x in zip(online.sample(b - nd), demo.sample(nd)))
 
 
+class Symmetry:
+    """`--augment-symmetry P`: a share P of each batch's transitions mapped by a random element of the square's
+    symmetry group (turns by 0/90/180/270 degrees about the vertical axis through block 0, each with or without a
+    mirror through that axis), applied to the state and the next state alike (every x, y position, the blocks'
+    orientation) and to the action's dx, dy. A tabletop push or pick-and-place is the same task in every direction
+    (gravity is vertical; the gripper's velocity commands turn with the scene), and these eight maps take the action
+    box [-1, 1]^2 onto itself, so a mapped transition is one the env could have produced, with the same reward (the
+    task reward and the progress are functions of distances, which the maps keep). Approximate where the table's
+    edge, the workspace bound or the fingers' fixed orientation matter. Applied alike to every reward condition."""
+
+    def __init__(self, names: List[str], p: float):
+        idx = {n: i for i, n in enumerate(names)}
+        self.p = p
+        self.pivot = (idx["block0_x"], idx["block0_y"])
+        bodies = ["ee", "target"] + sorted({n[:-2] for n in names if n.startswith("block") and n.endswith("_x")})
+        self.points = [(idx[f"{b}_x"], idx[f"{b}_y"]) for b in bodies if f"{b}_x" in idx]
+        self.quats = [tuple(idx[f"{b}_q{c}"] for c in "wxyz") for b in bodies if f"{b}_qw" in idx]
+
+    def _map_state(self, s, mirror, k, px, py):
+        s = s.clone()
+        for ix, iy in self.points:
+            x, y = s[:, ix] - px, s[:, iy] - py
+            x = torch.where(mirror, -x, x)
+            c, si = _cos90(k), _sin90(k)
+            s[:, ix], s[:, iy] = px + c * x - si * y, py + si * x + c * y
+        hc, hs = torch.cos(k * math.pi / 4), torch.sin(k * math.pi / 4)  # half of k * 90 degrees
+        for iw, ix, iy, iz in self.quats:
+            w, qx, qy, qz = (s[:, i].clone() for i in (iw, ix, iy, iz))
+            # the mirror x -> -x takes rotation R to M R M: quaternion (w, x, -y, -z)
+            qy, qz = torch.where(mirror, -qy, qy), torch.where(mirror, -qz, qz)
+            # then q_z(k 90 deg) * q, q_z = (cos, 0, 0, sin) of the half angle
+            s[:, iw], s[:, ix] = hc * w - hs * qz, hc * qx - hs * qy
+            s[:, iy], s[:, iz] = hc * qy + hs * qx, hc * qz + hs * w
+        return s
+
+    def __call__(self, batch, gen: Optional[torch.Generator] = None):
+        s, a, r, s2, disc = batch
+        n = s.shape[0]
+        on = torch.rand(n, generator=gen) < self.p
+        k = torch.randint(0, 4, (n,), generator=gen) * on
+        mirror = (torch.rand(n, generator=gen) < 0.5) & on
+        px, py = s[:, self.pivot[0]].clone(), s[:, self.pivot[1]].clone()
+        keep = ~on.unsqueeze(1)  # the identity's rows stay bit-exact
+        s = torch.where(keep, s, self._map_state(s, mirror, k, px, py))
+        s2 = torch.where(keep, s2, self._map_state(s2, mirror, k, px, py))
+        ma = a.clone()
+        ax, ay = torch.where(mirror, -a[:, 0], a[:, 0]), a[:, 1]
+        c, si = _cos90(k), _sin90(k)
+        ma[:, 0], ma[:, 1] = c * ax - si * ay, si * ax + c * ay
+        return s, torch.where(keep, a, ma), r, s2, disc
+
+
+def _cos90(k):
+    """cos(k * 90 degrees), exact."""
+    return torch.tensor([1.0, 0.0, -1.0, 0.0])[k]
+
+
+def _sin90(k):
+    return torch.tensor([0.0, 1.0, 0.0, -1.0])[k]
+
+
 class NStep:
     """Per-env window of the last n transitions (s, a, r, g), g the discount over the transition (gamma, or gamma^j
     for an action held j env steps); emits (s_0, a_0, r_0 + g_0 r_1 + g_0 g_1 r_2 + .., s_n, g_0 .. g_{n-1}) once
@@ -592,6 +653,7 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
         names = list(spec["state"]["names"])
         s_dim, a_dim = len(names), len(spec["action"]["low"])
         agent = SAC(names, a_dim, a, seed)
+        symmetry = Symmetry(names, a.augment_symmetry) if a.augment_symmetry > 0 else None
         buf = Replay(a.steps + 10, s_dim, a_dim)
         demo_buf, demo_stats = None, {"episodes": 0}
         if a.demos > 0:
@@ -620,6 +682,10 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
                   f"eval {ev['success']:.0%} prog {ev['final_progress']:.2f} len {ev['ep_len']:.0f} st {ev['final_stages']}  "
                   f"train {ev['train_success']:.0%} ret {ev['train_return']:.2f}  "
                   f"Q {ev['q']:.2f} alpha {ev['alpha']:.4f}", flush=True)
+            if a.export_checkpoints and step > 0:
+                export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-{step // 1000}k.onnx"), s_dim,
+                            f"{a.algo.upper()}, {reward} reward, seed {seed}, {step} env steps, held-out eval "
+                            f"{ev['success']:.2f} (benches/learner_shaping.py)", a.action_repeat)
             if ev["success"] >= best["success"] and step > 0:
                 best.update(success=ev["success"], steps=step)
                 best.update(export_onnx(agent, os.path.join(pol_dir, f"{a.task}-{reward}-{seed}-best.onnx"), s_dim,
@@ -684,7 +750,8 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
                 debt += a.utd * a.envs
                 while debt >= 1.0:
                     debt -= 1.0
-                    agent.update(sample(buf, demo_buf, a.batch, a.demo_ratio),
+                    batch = sample(buf, demo_buf, a.batch, a.demo_ratio)
+                    agent.update(symmetry(batch) if symmetry else batch,
                                  actor_step=(agent.updates % a.actor_every == 0))
                 timing["update_s"] += time.time() - tu
         checkpoint(step)
@@ -799,6 +866,13 @@ def parse(argv=None):
     ap.add_argument("--demo-ratio", type=float, default=0.5, help="share of each batch from the demonstrations")
     ap.add_argument("--demo-dir", default="", help="where recorded demonstrations are kept (default: --out)")
     ap.add_argument("--out", default="benches/results/learner_shaping_push")
+    ap.add_argument("--augment-symmetry", type=float, default=0.0,
+                    help="share of each batch's transitions mapped by a random turn (0/90/180/270 degrees, with or "
+                         "without a mirror) about the vertical axis through block 0 (states, action dx/dy; reward "
+                         "kept): the task's symmetry as data augmentation (0: off; `Symmetry`)")
+    ap.add_argument("--export-checkpoints", action="store_true",
+                    help="also export the policy at every checkpoint (<out>/policies/<task>-<reward>-<seed>-<k>k.onnx "
+                         "+ manifest): `stagewise record --policy` rolls them out for reward-model training data")
     ap.add_argument("--plot-only", action="store_true", help="re-plot <out>/curves.json")
     ap.add_argument("--smoke", action="store_true",
                     help="CI size: 3000 steps, 1000 random, 100-step episodes, eval every 1500 on 5 seeds, 64x64 nets, utd 0.5")

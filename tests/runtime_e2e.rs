@@ -973,3 +973,128 @@ fn eval_policy_holds_the_actions_of_a_policy_trained_at_a_lower_rate() {
     assert_eq!(v["action_repeat"], 4, "{v}");
     assert_eq!(v["episodes"], 4, "{v}");
 }
+
+/// `record --policy` drives every episode with the policy, each action held for its declared repeat: without
+/// noise it reproduces `eval policy`'s episodes on the same seeds (outcome and length), with noise the actions
+/// change but are still held; bad flags and a reward model given as the policy are refused, naming them.
+#[test]
+fn record_with_a_policy_rolls_out_the_policy_and_labels_its_states() {
+    const POLICY: &str = "models/policies/push-target-learned/push-target-learned.toml";
+    let dir = tempfile::tempdir().unwrap();
+    let record = |out: &Path, noise: &str| {
+        Command::new(exe())
+            .current_dir(root())
+            .args([
+                "record",
+                "--task",
+                "push-target",
+                "--policy",
+                POLICY,
+                "--policy-noise",
+                noise,
+                "--episodes",
+                "3",
+                "--seed",
+                "7400000",
+                "--width",
+                "16",
+                "--height",
+                "16",
+                "--threads",
+                "2",
+                "--out",
+            ])
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let (clean, noisy) = (dir.path().join("clean"), dir.path().join("noisy"));
+    for (out, noise) in [(&clean, "0"), (&noisy, "0.3")] {
+        let o = record(out, noise);
+        assert!(
+            o.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let json = dir.path().join("eval.json");
+    let o = Command::new(exe())
+        .current_dir(root())
+        .args([
+            "eval",
+            "policy",
+            "--task",
+            "push-target",
+            "--policy",
+            POLICY,
+        ])
+        .args(["--episodes", "3", "--seed", "7400000", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let eval: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let meta = |d: &Path| -> serde_json::Value {
+        let p = d.join("meta").join("stagewise_record.json");
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    let m = meta(&clean);
+    assert_eq!(m["policy"]["action_repeat"], 4, "{m}");
+    let eval_eps = eval["per_episode"].as_array().expect("per_episode");
+    let ds = stagewise_dataset::Dataset::open(&clean).unwrap();
+    let noisy_ds = stagewise_dataset::Dataset::open(&noisy).unwrap();
+    let mut differs = false;
+    for i in 0..3 {
+        let rec = &m["episodes"][i];
+        assert_eq!(rec["degradation"], "policy", "{m}");
+        assert_eq!(rec["seed"], 7400000 + i as u64, "{m}");
+        let e = &eval_eps[i];
+        assert_eq!(rec["success"], e["success"], "record {rec} vs eval {e}");
+        assert_eq!(
+            rec["frames"].as_u64().unwrap() - 1,
+            e["steps"].as_u64().unwrap(),
+            "record {rec} vs eval {e}"
+        );
+        for d in [&ds, &noisy_ds] {
+            let ep = d.read_episode(i, stagewise_dataset::Images::Skip).unwrap();
+            assert!(ep.extra("degraded").unwrap().iter().all(|&x| x == 1.0));
+            // the last frame has no action (zeros); every other one repeats its decision's action
+            for t in 0..ep.len() - 1 {
+                assert_eq!(ep.action(t), ep.action(t - t % 4), "episode {i} frame {t}");
+            }
+        }
+        let (a, b) = (
+            ds.read_episode(i, stagewise_dataset::Images::Skip).unwrap(),
+            noisy_ds
+                .read_episode(i, stagewise_dataset::Images::Skip)
+                .unwrap(),
+        );
+        differs |= a.action(0) != b.action(0);
+    }
+    assert!(differs, "--policy-noise 0.3 changed no action");
+
+    let fail = |args: &[&str]| {
+        let o = Command::new(exe())
+            .current_dir(root())
+            .arg("record")
+            .args(["--task", "push-target", "--episodes", "1", "--out"])
+            .arg(dir.path().join("bad"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let e = fail(&["--policy-noise", "0.1"]);
+    assert!(e.contains("--policy"), "{e}");
+    let e = fail(&["--policy", POLICY, "--policy-noise=-1"]);
+    assert!(e.contains("--policy-noise"), "{e}");
+    let reward = "models/push-target/push-target-progress.toml";
+    let e = fail(&["--policy", reward]);
+    assert!(e.contains(reward), "{e}");
+    assert!(
+        !dir.path().join("bad").exists(),
+        "a refused policy left an output directory"
+    );
+}

@@ -109,3 +109,50 @@ def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
     x = np.random.default_rng(0).normal(size=(7, 14)).astype(np.float32)
     (y,) = sess.run(["action"], {"state": x})
     assert y.shape == (7, 4) and np.all(np.abs(y) <= 1.0)
+
+
+def test_symmetry_maps_keep_distances_yaw_and_the_action_box():
+    """--augment-symmetry: each of the eight maps keeps every distance between ee, block and target, turns a block's
+    yaw by the map's angle (or mirrors it), keeps a free-moving gripper's displacement equal to its mapped action's,
+    and takes the action box onto itself; P = 0 changes nothing."""
+    import torch
+
+    ls = _script()
+    names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped", "block0_x", "block0_y", "block0_z", "block0_qw",
+             "block0_qx", "block0_qy", "block0_qz", "target_x", "target_y"]
+    n = 256
+    g = torch.Generator().manual_seed(0)
+    s = torch.rand(n, len(names), generator=g) * 0.6 - 0.3
+    yaw = torch.rand(n, generator=g) * 0.7 - 0.35
+    s[:, 8:12] = torch.stack([torch.cos(yaw / 2), torch.zeros(n), torch.zeros(n), torch.sin(yaw / 2)], 1)
+    a = torch.rand(n, 4, generator=g) * 2 - 1
+    a[: n // 2, :2] = torch.sign(a[: n // 2, :2])  # corners of the box
+    s2 = s.clone()
+    s2[:, 0:2] += 0.024 * a[:, 0:2]  # the gripper moved freely: 4 steps of 6 mm at full command
+    r, disc = torch.rand(n, generator=g), torch.rand(n, generator=g)
+    sym = ls.Symmetry(names, 1.0)
+    ms, ma, mr, ms2, md = sym((s, a, r, s2, disc), torch.Generator().manual_seed(1))
+    assert torch.equal(mr, r) and torch.equal(md, disc)
+
+    def dist(x, i, j):
+        return torch.hypot(x[:, i] - x[:, j], x[:, i + 1] - x[:, j + 1])
+
+    for i, j in [(0, 5), (5, 12), (0, 12)]:
+        torch.testing.assert_close(dist(ms, i, j), dist(s, i, j), atol=1e-6, rtol=0)
+    torch.testing.assert_close(ms[:, [2, 3, 4, 7]], s[:, [2, 3, 4, 7]])
+    torch.testing.assert_close(ms[:, 5:7], s[:, 5:7])  # the pivot stays
+    torch.testing.assert_close(ms2[:, 0:2] - ms[:, 0:2], 0.024 * ma[:, 0:2], atol=1e-6, rtol=0)
+    assert ma.abs().max() <= 1.0 and torch.equal(ma[:, 2:], a[:, 2:])
+    torch.testing.assert_close(ma[:, :2].abs().sort(1).values, a[:, :2].abs().sort(1).values)
+    torch.testing.assert_close(ms[:, 8:12].norm(dim=1), torch.ones(n))
+    # the mapped yaw is +-yaw + k * 90 degrees: the block's x axis turned like any direction in the plane
+    new_yaw = 2 * torch.atan2(ms[:, 11], ms[:, 8])
+    ex = torch.stack([torch.cos(yaw), torch.sin(yaw)], 1)
+    probe_s = s.clone()
+    probe_s[:, 0:2] = s[:, 5:7] + 0.05 * ex  # a point on the block's x axis
+    probe = sym((probe_s, a, r, probe_s, disc), torch.Generator().manual_seed(1))[0]
+    turned = (probe[:, 0:2] - probe[:, 5:7]) / 0.05
+    cross = turned[:, 0] * torch.sin(new_yaw) - turned[:, 1] * torch.cos(new_yaw)
+    assert cross.abs().max() < 1e-5  # the block's new x axis lies along the turned probe (up to its sign)
+    same = ls.Symmetry(names, 0.0)((s, a, r, s2, disc), torch.Generator().manual_seed(1))
+    assert all(torch.equal(x, y) for x, y in zip(same, (s, a, r, s2, disc)))

@@ -518,8 +518,21 @@ pub fn rollout_with(
     seed: u64,
     degradation: Degradation,
 ) -> Result<EpisodeRecord, EnvError> {
-    let mut env = SimEnv::new(cfg.clone()).map_err(|e| EnvError::backend("simulator", e))?;
     let mut expert = Expert::with_seed(cfg.task, degradation, seed);
+    rollout_driven(cfg, seed, degradation, |env| Ok(expert.act_env(env)))
+}
+
+/// Runs one episode in an env built from `cfg` with the actions `act` chooses from the env's state each step
+/// (a scripted expert, or a policy: `stagewise record --policy`), recorded and labelled by the oracle like an
+/// expert's. `degradation` is only what the record says drove it (`Degradation::none()` for a non-expert driver).
+/// An error of `act` ends the rollout with that error.
+pub fn rollout_driven<E: From<EnvError>>(
+    cfg: &SimConfig,
+    seed: u64,
+    degradation: Degradation,
+    mut act: impl FnMut(&SimEnv) -> Result<[f32; 4], E>,
+) -> Result<EpisodeRecord, E> {
+    let mut env = SimEnv::new(cfg.clone()).map_err(|e| EnvError::backend("simulator", e))?;
     let obs = env.reset(seed)?;
     let first = env.oracle().ok_or(EnvError::NeedsReset)?;
     let spec = env.spec().clone();
@@ -545,7 +558,7 @@ pub fn rollout_with(
         truncated: false,
     };
     loop {
-        let a = expert.act_env(&env);
+        let a = act(&env)?;
         let r = env.step(&a)?;
         rec.actions.push(a.to_vec());
         rec.rewards.push(r.reward);

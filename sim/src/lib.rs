@@ -20,7 +20,8 @@ pub use config::{
 };
 pub use env::{action_spec, check_action, state_spec, state_vector, SimEnv, ACTION_NAMES};
 pub use expert::{
-    rollout, rollout_with, Degradation, EpisodeRecord, Expert, FailureMode, StageSpan,
+    rollout, rollout_driven, rollout_with, Degradation, EpisodeRecord, Expert, FailureMode,
+    StageSpan,
 };
 pub use oracle::OracleReading;
 pub use vec_env::VecEnv;

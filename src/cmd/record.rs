@@ -10,17 +10,25 @@
 //! `--video` stores the cameras as LeRobot video features (MP4 under `videos/`, AV1 by default, as LeRobot
 //! writes them; `--video-codec h264`) instead of PNG image columns.
 //!
+//! `--policy MANIFEST [--policy-noise STD]` drives the episodes with an ONNX policy instead of the expert (each
+//! action held for the policy's own action repeat, Gaussian noise drawn per decision): the states an RL learner's
+//! checkpoints visit, labelled by the oracle, as reward-model training data (benches/learner_shaping.md).
+//!
 //! Rollouts run in parallel (rayon, one episode per task); episodes are written in order, so the same seeds give
 //! the same dataset for any thread count.
 
 use anyhow::{bail, Context};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
 use rayon::prelude::*;
 use stagewise_dataset::{
     ColumnValues, DatasetInfo, DatasetWriter, EpisodeData, ExtraColumnSpec, ExtraDtype, FrameData,
     FrameImage, StageAnnotation, VideoCodec, VideoSettings, ViewSpec,
 };
-use stagewise_sim::{rollout_with, Degradation, EpisodeRecord, SimConfig, Task};
-use std::path::PathBuf;
+use stagewise_model::{OrtRuntime, PolicyModel, Provider, SessionOptions};
+use stagewise_sim::{rollout_driven, rollout_with, Degradation, EpisodeRecord, SimConfig, Task};
+use std::path::{Path, PathBuf};
 
 /// Degradation presets cycled over the degraded episodes: the failure modes first (AUROC needs failures), then
 /// the ones that still succeed.
@@ -76,6 +84,20 @@ pub struct RecordArgs {
     /// Constant-quality factor of `--video` (LeRobot's default 30; lower is better and larger).
     #[arg(long, default_value_t = 30, value_name = "CRF")]
     pub video_crf: u32,
+    /// Drive every episode with this `kind = "policy"` manifest (state in, action out; each action held for the
+    /// policy's own action repeat) instead of the scripted expert: the states a policy, e.g. an RL learner's
+    /// checkpoint, visits, labelled by the oracle like any recording (reward-model training data on a learner's
+    /// states). `--degraded` and `--presets` do not apply.
+    #[arg(long, value_name = "MANIFEST")]
+    pub policy: Option<PathBuf>,
+    /// Std of Gaussian noise added to each of `--policy`'s actions (held with it, clipped to [-1, 1]): an
+    /// explorer's actions rather than the deterministic policy's. Drawn per episode from its seed.
+    #[arg(long, default_value_t = 0.0, requires = "policy")]
+    pub policy_noise: f32,
+    /// ONNX Runtime library for `--policy` (default: $ORT_DYLIB_PATH, else the project's .venv wheel). The policy
+    /// runs on the CPU provider, one intra-op thread per rollout worker.
+    #[arg(long, value_name = "PATH", requires = "policy")]
+    pub ort_lib: Option<PathBuf>,
     /// Worker threads for the rollouts (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -227,6 +249,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
             );
         }
     }
+    if !(args.policy_noise.is_finite() && args.policy_noise >= 0.0) {
+        bail!(
+            "--policy-noise is {}: it must be a finite std >= 0",
+            args.policy_noise
+        );
+    }
     if args.width == 0 || args.height == 0 {
         bail!("--width and --height must be positive");
     }
@@ -238,6 +266,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     {
         bail!("{} exists and is not empty", args.out.display());
     }
+    // Before the dataset is created: a bad policy leaves no output behind.
+    let policy = args
+        .policy
+        .as_deref()
+        .map(|p| PolicyDriver::new(p, task, args.policy_noise, args.ort_lib.as_deref()))
+        .transpose()?;
     let mut cfg = SimConfig::new(task).with_resolution(args.width, args.height);
     cfg.depth = false;
     cfg.render_threads = 1;
@@ -324,10 +358,17 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         let recs: Vec<anyhow::Result<(usize, &str, EpisodeRecord)>> = pool.install(|| {
             ids.par_iter()
                 .map(|&i| {
+                    let seed = args.seed + i as u64;
+                    if let Some(policy) = &policy {
+                        let rec = policy
+                            .rollout(&cfg, seed)
+                            .with_context(|| format!("{task} episode {i} (seed {seed}, policy)"))?;
+                        bar.inc(1);
+                        return Ok((i, POLICY_DRIVER, rec));
+                    }
                     let preset = preset_for(i, args.degraded, &args.presets);
                     let deg = Degradation::preset(preset)
                         .with_context(|| format!("unknown preset {preset}"))?;
-                    let seed = args.seed + i as u64;
                     let rec = rollout_with(&cfg, seed, deg)
                         .with_context(|| format!("{task} episode {i} (seed {seed}, {preset})"))?;
                     bar.inc(1);
@@ -360,8 +401,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let meta = serde_json::json!({
         "task": task.name(),
         "seed": args.seed,
-        "degraded_fraction": args.degraded,
-        "degradation_presets": args.presets,
+        "degraded_fraction": if policy.is_some() { 1.0 } else { args.degraded },
+        "degradation_presets": if policy.is_some() { vec![POLICY_DRIVER.to_string()] } else { args.presets.clone() },
+        "policy": policy.as_ref().map(|p| serde_json::json!({
+            "manifest": p.manifest,
+            "noise": p.noise,
+            "action_repeat": p.action_repeat,
+        })),
         "camera_jitter": args.scene.camera_jitter,
         "random_colors": args.scene.random_colors,
         "held_out_colors": args.scene.held_out_colors,
@@ -394,6 +440,90 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         println!("stage proportions: {}", s.join(", "));
     }
     Ok(())
+}
+
+/// The `degradation` a policy-driven episode is logged with (its frames' `degraded` column is 1: not the expert).
+const POLICY_DRIVER: &str = "policy";
+
+/// `--policy`: rolls episodes out with an ONNX policy (and Gaussian action noise) instead of the expert.
+struct PolicyDriver {
+    manifest: PathBuf,
+    noise: f32,
+    action_repeat: u32,
+    runtime: &'static OrtRuntime,
+    state_size: usize,
+}
+
+impl PolicyDriver {
+    /// Loads the policy once, so that a bad manifest or graph is refused before any episode runs.
+    fn new(
+        manifest: &Path,
+        task: Task,
+        noise: f32,
+        ort_lib: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let runtime = OrtRuntime::init(ort_lib)?;
+        let state_size = stagewise_sim::state_spec(task).names.len();
+        let probe = Self::load(manifest, runtime, state_size)?;
+        Ok(Self {
+            manifest: manifest.to_path_buf(),
+            noise,
+            action_repeat: probe.action_repeat(),
+            runtime,
+            state_size,
+        })
+    }
+
+    fn load(
+        manifest: &Path,
+        runtime: &OrtRuntime,
+        state_size: usize,
+    ) -> anyhow::Result<PolicyModel> {
+        let opts = SessionOptions {
+            provider: Provider::Cpu,
+            intra_threads: 1,
+            tensorrt_cache: None,
+        };
+        PolicyModel::load(
+            manifest,
+            state_size,
+            stagewise_sim::ACTION_NAMES.len(),
+            runtime,
+            &opts,
+        )
+        .with_context(|| format!("loading --policy {}", manifest.display()))
+    }
+
+    /// One episode: a session of its own (sessions run with `&mut self`; a policy graph loads in milliseconds),
+    /// each decision's action plus noise held for the policy's action repeat.
+    fn rollout(&self, cfg: &SimConfig, seed: u64) -> anyhow::Result<EpisodeRecord> {
+        let mut policy = Self::load(&self.manifest, self.runtime, self.state_size)?;
+        let normal =
+            Normal::new(0.0f32, self.noise.max(f32::MIN_POSITIVE)).context("--policy-noise")?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0f90_11c7);
+        let repeat = u64::from(policy.action_repeat());
+        let mut noise = [0.0f32; 4];
+        let mut step = 0u64;
+        rollout_driven(cfg, seed, Degradation::none(), |env| {
+            let world = env.world().context("the env has no world after reset")?;
+            let state = stagewise_sim::state_vector(world);
+            let held = policy.act_held(&[0], &[state.as_slice()])?;
+            let action = held.first().context("the policy returned no action")?;
+            if step.is_multiple_of(repeat) && self.noise > 0.0 {
+                noise = std::array::from_fn(|_| normal.sample(&mut rng));
+            }
+            step += 1;
+            let mut out = [0.0f32; 4];
+            for (k, o) in out.iter_mut().enumerate() {
+                let a = action
+                    .get(k)
+                    .copied()
+                    .context("the policy's action is too short")?;
+                *o = (a + noise[k]).clamp(-1.0, 1.0);
+            }
+            Ok(out)
+        })
+    }
 }
 
 #[cfg(test)]
