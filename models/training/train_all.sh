@@ -11,6 +11,8 @@
 # ENC_CHANNELS (the encoder's conv widths; 16,32,32), STATE_NAMES (the proprioception the model reads;
 # ee_x,ee_y,ee_z,gripper_width, stack and push-target gripper_width: models/README.md says why), BALANCE (progress
 # bins sampled equally, train.py --balance-progress; 0 = uniform over frames, push-target 20).
+# push-target's shipped model is the one this trains, then fine-tuned on random play and RL learner states (20
+# more epochs; models/README.md, "Learner states", has the commands).
 # Models read the camera views and proprioception only, never block or target poses.
 # Training sets are recorded with the palette's colours jittered (--random-colors); data/<task>-val-colours uses the
 # simulator's held-out palette (reported after training, never trained on).
