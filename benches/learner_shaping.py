@@ -874,6 +874,9 @@ def parse(argv=None):
                     help="also export the policy at every checkpoint (<out>/policies/<task>-<reward>-<seed>-<k>k.onnx "
                          "+ manifest): `stagewise record --policy` rolls them out for reward-model training data")
     ap.add_argument("--plot-only", action="store_true", help="re-plot <out>/curves.json")
+    ap.add_argument("--merge", nargs="+", default=[], metavar="DIR",
+                    help="merge the runs of these output dirs (or curves.json files) into <out>/curves.json and plot "
+                         "them (the set-up in the title is the first one's)")
     ap.add_argument("--smoke", action="store_true",
                     help="CI size: 3000 steps, 1000 random, 100-step episodes, eval every 1500 on 5 seeds, 64x64 nets, utd 0.5")
     a = ap.parse_args(argv)
@@ -891,7 +894,22 @@ def main(argv=None):
     a = parse(argv)
     os.makedirs(a.out, exist_ok=True)
     curves = os.path.join(a.out, "curves.json")
-    if a.plot_only:
+    if a.merge:
+        # one figure of runs made by separate processes: each run keeps the argv and the directory it came from
+        runs, note = [], []
+        for src in a.merge:
+            path = os.path.join(src, "curves.json") if os.path.isdir(src) else src
+            saved = json.load(open(path))
+            for r in saved["runs"]:
+                runs.append({**r, "argv": saved.get("argv"), "source": os.path.dirname(os.path.abspath(path))})
+            note.append(path)
+        args = {**json.load(open(os.path.join(a.merge[0], "curves.json") if os.path.isdir(a.merge[0])
+                                 else a.merge[0])).get("args", {}), "out": a.out}
+        with open(curves, "w") as fh:
+            json.dump({"note": f"merged by learner_shaping.py --merge from {len(note)} files", "args": args,
+                       "runs": runs}, fh)
+        a = argparse.Namespace(**{**vars(a), **args, "out": a.out})
+    elif a.plot_only:
         saved = json.load(open(curves))
         runs = saved["runs"]
         # the title tells the set-up the runs were made with, not this call's defaults
