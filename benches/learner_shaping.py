@@ -17,9 +17,11 @@ One run = one reward condition x one seed:
    the goal) instead of phi: `r_task + c (gamma (phi' - 1) - (phi - 1))`, terminal potential 0. Still
    potential-based, so the optimal policy is the task's (see `offset_reward`). `--reward-form progress`
    (r_task + c (phi' - phi)) is NOT policy-invariant and only there to be measured against.
-3. The learner is a small SAC in plain torch (SB3's per-update overhead made it 3-5x slower here): a tanh-Gaussian
-   actor and an ensemble of LayerNorm critics (RLPD), n-step returns, `--utd` critic updates per env step, one
-   actor update every `--actor-every` critic updates, entropy coefficient tuned toward `-|A| * --target-entropy`.
+3. The learner (defaults: the set-up of benches/learner_shaping.md, 2026-12-04: TD3, 128x128, each action held 4
+   env steps, 2 critic updates per decision, gamma 0.99, every sampled transition mapped by a random symmetry of the
+   square about the block, `Symmetry`) is a small SAC / TD3 in plain torch (SB3's per-update overhead made it 3-5x
+   slower here): a tanh-Gaussian (SAC) or deterministic (TD3) actor and an ensemble of LayerNorm critics (RLPD),
+   n-step returns, `--utd` critic updates per decision, one actor update every `--actor-every` critic updates, entropy coefficient tuned toward `-|A| * --target-entropy`.
    Inputs: the simulator's full state (the policy may read it: an asymmetric actor; the reward model may not, and
    does not: it is served from pixels + gripper width), through a fixed linear feature map (the state scaled to
    O(1), plus block-minus-gripper and target-minus-block offsets) that the exported ONNX policy carries.
@@ -30,8 +32,8 @@ One run = one reward condition x one seed:
 
 Writes <out>/curves.json (args, per run: checkpoints, wall times, training-episode summary), <out>/curves.png,
 and per run the best and the last actor as ONNX policies (<out>/policies/<task>-<reward>-<seed>-{best,last}.onnx;
-`stagewise eval policy` takes the manifest written beside them; `--export-checkpoints`: every checkpoint's too). `--smoke` is the CI-sized run
-(python/tests/test_learner_smoke.py)."""
+`stagewise eval policy` takes the manifest written beside them; `--export-checkpoints`: every checkpoint's too).
+`--smoke` is the CI-sized run (python/tests/test_learner_smoke.py); `--merge DIR...` plots runs made apart."""
 
 from __future__ import annotations
 
@@ -821,7 +823,7 @@ def parse(argv=None):
     ap.add_argument("--max-steps", type=int, default=200, help="training episode length (truncation)")
     ap.add_argument("--eval-max-steps", type=int, default=0,
                     help="evaluation episode length (0: the task's own, as `stagewise eval policy`; -1: --max-steps)")
-    ap.add_argument("--gamma", type=float, default=0.97)
+    ap.add_argument("--gamma", type=float, default=0.99)
     ap.add_argument("--shaping-scale", type=float, default=10.0)
     ap.add_argument("--phi-offset", type=float, default=1.0)
     ap.add_argument("--phi-ema", type=float, default=0.0,
@@ -832,22 +834,22 @@ def parse(argv=None):
                          "progress: r_task + c (phi' - phi), NOT policy-invariant")
     ap.add_argument("--horizon", type=float, default=100.0, help="H of --reward-form exp (steps an expert needs)")
     ap.add_argument("--model", default="", help="reward model manifest for --rewards model (default: shipped)")
-    ap.add_argument("--algo", choices=["sac", "td3"], default="sac",
+    ap.add_argument("--algo", choices=["sac", "td3"], default="td3",
                     help="sac, or td3 (deterministic actor, Gaussian exploration --expl-noise, target smoothing)")
     ap.add_argument("--expl-noise", type=float, default=0.2, help="td3: exploration noise std at the start")
     ap.add_argument("--expl-noise-end", type=float, default=-1.0,
                     help="td3: exploration noise std at the end of the run, linear in env steps (-1: constant)")
-    ap.add_argument("--net", default="256,256")
+    ap.add_argument("--net", default="128,128")
     ap.add_argument("--critics", type=int, default=2)
     ap.add_argument("--layer-norm", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--tau", type=float, default=0.005)
-    ap.add_argument("--utd", type=float, default=1.0, help="critic updates per decision (env step / action repeat)")
-    ap.add_argument("--actor-every", type=int, default=1, help="one actor update per this many critic updates")
+    ap.add_argument("--utd", type=float, default=2.0, help="critic updates per decision (env step / action repeat)")
+    ap.add_argument("--actor-every", type=int, default=2, help="one actor update per this many critic updates")
     ap.add_argument("--nstep", type=int, default=3, help="n-step returns (in decisions)")
-    ap.add_argument("--action-repeat", type=int, default=1,
-                    help="each decision's action is held this many env steps in training (evaluation: every step)")
+    ap.add_argument("--action-repeat", type=int, default=4,
+                    help="each decision's action is held this many env steps in training (evaluation: --eval-repeat)")
     ap.add_argument("--alpha", type=float, default=0.05, help="initial entropy coefficient")
     ap.add_argument("--auto-alpha", type=int, default=1)
     ap.add_argument("--target-entropy", type=float, default=1.0, help="target entropy = -this * |A|")
@@ -866,10 +868,10 @@ def parse(argv=None):
     ap.add_argument("--demo-ratio", type=float, default=0.5, help="share of each batch from the demonstrations")
     ap.add_argument("--demo-dir", default="", help="where recorded demonstrations are kept (default: --out)")
     ap.add_argument("--out", default="benches/results/learner_shaping_push")
-    ap.add_argument("--augment-symmetry", type=float, default=0.0,
+    ap.add_argument("--augment-symmetry", type=float, default=1.0,
                     help="share of each batch's transitions mapped by a random turn (0/90/180/270 degrees, with or "
                          "without a mirror) about the vertical axis through block 0 (states, action dx/dy; reward "
-                         "kept): the task's symmetry as data augmentation (0: off; `Symmetry`)")
+                         "kept): the task's symmetry as data augmentation (default 1: every transition; 0: off; `Symmetry`)")
     ap.add_argument("--export-checkpoints", action="store_true",
                     help="also export the policy at every checkpoint (<out>/policies/<task>-<reward>-<seed>-<k>k.onnx "
                          "+ manifest): `stagewise record --policy` rolls them out for reward-model training data")

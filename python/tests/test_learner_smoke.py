@@ -91,11 +91,15 @@ def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
     assert len(runs) == 1
     run = runs[0]
     steps = [c["steps"] for c in run["checkpoints"]]
-    assert steps == [0, 1500, 3000]
+    # 4 envs, each action held 4 env steps (the default): 16 env steps per decision of all envs
+    assert steps == [0, 1504, 3008]
     for c in run["checkpoints"]:
         assert 0.0 <= c["success"] <= 1.0 and c["episodes"] == 5
         assert 0.0 <= c["final_progress"] <= 1.0
-    assert run["updates"] == (3000 - 1000 + 4) // 2  # utd 0.5 from learning-starts (its vec step included)
+    # utd 0.5 per decision of each of the 4 envs (2 updates per vec step of 16 env steps), from the first vec step
+    # after learning-starts at which the buffer holds a batch (256 3-step transitions: 4 per vec step, less the 2
+    # each env's n-step window still holds: vec step 66, env step 1056) to the last (188, env step 3008)
+    assert run["updates"] == (188 - 66 + 1) * 2
     assert run["train_episodes"] >= 3000 // 100 - 4  # 100-step episodes, 4 envs (their last ones unfinished)
     assert math.isfinite(run["checkpoints"][-1]["q"])
     saved = json.loads((out / "curves.json").read_text())
