@@ -808,7 +808,8 @@ def plot(runs, a, path):
         row[0].legend(loc="upper left", fontsize=8)
     form = f"potential phi-{a.phi_offset}" if a.reward_form == "potential" else f"{a.reward_form} form"
     fig.suptitle(f"{a.algo.upper()} via stagewise serve: {a.demos} demos, c={a.shaping_scale}, gamma={a.gamma}, {form}, "
-                 f"max-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep} (thin: seeds, thick: mean)", fontsize=10)
+                 f"max-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep}, symmetry aug. "
+                 f"{getattr(a, 'augment_symmetry', 0)} (thin: seeds, thick: mean)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
