@@ -1088,6 +1088,8 @@ fn record_with_a_policy_rolls_out_the_policy_and_labels_its_states() {
     };
     let e = fail(&["--policy-noise", "0.1"]);
     assert!(e.contains("--policy"), "{e}");
+    let e = fail(&["--policy", POLICY, "--degraded", "0.5"]);
+    assert!(e.contains("--degraded"), "{e}");
     let e = fail(&["--policy", POLICY, "--policy-noise=-1"]);
     assert!(e.contains("--policy-noise"), "{e}");
     let reward = "models/push-target/push-target-progress.toml";

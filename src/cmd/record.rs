@@ -87,8 +87,8 @@ pub struct RecordArgs {
     /// Drive every episode with this `kind = "policy"` manifest (state in, action out; each action held for the
     /// policy's own action repeat) instead of the scripted expert: the states a policy, e.g. an RL learner's
     /// checkpoint, visits, labelled by the oracle like any recording (reward-model training data on a learner's
-    /// states). `--degraded` and `--presets` do not apply.
-    #[arg(long, value_name = "MANIFEST")]
+    /// states). Refused together with `--degraded` or `--presets` (they choose expert degradations).
+    #[arg(long, value_name = "MANIFEST", conflicts_with_all = ["degraded", "presets"])]
     pub policy: Option<PathBuf>,
     /// Std of Gaussian noise added to each of `--policy`'s actions (held with it, clipped to [-1, 1]): an
     /// explorer's actions rather than the deterministic policy's. Drawn per episode from its seed.
@@ -442,6 +442,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Mixed into an episode's seed for its `--policy-noise` stream, so that the noise is not the same random stream
+/// as anything else seeded with the episode's seed (the scene, an expert's degradations).
+const POLICY_NOISE_STREAM: u64 = 0x5eed_0f90_11c7;
+
 /// The `degradation` a policy-driven episode is logged with (its frames' `degraded` column is 1: not the expert).
 const POLICY_DRIVER: &str = "policy";
 
@@ -500,7 +504,7 @@ impl PolicyDriver {
         let mut policy = Self::load(&self.manifest, self.runtime, self.state_size)?;
         let normal =
             Normal::new(0.0f32, self.noise.max(f32::MIN_POSITIVE)).context("--policy-noise")?;
-        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0f90_11c7);
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ POLICY_NOISE_STREAM);
         let repeat = u64::from(policy.action_repeat());
         let mut noise = [0.0f32; 4];
         let mut step = 0u64;
