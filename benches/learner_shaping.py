@@ -21,7 +21,8 @@ One run = one reward condition x one seed:
    env steps, 2 critic updates per decision, gamma 0.99, every sampled transition mapped by a random symmetry of the
    square about the block, `Symmetry`) is a small SAC / TD3 in plain torch (SB3's per-update overhead made it 3-5x
    slower here): a tanh-Gaussian (SAC) or deterministic (TD3) actor and an ensemble of LayerNorm critics (RLPD),
-   n-step returns, `--utd` critic updates per decision, one actor update every `--actor-every` critic updates, entropy coefficient tuned toward `-|A| * --target-entropy`.
+   n-step returns, `--utd` critic updates per decision, one actor update every `--actor-every` critic updates,
+   SAC's entropy coefficient tuned toward `-|A| * --target-entropy`.
    Inputs: the simulator's full state (the policy may read it: an asymmetric actor; the reward model may not, and
    does not: it is served from pixels + gripper width), through a fixed linear feature map (the state scaled to
    O(1), plus block-minus-gripper and target-minus-block offsets) that the exported ONNX policy carries.
