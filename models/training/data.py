@@ -74,6 +74,8 @@ def load(
             meta[int(row["episode_index"])] = row
     props_path = os.path.join(root, "meta", "temporal_proportions_sparse.json")
     if stage_names is None:
+        if not os.path.exists(props_path):
+            raise SystemExit(f"{props_path}: missing (the set has no annotated clean success); stage names unknown")
         with open(props_path) as f:
             pj = json.load(f)
         stage_names = list(pj.keys())

@@ -279,9 +279,12 @@ def check_step(single_path, encoder_path, step_path, man, n=5, tol=1e-4):
     if st:
         step_feeds[st] = state
     got = run(step_path, step_feeds)
-    err = max(float(np.abs(a - b).max()) for a, b in zip(full, got[:-1]))
+    # relative to the outputs' scale: random windows can drive the logits to ~1e3, where float32's rounding (the
+    # step graph sums in another order) alone is ~1e-4
+    err = max(float(np.abs(a - b).max()) / max(1.0, float(np.abs(a).max())) for a, b in zip(full, got[:-1]))
     err_e = float(np.abs(got[-1].reshape(n, V, -1) - emb[:, :, F - 1]).max())
-    print(f"step graph vs full graph max abs diff: {err:.2e}; its embeddings vs the encoder's: {err_e:.2e}")
+    print(f"step graph vs full graph max diff (relative to max(1, |output|)): {err:.2e}; its embeddings vs the "
+          f"encoder's: {err_e:.2e}")
     if err > tol or err_e > tol:
         raise SystemExit(f"the step graph disagrees with the full graph ({err}) or the encoder ({err_e})")
 

@@ -758,7 +758,10 @@ def main():
     t0 = time.time()
     # the auxiliary targets' fields are loaded after the model's state fields and split off (split_aux)
     loaded = list(args.state_names) + [f for f in aux_fields(args.aux_targets) if f not in args.state_names]
-    dss = [dsmod.load(d, state_names=loaded) for d in args.train]
+    dss = [dsmod.load(args.train[0], state_names=loaded)]
+    # the other sets are of the same task: they take the first one's stages (a set with no clean success, e.g.
+    # random play or learner rollouts, has no meta/temporal_proportions_sparse.json of its own)
+    dss += [dsmod.load(d, dss[0].stage_names, dss[0].proportions, loaded) for d in args.train[1:]]
     names = dss[0].stage_names
     if len(names) != len(proportions):
         raise SystemExit(f"dataset has {len(names)} stages, {args.task} has {len(proportions)}")
