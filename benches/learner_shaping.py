@@ -43,6 +43,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from typing import Dict, List, Optional
@@ -105,9 +106,15 @@ def record_demos(a) -> str:
 
     path = os.path.join(a.demo_dir or a.out, f"demos-{a.task}-{a.demos}-{a.demo_seed}")
     if not os.path.isdir(os.path.join(path, "data")):
+        # recorded beside it and renamed when complete: two runs sharing --demo-dir never read a half-written set
+        tmp = f"{path}.tmp{os.getpid()}"
         cmd = [launch.find_binary(), "record", "--task", a.task, "--episodes", str(a.demos), "--degraded", "0",
-               "--seed", str(a.demo_seed), "--width", "16", "--height", "16", "--threads", "1", "--out", path]
+               "--seed", str(a.demo_seed), "--width", "16", "--height", "16", "--threads", "1", "--out", tmp]
         subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another run finished the same (deterministic) recording first
+            shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 
