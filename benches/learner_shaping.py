@@ -785,6 +785,22 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- plots
+def run_label(runs):
+    """Merged runs made with different demonstrations or shaping scales get a label naming them ("model, c=3,
+    20 demos"), so the plot and its legend keep them apart; runs of one set-up keep the reward's name."""
+    def setup(r):
+        if not r.get("argv"):
+            return (None, None)
+        a = parse(r["argv"][1:])
+        return (a.demos, a.shaping_scale)
+
+    if len({setup(r) for r in runs}) > 1:
+        for r in runs:
+            demos, c = setup(r)
+            scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
+            r["label"] = f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos")
+
+
 def plot(runs, a, path):
     import matplotlib
 
@@ -795,17 +811,21 @@ def plot(runs, a, path):
     fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 4 * len(tasks)), squeeze=False)
     for row, task in zip(axes, tasks):
         for reward, color in COLORS.items():
-            rs = [r for r in runs if r["reward"] == reward and r["task"] == task]
-            for k, r in enumerate(rs):
-                x = [c["steps"] for c in r["checkpoints"]]
-                for ax, key in ((row[0], "success"), (row[1], "final_progress")):
-                    ax.plot(x, [c[key] for c in r["checkpoints"]], color=color, lw=0.8, alpha=0.45)
-            if rs:
-                n = min(len(r["checkpoints"]) for r in rs)
-                x = [c["steps"] for c in rs[0]["checkpoints"][:n]]
-                for ax, key in ((row[0], "success"), (row[1], "final_progress")):
-                    m = np.mean([[c[key] for c in r["checkpoints"][:n]] for r in rs], 0)
-                    ax.plot(x, m, color=color, lw=2.2, label=f"{reward} (mean of {len(rs)})")
+            # runs merged from different set-ups carry a label (run_label); one line style per label
+            labels = list(dict.fromkeys(r.get("label", reward) for r in runs if r["reward"] == reward))
+            for label, style in zip(labels, ["-", "--", ":", "-."] * 4):
+                rs = [r for r in runs
+                      if r["reward"] == reward and r["task"] == task and r.get("label", reward) == label]
+                for k, r in enumerate(rs):
+                    x = [c["steps"] for c in r["checkpoints"]]
+                    for ax, key in ((row[0], "success"), (row[1], "final_progress")):
+                        ax.plot(x, [c[key] for c in r["checkpoints"]], color=color, ls=style, lw=0.8, alpha=0.45)
+                if rs:
+                    n = min(len(r["checkpoints"]) for r in rs)
+                    x = [c["steps"] for c in rs[0]["checkpoints"][:n]]
+                    for ax, key in ((row[0], "success"), (row[1], "final_progress")):
+                        m = np.mean([[c[key] for c in r["checkpoints"][:n]] for r in rs], 0)
+                        ax.plot(x, m, color=color, ls=style, lw=2.2, label=f"{label} (mean of {len(rs)})")
         row[0].axhline(0.8, color="k", ls=":", lw=0.8)
         row[0].set_ylabel(f"{task}: eval success ({a.eval_episodes} held-out seeds)")
         row[1].set_ylabel(f"{task}: eval final oracle progress")
@@ -815,8 +835,9 @@ def plot(runs, a, path):
             ax.grid(alpha=0.3)
         row[0].legend(loc="upper left", fontsize=8)
     form = f"potential phi-{a.phi_offset}" if a.reward_form == "potential" else f"{a.reward_form} form"
-    fig.suptitle(f"{a.algo.upper()} via stagewise serve: {a.demos} demos, c={a.shaping_scale}, gamma={a.gamma}, {form}, "
-                 f"max-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep}, symmetry aug. "
+    varied = "demos and c per legend" if any("label" in r for r in runs) else f"{a.demos} demos, c={a.shaping_scale}"
+    fig.suptitle(f"{a.algo.upper()} via stagewise serve: {varied}, gamma={a.gamma}, {form}, "
+                 f"\nmax-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep}, symmetry aug. "
                  f"{getattr(a, 'augment_symmetry', 0)} (thin: seeds, thick: mean)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -914,6 +935,7 @@ def main(argv=None):
             for r in saved["runs"]:
                 runs.append({**r, "argv": saved.get("argv"), "source": os.path.dirname(os.path.abspath(path))})
             note.append(path)
+        run_label(runs)
         args = {**json.load(open(os.path.join(a.merge[0], "curves.json") if os.path.isdir(a.merge[0])
                                  else a.merge[0])).get("args", {}), "out": a.out}
         with open(curves, "w") as fh:
