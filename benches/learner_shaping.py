@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -794,9 +795,9 @@ def run_label(runs):
         a = parse(r["argv"][1:])
         return (a.demos, a.shaping_scale)
 
-    if len({setup(r) for r in runs}) > 1:
-        for r in runs:
-            demos, c = setup(r)
+    setups = [setup(r) for r in runs]
+    if len(set(setups)) > 1:
+        for r, (demos, c) in zip(runs, setups):
             scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
             r["label"] = f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos")
 
@@ -813,7 +814,7 @@ def plot(runs, a, path):
         for reward, color in COLORS.items():
             # runs merged from different set-ups carry a label (run_label); one line style per label
             labels = list(dict.fromkeys(r.get("label", reward) for r in runs if r["reward"] == reward))
-            for label, style in zip(labels, ["-", "--", ":", "-."] * 4):
+            for label, style in zip(labels, itertools.cycle(["-", "--", ":", "-."])):
                 rs = [r for r in runs
                       if r["reward"] == reward and r["task"] == task and r.get("label", reward) == label]
                 for k, r in enumerate(rs):
