@@ -521,6 +521,31 @@ class LearnReward:
         return out
 
 
+class GripperFlip:
+    """`--gripper-flip p`: in each env's exploratory action with probability p, the gripper command (column
+    `grip`) is set to its other extreme, shut (-1) if it was opening (> 0), else wide open (+1), and held there for
+    `hold` decisions (`--gripper-flip-hold`). A TD3 actor that learned to hold the gripper shut commands ~-0.9, and
+    its Gaussian noise never crosses the simulator's release threshold (> 0.1), so it never tries letting go; a
+    one-decision opening is undone by the actor's next decision, which shuts the gripper on the block again, so
+    a release that can end in success (open, then the hand 4 cm up) needs the opening held."""
+
+    def __init__(self, envs: int, grip: int, p: float, hold: int = 1):
+        self.grip, self.p, self.hold = grip, p, max(hold, 1)
+        self.left = np.zeros(envs, dtype=np.int64)  # decisions each env's flip still holds
+        self.value = np.zeros(envs, dtype=np.float32)
+
+    def __call__(self, acts: np.ndarray, rng) -> np.ndarray:
+        """Flips (and holds flips of) the rows of `acts` in place; returns `acts`."""
+        g = self.grip
+        start = (self.left == 0) & (rng.random(len(acts)) < self.p)
+        self.value[start] = np.where(acts[start, g] > 0.0, -1.0, 1.0)
+        self.left[start] = self.hold
+        on = self.left > 0
+        acts[on, g] = self.value[on]
+        self.left[on] -= 1
+        return acts
+
+
 # ---------------------------------------------------------------------------------------------- envs, eval
 class Envs:
     """The N envs of one `stagewise serve --envs N`, stepped concurrently (all queries out, then the replies)."""
@@ -663,6 +688,10 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
         spec = train.envs[0].spec_msg
         names = list(spec["state"]["names"])
         s_dim, a_dim = len(names), len(spec["action"]["low"])
+        flipper = None
+        if a.gripper_flip > 0:
+            grip = list(spec["action"].get("names", [])).index("gripper")
+            flipper = GripperFlip(a.envs, grip, a.gripper_flip, a.gripper_flip_hold)
         agent = SAC(names, a_dim, a, seed)
         symmetry = Symmetry(names, a.augment_symmetry) if a.augment_symmetry > 0 else None
         buf = Replay(a.steps + 10, s_dim, a_dim)
@@ -725,6 +754,8 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
                 acts = rng.uniform(-1, 1, (a.envs, a_dim)).astype(np.float32)
             else:
                 acts = agent.act(np.stack(obs), deterministic=False)
+                if flipper is not None:
+                    flipper(acts, rng)
             # One decision per env: the action held for up to --action-repeat env steps (fewer when the episode
             # ends); its reward is the discounted sum of the served steps' rewards, its discount gamma^j.
             r_acc, g_acc = [0.0] * a.envs, [1.0] * a.envs
@@ -787,19 +818,21 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
 
 # --------------------------------------------------------------------------------------------------- plots
 def run_label(runs):
-    """Merged runs made with different demonstrations or shaping scales get a label naming them ("model, c=3,
-    20 demos"), so the plot and its legend keep them apart; runs of one set-up keep the reward's name."""
+    """Merged runs made with different demonstrations, shaping scales or gripper flips get a label naming them
+    ("model, c=3, 20 demos, flip 0.05"), so the plot and its legend keep them apart; runs of one set-up keep the
+    reward's name."""
     def setup(r):
         if not r.get("argv"):
-            return (None, None)
+            return (None, None, 0.0, 1)
         a = parse(r["argv"][1:])
-        return (a.demos, a.shaping_scale)
+        return (a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold)
 
     setups = [setup(r) for r in runs]
     if len(set(setups)) > 1:
-        for r, (demos, c) in zip(runs, setups):
+        for r, (demos, c, flip, hold) in zip(runs, setups):
             scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
-            r["label"] = f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos")
+            flips = "" if not flip else f", flip {flip:g}" + (f" x{hold}" if hold > 1 else "")
+            r["label"] = f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips
 
 
 def plot(runs, a, path):
@@ -870,6 +903,12 @@ def parse(argv=None):
     ap.add_argument("--expl-noise", type=float, default=0.2, help="td3: exploration noise std at the start")
     ap.add_argument("--expl-noise-end", type=float, default=-1.0,
                     help="td3: exploration noise std at the end of the run, linear in env steps (-1: constant)")
+    ap.add_argument("--gripper-flip", type=float, default=0.0,
+                    help="exploration: in this share of decisions the gripper command is set to its other extreme "
+                         "(open <-> shut). Gaussian noise cannot get a learner whose actor holds the gripper shut "
+                         "(-0.9) past the release threshold (> 0.1); the same for every reward (0 = off)")
+    ap.add_argument("--gripper-flip-hold", type=int, default=1,
+                    help="decisions each --gripper-flip holds the gripper at its other extreme")
     ap.add_argument("--net", default="128,128")
     ap.add_argument("--critics", type=int, default=2)
     ap.add_argument("--layer-norm", type=int, default=1)

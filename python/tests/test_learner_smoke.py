@@ -160,3 +160,49 @@ def test_symmetry_maps_keep_distances_yaw_and_the_action_box():
     assert cross.abs().max() < 1e-5  # the block's new x axis lies along the turned probe (up to its sign)
     same = ls.Symmetry(names, 0.0)((s, a, r, s2, disc), torch.Generator().manual_seed(1))
     assert all(torch.equal(x, y) for x, y in zip(same, (s, a, r, s2, disc)))
+
+
+def test_gripper_flip_sets_the_other_extreme_in_a_share_of_rows_and_nothing_else():
+    ls = _script()
+    rng = np.random.default_rng(1)
+    acts = rng.uniform(-1, 1, (20000, 4)).astype(np.float32)
+    before = acts.copy()
+    ls.GripperFlip(len(acts), 3, 0.05)(acts, np.random.default_rng(2))
+    changed = acts[:, 3] != before[:, 3]
+    assert 0.04 < changed.mean() < 0.06
+    assert np.array_equal(acts[:, :3], before[:, :3])
+    assert np.all(acts[changed, 3] == np.where(before[changed, 3] > 0, -1.0, 1.0))
+    # a shut gripper (the saturated actor's -0.93) is flipped wide open: past the release threshold
+    shut = np.full((1000, 4), -0.93, np.float32)
+    ls.GripperFlip(len(shut), 3, 1.0)(shut, rng)
+    assert np.all(shut[:, 3] == 1.0)
+
+
+def test_a_held_gripper_flip_lasts_its_decisions_then_the_actor_has_the_gripper_again():
+    ls = _script()
+    flip = ls.GripperFlip(1, 3, 1.0, hold=3)
+    draws = np.random.default_rng(0)  # p = 1: the first draw starts a flip
+    seen = []
+    for t in range(4):
+        acts = np.array([[0.1, 0.2, 0.3, -0.9 if t < 2 else 0.7]], np.float32)
+        flip(acts, draws if t < 3 else _NoDraw())
+        seen.append(float(acts[0, 3]))
+    # flipped open at t = 0 and held for 3 decisions whatever the actor says (t = 2: +0.7 stays +1, the held value);
+    # at t = 3 the hold is over and no new flip is drawn
+    assert seen == [1.0, 1.0, 1.0, float(np.float32(0.7))]
+
+
+class _NoDraw:
+    """A generator whose draws never fall under a flip probability."""
+
+    def random(self, n):
+        return np.ones(n)
+
+
+def test_merged_runs_of_different_gripper_flips_are_labelled_apart():
+    ls = _script()
+    base = ["benches/learner_shaping.py", "--task", "pick-place", "--rewards", "model", "--shaping-scale", "10"]
+    runs = [{"reward": "model", "argv": base}, {"reward": "model", "argv": base + ["--gripper-flip", "0.05"]}]
+    ls.run_label(runs)
+    assert runs[0]["label"] == "model, c=10, 0 demos"
+    assert runs[1]["label"] == "model, c=10, 0 demos, flip 0.05"
