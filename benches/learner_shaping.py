@@ -534,6 +534,10 @@ class GripperFlip:
         self.left = np.zeros(envs, dtype=np.int64)  # decisions each env's flip still holds
         self.value = np.zeros(envs, dtype=np.float32)
 
+    def end_episode(self, env: int):
+        """A flip does not carry over into the env's next episode."""
+        self.left[env] = 0
+
     def __call__(self, acts: np.ndarray, rng) -> np.ndarray:
         """Flips (and holds flips of) the rows of `acts` in place; returns `acts`."""
         g = self.grip
@@ -785,6 +789,8 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
                     ep_ret[i], ep_len[i] = 0.0, 0
                     o2, rinfo = reset(train.envs[i])
                     learn_rew[i].reset(rinfo)
+                    if flipper is not None:
+                        flipper.end_episode(i)
                 obs[i] = o2
             timing["env_s"] += time.time() - te
             if step >= a.learning_starts and buf.n + (demo_buf.n if demo_buf else 0) >= a.batch:

@@ -190,6 +190,13 @@ def test_a_held_gripper_flip_lasts_its_decisions_then_the_actor_has_the_gripper_
     # flipped open at t = 0 and held for 3 decisions whatever the actor says (t = 2: +0.7 stays +1, the held value);
     # at t = 3 the hold is over and no new flip is drawn
     assert seen == [1.0, 1.0, 1.0, float(np.float32(0.7))]
+    # a hold ends with the episode
+    flip = ls.GripperFlip(1, 3, 1.0, hold=3)
+    flip(np.array([[0, 0, 0, -0.9]], np.float32), draws)
+    flip.end_episode(0)
+    acts = np.array([[0, 0, 0, -0.9]], np.float32)
+    flip(acts, _NoDraw())
+    assert float(acts[0, 3]) == float(np.float32(-0.9))
 
 
 class _NoDraw:
