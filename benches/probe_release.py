@@ -1,5 +1,5 @@
 """Probe: what does a pick-place reward read when a learner's policy lets go of the block over the target?
-(benches/learner_shaping.md, "Why the shaped pick-place learners do not release")
+(benches/learner_shaping.md, "Pick-place: what a learner's release reads as, and gripper flips")
 
     STAGEWISE_BIN=target/release/stagewise .venv/bin/python benches/probe_release.py POLICY.toml \
         [--model models/pick-place/pick-place-progress.toml] [--episodes 20] [--after 2]
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tomllib
 
 import numpy as np
 import onnxruntime as ort
@@ -29,8 +30,8 @@ PLACE = 4  # the oracle's pick-place stage index of `place` (sim/src/oracle.rs)
 
 def policy(path: str):
     """The policy manifest's ONNX graph as a function state -> action, and its action repeat."""
-    onnx = os.path.join(os.path.dirname(path), next(
-        line.split('"')[1] for line in open(path) if line.startswith("onnx")))
+    with open(path, "rb") as f:
+        onnx = os.path.join(os.path.dirname(path), tomllib.load(f)["onnx"])
     sess = ort.InferenceSession(onnx, providers=["CPUExecutionProvider"])
     repeat = int(sess.get_modelmeta().custom_metadata_map.get("stagewise.action_repeat", "1"))
     name = sess.get_inputs()[0].name
