@@ -39,6 +39,7 @@ and per run the best and the last actor as ONNX policies (<out>/policies/<task>-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import itertools
 import json
@@ -565,6 +566,20 @@ class Envs:
         self.session.close()
 
 
+@contextlib.contextmanager
+def one_model_env(task: str, model: str, max_steps: int, robot: str):
+    """One env of a `stagewise serve --reward model --envs 1` (32x32 frames; `model`: a manifest, or "" for the
+    task's shipped model), closed on exit: what the probes (probe_phi_explore.py, probe_release.py) read phi from."""
+    extra = ["--model", model] if model else []
+    with launch.serve("--task", task, "--reward", "model", "--envs", "1", "--robot-name", robot, "--seed", "0",
+                      "--width", "32", "--height", "32", "--max-steps", str(max_steps), *extra) as srv:
+        envs = Envs(srv.endpoint, robot, 1, None)
+        try:
+            yield envs.envs[0]
+        finally:
+            envs.close()
+
+
 def reset(env: StagewiseEnv, seed=None, patience: float = 120.0):
     """env.reset, retried while no server answers (seen once in a long run on the loaded machine: a reset query
     finalised without a reply although the server was up; the session reconnects)."""
@@ -852,7 +867,8 @@ def plot(runs, a, path):
     for row, task in zip(axes, tasks):
         for reward, color in COLORS.items():
             # runs merged from different set-ups carry a label (run_label); one line style per label
-            labels = list(dict.fromkeys(r.get("label", reward) for r in runs if r["reward"] == reward))
+            labels = list(dict.fromkeys(r.get("label", reward) for r in runs
+                                        if r["reward"] == reward and r["task"] == task))
             for label, style in zip(labels, itertools.cycle(["-", "--", ":", "-."])):
                 rs = [r for r in runs
                       if r["reward"] == reward and r["task"] == task and r.get("label", reward) == label]

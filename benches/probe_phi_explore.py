@@ -18,8 +18,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learner_shaping import Envs, reset  # noqa: E402
-from stagewise import launch  # noqa: E402
+from learner_shaping import one_model_env, reset  # noqa: E402
 
 
 def main():
@@ -32,12 +31,7 @@ def main():
     ap.add_argument("--seed", type=int, default=8_000_000, help="first episode seed (episode i: seed + i)")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
-    robot = f"probe-phi-{os.getpid()}"
-    extra = ["--model", a.model] if a.model else []
-    with launch.serve("--task", a.task, "--reward", "model", "--envs", "1", "--robot-name", robot, "--seed", "0",
-                      "--width", "32", "--height", "32", "--max-steps", str(a.max_steps), *extra) as srv:
-        envs = Envs(srv.endpoint, robot, 1, None)
-        env = envs.envs[0]
+    with one_model_env(a.task, a.model, a.max_steps, f"probe-phi-{os.getpid()}") as env:
         model, oracle, ep_of = [], [], []
         for ep in range(a.episodes):
             reset(env, a.seed + ep)
@@ -52,7 +46,6 @@ def main():
                 ep_of.append(ep)
                 if term or trunc:
                     break
-        envs.close()
     p, o, e = np.array(model), np.array(oracle), np.array(ep_of)
     same = e[1:] == e[:-1]  # steps within one episode
     dp, do = np.diff(p)[same], np.diff(o)[same]

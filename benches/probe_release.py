@@ -22,8 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learner_shaping import Envs, reset  # noqa: E402
-from stagewise import launch  # noqa: E402
+from learner_shaping import one_model_env, reset  # noqa: E402
 
 PLACE = 4  # the oracle's pick-place stage index of `place` (sim/src/oracle.rs)
 
@@ -71,12 +70,7 @@ def main():
     ap.add_argument("--seed", type=int, default=7_600_000, help="first episode seed (episode i: seed + i)")
     a = ap.parse_args()
     act, repeat = policy(a.policy)
-    robot = f"probe-release-{os.getpid()}"
-    extra = ["--model", a.model] if a.model else []
-    with launch.serve("--task", "pick-place", "--reward", "model", "--envs", "1", "--robot-name", robot, "--seed",
-                      "0", "--width", "32", "--height", "32", "--max-steps", str(a.max_steps), *extra) as srv:
-        envs = Envs(srv.endpoint, robot, 1, None)
-        env = envs.envs[0]
+    with one_model_env("pick-place", a.model, a.max_steps, f"probe-release-{os.getpid()}") as env:
         plain, forced, dips = [], [], []
         for ep in range(a.episodes):
             ok, _ = rollout(env, act, repeat, a.seed + ep, -1)
@@ -97,7 +91,6 @@ def main():
             print(f"  seed {a.seed + ep}: as is {plain[-1]!s:5} | released at step {first}: {ok!s:5}  "
                   f"model phi {before[2]:.2f} -> min {lo_model:.2f} -> end {end[2]:.2f} | "
                   f"oracle {before[1]:.2f} -> min {lo_oracle:.2f} -> end {end[1]:.2f} (stage {end[0]})")
-        envs.close()
     d = np.array(dips) if dips else np.zeros((1, 4))
     print(f"{a.policy}: as is {sum(plain)}/{len(plain)} succeed; forced release {sum(forced)}/{len(forced)} "
           f"({len(dips)} reached the place stage)")
