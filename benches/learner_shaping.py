@@ -242,8 +242,15 @@ class Actor(nn.Module):
 
 
 class SAC:
-    def __init__(self, state_names, act_dim, a, seed):
+    """`grip`: the action column of the gripper, or None. With `--gripper-binary` (td3) the gripper is a binary
+    choice, shut (-1) or open (+1), as HIL-SERL gives the gripper its own discrete critic: the critic's target takes
+    the better of the two at the next state, and the actor's gripper output is regressed onto the better of the two
+    at its own continuous action. A deterministic actor's gradient dQ/d(grip) is ~0 away from the release threshold
+    (the width command is a step there), so plain TD3 never learns to let go of a block it holds."""
+
+    def __init__(self, state_names, act_dim, a, seed, grip: Optional[int] = None):
         torch.manual_seed(seed)
+        self.grip = grip if a.gripper_binary else None
         w, b = feature_map(state_names)
         self.fw, self.fb = torch.as_tensor(w), torch.as_tensor(b)
         nf = w.shape[0]
@@ -291,10 +298,7 @@ class SAC:
                 logp2 = torch.zeros(a2.shape[0])
             else:
                 a2, logp2 = self.actor(f2)
-            q2 = self.q_targ(torch.cat([f2, a2], -1))
-            if self.a.critics > 2:  # RLPD: the min over a random pair of the ensemble
-                q2 = q2[torch.randperm(self.a.critics)[:2]]
-            y = r + disc * (q2.min(0).values - alpha * logp2)
+            y = r + disc * (self.next_value(f2, a2) - alpha * logp2)
         q = self.q(torch.cat([f, a], -1))
         q_loss = (q - y.unsqueeze(0)).pow(2).mean(1).sum()
         self.opt_q.zero_grad(set_to_none=True)
@@ -314,6 +318,11 @@ class SAC:
             for p in self.q_params:
                 p.requires_grad_(True)
             pi_loss = (alpha * logp - qp).mean()
+            if self.grip is not None:  # the gripper output regressed onto the better choice at the actor's action
+                with torch.no_grad():
+                    q_shut, q_open = (self.q(torch.cat([f, self._grip_set(ap, g)], -1)).mean(0) for g in (-1.0, 1.0))
+                    better = torch.where(q_open > q_shut, 1.0, -1.0)
+                pi_loss = pi_loss + (ap[:, self.grip] - better).pow(2).mean()
             self.opt_pi.zero_grad(set_to_none=True)
             pi_loss.backward()
             self.opt_pi.step()
@@ -324,6 +333,20 @@ class SAC:
                 self.opt_alpha.step()
             self.stats = {"q": float(qp.mean().detach()), "alpha": float(alpha),
                           "q_loss": float(q_loss.detach()) / self.a.critics}
+
+
+    def next_value(self, f2, a2):
+        """The target critics' value of (s2, a2): the min over the ensemble (RLPD: over a random pair of it); with a
+        binary gripper, that of the better gripper choice at a2's continuous action."""
+        pair = torch.randperm(self.a.critics)[:2] if self.a.critics > 2 else slice(None)
+        choices = [a2] if self.grip is None else [self._grip_set(a2, g) for g in (-1.0, 1.0)]
+        return torch.stack([self.q_targ(torch.cat([f2, c], -1))[pair].min(0).values for c in choices]).max(0).values
+
+    def _grip_set(self, acts, value: float):
+        """`acts` with the gripper column set to `value` (a copy, no gradient through that column)."""
+        out = acts.clone()
+        out[:, self.grip] = value
+        return out
 
 
 class Replay:
@@ -707,11 +730,12 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
         spec = train.envs[0].spec_msg
         names = list(spec["state"]["names"])
         s_dim, a_dim = len(names), len(spec["action"]["low"])
-        flipper = None
-        if a.gripper_flip > 0:
+        flipper, grip = None, None
+        if a.gripper_flip > 0 or a.gripper_binary:
             grip = list(spec["action"].get("names", [])).index("gripper")
+        if a.gripper_flip > 0:
             flipper = GripperFlip(a.envs, grip, a.gripper_flip, a.gripper_flip_hold)
-        agent = SAC(names, a_dim, a, seed)
+        agent = SAC(names, a_dim, a, seed, grip)
         symmetry = Symmetry(names, a.augment_symmetry) if a.augment_symmetry > 0 else None
         buf = Replay(a.steps + 10, s_dim, a_dim)
         demo_buf, demo_stats = None, {"episodes": 0}
@@ -839,21 +863,22 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
 
 # --------------------------------------------------------------------------------------------------- plots
 def run_label(runs):
-    """Merged runs made with different demonstrations, shaping scales or gripper flips get a label naming them
-    ("model, c=3, 20 demos, flip 0.05"), so the plot and its legend keep them apart; runs of one set-up keep the
-    reward's name."""
+    """Merged runs made with different demonstrations, shaping scales, gripper flips or a binary gripper get a label
+    naming them ("model, c=3, 20 demos, flip 0.05, binary gripper"), so the plot and its legend keep them apart;
+    runs of one set-up keep the reward's name."""
     def setup(r):
         if not r.get("argv"):
-            return (None, None, 0.0, 1)
+            return (None, None, 0.0, 1, False)
         a = parse(r["argv"][1:])
-        return (a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold)
+        return (a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold, a.gripper_binary)
 
     setups = [setup(r) for r in runs]
     if len(set(setups)) > 1:
-        for r, (demos, c, flip, hold) in zip(runs, setups):
+        for r, (demos, c, flip, hold, binary) in zip(runs, setups):
             scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
             flips = "" if not flip else f", flip {flip:g}" + (f" x{hold}" if hold > 1 else "")
-            r["label"] = f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips
+            r["label"] = (f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips
+                          + (", binary gripper" if binary else ""))
 
 
 def plot(runs, a, path):
@@ -931,6 +956,9 @@ def parse(argv=None):
                          "(-0.9) past the release threshold (> 0.1); the same for every reward (0 = off)")
     ap.add_argument("--gripper-flip-hold", type=int, default=1,
                     help="decisions each --gripper-flip holds the gripper at its other extreme")
+    ap.add_argument("--gripper-binary", action="store_true",
+                    help="td3: the gripper as a binary choice (shut/open, HIL-SERL's discrete gripper): the critic's "
+                         "target takes the better choice, the actor's gripper output is regressed onto it")
     ap.add_argument("--net", default="128,128")
     ap.add_argument("--critics", type=int, default=2)
     ap.add_argument("--layer-norm", type=int, default=1)
@@ -977,6 +1005,8 @@ def parse(argv=None):
     if a.eval_repeat < 0:
         ap.error(f"--eval-repeat must be >= 0 (got {a.eval_repeat})")
     a.eval_repeat = a.eval_repeat or a.action_repeat
+    if a.gripper_binary and a.algo != "td3":
+        ap.error("--gripper-binary is a td3 option (the actor's gripper output is regressed onto the better choice)")
     if a.smoke:
         a.steps, a.random_steps, a.learning_starts, a.eval_every, a.eval_episodes = 3000, 1000, 1000, 1500, 5
         a.net, a.eval_envs, a.max_steps, a.eval_max_steps, a.utd = "64,64", 5, 100, -1, 0.5

@@ -11,6 +11,8 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -119,7 +121,6 @@ def test_symmetry_maps_keep_distances_yaw_and_the_action_box():
     """--augment-symmetry: each of the eight maps keeps every distance between ee, block and target, turns a block's
     yaw by the map's angle (or mirrors it), keeps a free-moving gripper's displacement equal to its mapped action's,
     and takes the action box onto itself; P = 0 changes nothing."""
-    import torch
 
     ls = _script()
     names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped", "block0_x", "block0_y", "block0_z", "block0_qw",
@@ -199,6 +200,57 @@ def test_a_held_gripper_flip_lasts_its_decisions_then_the_actor_has_the_gripper_
     assert float(acts[0, 3]) == float(np.float32(-0.9))
 
 
+class _GripCritic(torch.nn.Module):
+    """A fixed critic pair: Q(s, a) = k(s) if the gripper opens (a_grip > 0.1, the release threshold), else 0, with
+    k(s) = the first feature (its sign says whether opening pays): a step in a_grip, whose gradient is 0 everywhere;
+    plus a zero-weight parameter for the optimiser."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        q = x[:, 0] * (x[:, -1] > 0.1).float() + 0.0 * self.w
+        return torch.stack([q, q])
+
+
+def test_a_binary_gripper_takes_the_better_choice_in_the_target_and_teaches_the_actor_it():
+    ls = _script()
+    names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped"]
+    args = ls.parse(["--net", "32,32", "--gripper-binary", "--lr", "3e-3"])
+    agent = ls.SAC(names, 4, args, seed=0, grip=3)
+    plain = ls.SAC(names, 4, ls.parse(["--net", "32,32"]), seed=0, grip=3)
+    assert plain.grip is None  # the gripper column alone does not make it binary
+    for ag in (agent, plain):
+        ag.q, ag.q_targ = _GripCritic(), _GripCritic()
+    s = torch.as_tensor(np.random.default_rng(3).normal(size=(256, len(names))), dtype=torch.float32)
+    f = agent.features(s)
+    k = f[:, 0]
+    a2 = torch.zeros(256, 4)
+    a2[:, 3] = -0.9  # the actor holds the gripper shut
+    # target: the better of shut (0) and open (k); the plain learner values the actor's own shut gripper
+    torch.testing.assert_close(agent.next_value(f, a2), k.clamp(min=0.0))
+    torch.testing.assert_close(plain.next_value(f, a2), torch.zeros(256))
+    # actor: where opening pays (k > 0) its gripper output goes past the threshold, elsewhere below it; the plain
+    # actor's gradient through the step is 0, so its gripper output never learns where to open
+    batch = (s, torch.zeros(256, 4), torch.zeros(256), s, torch.zeros(256))
+    sure = (k.abs() > 0.2).numpy()
+    agree = {}
+    for name, ag in (("binary", agent), ("plain", plain)):
+        for _ in range(300):
+            ag.update(batch, actor_step=True)
+        opens = ag.act(s.numpy(), deterministic=True)[:, 3] > 0.1
+        agree[name] = np.mean(opens[sure] == (k.numpy()[sure] > 0))
+    assert agree["binary"] > 0.95
+    assert agree["plain"] < 0.8
+
+
+def test_a_binary_gripper_is_a_td3_option():
+    ls = _script()
+    with pytest.raises(SystemExit):
+        ls.parse(["--gripper-binary", "--algo", "sac"])
+
+
 class _NoDraw:
     """A generator whose draws never fall under a flip probability."""
 
@@ -206,10 +258,12 @@ class _NoDraw:
         return np.ones(n)
 
 
-def test_merged_runs_of_different_gripper_flips_are_labelled_apart():
+def test_merged_runs_of_different_gripper_set_ups_are_labelled_apart():
     ls = _script()
     base = ["benches/learner_shaping.py", "--task", "pick-place", "--rewards", "model", "--shaping-scale", "10"]
-    runs = [{"reward": "model", "argv": base}, {"reward": "model", "argv": base + ["--gripper-flip", "0.05"]}]
+    runs = [{"reward": "model", "argv": base}, {"reward": "model", "argv": base + ["--gripper-flip", "0.05"]},
+            {"reward": "model", "argv": base + ["--gripper-binary"]}]
     ls.run_label(runs)
     assert runs[0]["label"] == "model, c=10, 0 demos"
     assert runs[1]["label"] == "model, c=10, 0 demos, flip 0.05"
+    assert runs[2]["label"] == "model, c=10, 0 demos, binary gripper"
