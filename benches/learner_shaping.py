@@ -334,7 +334,6 @@ class SAC:
             self.stats = {"q": float(qp.mean().detach()), "alpha": float(alpha),
                           "q_loss": float(q_loss.detach()) / self.a.critics}
 
-
     def next_value(self, f2, a2):
         """The target critics' value of (s2, a2): the min over the ensemble (RLPD: over a random pair of it); with a
         binary gripper, that of the better gripper choice at a2's continuous action."""

@@ -121,9 +121,10 @@ fn pick_place(world: &World, failure: bool) -> OracleReading {
         return reading(task, 5, tau, success, failure);
     }
     if world.attached().is_none() && d_xy <= PLACE_TOL && a.z > goal.z {
-        // Let go over the place point and still falling: being placed, at its height as when carried, not
-        // fetched again. (Read as reach, the release that finishes the task cost a learner ~0.6 of progress
-        // until the block landed: benches/learner_shaping.md, "what a learner's release reads as".)
+        // Let go over the place point and not down yet (falling, or leaning on an open finger): being placed, at
+        // its height as when carried, not fetched again. (Read as grasp or reach, the release that finishes the
+        // task cost a learner ~0.6 of progress until the block landed: benches/learner_shaping.md, "the oracle's
+        // release label fixed".)
         return reading(
             task,
             4,
