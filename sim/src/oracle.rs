@@ -120,11 +120,12 @@ fn pick_place(world: &World, failure: bool) -> OracleReading {
         let success = clamp01(open) > 0.5 && up >= 1.0 && block_placed(world);
         return reading(task, 5, tau, success, failure);
     }
-    if world.attached().is_none() && d_xy <= PLACE_TOL && a.z > goal.z {
-        // Let go over the place point and not down yet (falling, or leaning on an open finger): being placed, at
-        // its height as when carried, not fetched again. (Read as grasp or reach, the release that finishes the
-        // task cost a learner ~0.6 of progress until the block landed: benches/learner_shaping.md, "the oracle's
-        // release label fixed".)
+    if world.attached().is_none() && d_xy <= PLACE_TOL {
+        // Let go over the place point and not settled yet (falling, leaning on an open finger, or rising back out
+        // of the table that the kinematic gripper pressed it into): being placed, at its height as when carried
+        // (clamped), not fetched again. (Read as grasp or reach, the release that finishes the task cost a
+        // learner ~0.6 of progress until the block settled: benches/learner_shaping.md, "the oracle's release
+        // label fixed".)
         return reading(
             task,
             4,
