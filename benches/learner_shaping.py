@@ -550,10 +550,12 @@ class GripperFlip:
     `hold` decisions (`--gripper-flip-hold`). A TD3 actor that learned to hold the gripper shut commands ~-0.9, and
     its Gaussian noise never crosses the simulator's release threshold (> 0.1), so it never tries letting go; a
     one-decision opening is undone by the actor's next decision, which shuts the gripper on the block again, so
-    a release that can end in success (open, then the hand 4 cm up) needs the opening held."""
+    a release that can end in success (open, then the hand 4 cm up) needs the opening held. `rise` (the column of
+    dz, `--gripper-flip-rise`): an opening flip also commands the hand up for its decisions, so that the data holds
+    the whole finishing move, not an opening the actor's next decisions undo."""
 
-    def __init__(self, envs: int, grip: int, p: float, hold: int = 1):
-        self.grip, self.p, self.hold = grip, p, max(hold, 1)
+    def __init__(self, envs: int, grip: int, p: float, hold: int = 1, rise: Optional[int] = None):
+        self.grip, self.p, self.hold, self.rise = grip, p, max(hold, 1), rise
         self.left = np.zeros(envs, dtype=np.int64)  # decisions each env's flip still holds
         self.value = np.zeros(envs, dtype=np.float32)
 
@@ -569,6 +571,8 @@ class GripperFlip:
         self.left[start] = self.hold
         on = self.left > 0
         acts[on, g] = self.value[on]
+        if self.rise is not None:  # --gripper-flip-rise: an opening flip also lifts the hand (the finishing move)
+            acts[on & (self.value > 0), self.rise] = 1.0
         self.left[on] -= 1
         return acts
 
@@ -733,7 +737,8 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
         if a.gripper_flip > 0 or a.gripper_binary:
             grip = list(spec["action"].get("names", [])).index("gripper")
         if a.gripper_flip > 0:
-            flipper = GripperFlip(a.envs, grip, a.gripper_flip, a.gripper_flip_hold)
+            rise = list(spec["action"].get("names", [])).index("dz") if a.gripper_flip_rise else None
+            flipper = GripperFlip(a.envs, grip, a.gripper_flip, a.gripper_flip_hold, rise)
         agent = SAC(names, a_dim, a, seed, grip)
         symmetry = Symmetry(names, a.augment_symmetry) if a.augment_symmetry > 0 else None
         buf = Replay(a.steps + 10, s_dim, a_dim)
@@ -867,15 +872,15 @@ def run_label(runs):
     runs of one set-up keep the reward's name."""
     def setup(r):
         if not r.get("argv"):
-            return (None, None, 0.0, 1, False)
+            return (None, None, 0.0, 1, False, False)
         a = parse(r["argv"][1:])
-        return (a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold, a.gripper_binary)
+        return (a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold, a.gripper_binary, a.gripper_flip_rise)
 
     setups = [setup(r) for r in runs]
     if len(set(setups)) > 1:
-        for r, (demos, c, flip, hold, binary) in zip(runs, setups):
+        for r, (demos, c, flip, hold, binary, rise) in zip(runs, setups):
             scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
-            flips = "" if not flip else f", flip {flip:g}" + (f" x{hold}" if hold > 1 else "")
+            flips = "" if not flip else f", flip {flip:g}" + (f" x{hold}" if hold > 1 else "") + (" rise" if rise else "")
             r["label"] = (f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips
                           + (", binary gripper" if binary else ""))
 
@@ -955,6 +960,8 @@ def parse(argv=None):
                          "(-0.9) past the release threshold (> 0.1); the same for every reward (0 = off)")
     ap.add_argument("--gripper-flip-hold", type=int, default=1,
                     help="decisions each --gripper-flip holds the gripper at its other extreme")
+    ap.add_argument("--gripper-flip-rise", action="store_true",
+                    help="a --gripper-flip that opens the gripper also commands the hand up (dz = +1) while it holds")
     ap.add_argument("--gripper-binary", action="store_true",
                     help="td3: the gripper as a binary choice (shut/open, HIL-SERL's discrete gripper): the critic's "
                          "target takes the better choice, the actor's gripper output is regressed onto it")

@@ -198,6 +198,12 @@ def test_a_held_gripper_flip_lasts_its_decisions_then_the_actor_has_the_gripper_
     acts = np.array([[0, 0, 0, -0.9]], np.float32)
     flip(acts, _NoDraw())
     assert float(acts[0, 3]) == float(np.float32(-0.9))
+    # --gripper-flip-rise: an opening flip also lifts the hand (column 2, dz) while it holds; a shutting one does not
+    flip = ls.GripperFlip(2, 3, 1.0, hold=2, rise=2)
+    acts = np.array([[0.1, 0.2, -0.5, -0.9], [0.1, 0.2, -0.5, 0.9]], np.float32)
+    flip(acts, np.random.default_rng(0))
+    assert acts[0].tolist() == [np.float32(0.1), np.float32(0.2), 1.0, 1.0]
+    assert acts[1].tolist() == [np.float32(0.1), np.float32(0.2), np.float32(-0.5), -1.0]
 
 
 class _GripCritic(torch.nn.Module):
