@@ -95,17 +95,20 @@ fn pick_place(world: &World, failure: bool) -> OracleReading {
     let rest_z = half.z;
     let cz = carry_z(world);
     let d_xy = (a - goal).truncate().length();
+    // place: over the place point, the block's descent from carry altitude to it
+    let placing = || {
+        reading(
+            task,
+            4,
+            (cz - a.z) / (cz - goal.z).max(1e-3),
+            false,
+            failure,
+        )
+    };
     if world.attached() == Some(0) {
         let lift_tau = (a.z - rest_z) / (cz - rest_z);
         if d_xy <= PLACE_TOL {
-            // place: descend from carry altitude to the place point
-            return reading(
-                task,
-                4,
-                (cz - a.z) / (cz - goal.z).max(1e-3),
-                false,
-                failure,
-            );
+            return placing();
         }
         if lift_tau < 0.95 && d_xy > world.d0_carry - 0.02 {
             return reading(task, 2, lift_tau, false, failure);
@@ -122,17 +125,11 @@ fn pick_place(world: &World, failure: bool) -> OracleReading {
     }
     if world.attached().is_none() && d_xy <= PLACE_TOL {
         // Let go over the place point and not settled yet (falling, leaning on an open finger, or rising back out
-        // of the table that the kinematic gripper pressed it into): being placed, at its height as when carried
-        // (clamped), not fetched again. (Read as grasp or reach, the release that finishes the task cost a
+        // of the table that the kinematic gripper pressed it into): being placed, read as when carried (clamped),
+        // not fetched again. (Read as grasp or reach, the release that finishes the task cost a
         // learner ~0.6 of progress until the block settled: benches/learner_shaping.md, "the oracle's release
         // label fixed".)
-        return reading(
-            task,
-            4,
-            (cz - a.z) / (cz - goal.z).max(1e-3),
-            false,
-            failure,
-        );
+        return placing();
     }
     let gp = world.grasp_point(0);
     let near = (tcp - gp).truncate().length() < 0.012 && (tcp.z - gp.z).abs() < 0.012;
