@@ -733,11 +733,12 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
         spec = train.envs[0].spec_msg
         names = list(spec["state"]["names"])
         s_dim, a_dim = len(names), len(spec["action"]["low"])
+        action_names = list(spec["action"].get("names", []))
         flipper, grip = None, None
         if a.gripper_flip > 0 or a.gripper_binary:
-            grip = list(spec["action"].get("names", [])).index("gripper")
+            grip = action_names.index("gripper")
         if a.gripper_flip > 0:
-            rise = list(spec["action"].get("names", [])).index("dz") if a.gripper_flip_rise else None
+            rise = action_names.index("dz") if a.gripper_flip_rise else None
             flipper = GripperFlip(a.envs, grip, a.gripper_flip, a.gripper_flip_hold, rise)
         agent = SAC(names, a_dim, a, seed, grip)
         symmetry = Symmetry(names, a.augment_symmetry) if a.augment_symmetry > 0 else None
