@@ -246,11 +246,15 @@ class SAC:
     choice, shut (-1) or open (+1), as HIL-SERL gives the gripper its own discrete critic: the critic's target takes
     the better of the two at the next state, and the actor's gripper output is regressed onto the better of the two
     at its own continuous action. A deterministic actor's gradient dQ/d(grip) is ~0 away from the release threshold
-    (the width command is a step there), so plain TD3 never learns to let go of a block it holds."""
+    (the width command is a step there), so plain TD3 never learns to let go of a block it holds. `rise` (the column
+    of dz, with `--gripper-flip-rise`): the open choice is the finishing move the flips explore, open *and* the hand
+    up (dz = +1), and where it is the better one the actor's dz is regressed onto +1 too; a release only pays once
+    the hand has risen, so opening at the actor's own dz is not what the data shows to succeed."""
 
-    def __init__(self, state_names, act_dim, a, seed, grip: Optional[int] = None):
+    def __init__(self, state_names, act_dim, a, seed, grip: Optional[int] = None, rise: Optional[int] = None):
         torch.manual_seed(seed)
         self.grip = grip if a.gripper_binary else None
+        self.rise = rise if self.grip is not None else None
         w, b = feature_map(state_names)
         self.fw, self.fb = torch.as_tensor(w), torch.as_tensor(b)
         nf = w.shape[0]
@@ -321,8 +325,11 @@ class SAC:
             if self.grip is not None:  # the gripper output regressed onto the better choice at the actor's action
                 with torch.no_grad():
                     q_shut, q_open = (self.q(torch.cat([f, self._grip_set(ap, g)], -1)).mean(0) for g in (-1.0, 1.0))
-                    better = torch.where(q_open > q_shut, 1.0, -1.0)
+                    opens = q_open > q_shut
+                    better = torch.where(opens, 1.0, -1.0)
                 pi_loss = pi_loss + (ap[:, self.grip] - better).pow(2).mean()
+                if self.rise is not None:  # the finishing move: where opening is better, the hand rises too
+                    pi_loss = pi_loss + ((ap[:, self.rise] - 1.0).pow(2) * opens).mean()
             self.opt_pi.zero_grad(set_to_none=True)
             pi_loss.backward()
             self.opt_pi.step()
@@ -342,9 +349,12 @@ class SAC:
         return torch.stack([self.q_targ(torch.cat([f2, c], -1))[pair].min(0).values for c in choices]).max(0).values
 
     def _grip_set(self, acts, value: float):
-        """`acts` with the gripper column set to `value` (a copy, no gradient through that column)."""
+        """`acts` with the gripper column set to `value`, and with `rise` an opening one also moving the hand up (a
+        copy, no gradient through those columns)."""
         out = acts.clone()
         out[:, self.grip] = value
+        if self.rise is not None and value > 0:
+            out[:, self.rise] = 1.0
         return out
 
 
@@ -737,10 +747,10 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
         flipper, grip = None, None
         if a.gripper_flip > 0 or a.gripper_binary:
             grip = action_names.index("gripper")
+        rise = action_names.index("dz") if a.gripper_flip_rise else None
         if a.gripper_flip > 0:
-            rise = action_names.index("dz") if a.gripper_flip_rise else None
             flipper = GripperFlip(a.envs, grip, a.gripper_flip, a.gripper_flip_hold, rise)
-        agent = SAC(names, a_dim, a, seed, grip)
+        agent = SAC(names, a_dim, a, seed, grip, rise)
         symmetry = Symmetry(names, a.augment_symmetry) if a.augment_symmetry > 0 else None
         buf = Replay(a.steps + 10, s_dim, a_dim)
         demo_buf, demo_stats = None, {"episodes": 0}
@@ -962,7 +972,8 @@ def parse(argv=None):
     ap.add_argument("--gripper-flip-hold", type=int, default=1,
                     help="decisions each --gripper-flip holds the gripper at its other extreme")
     ap.add_argument("--gripper-flip-rise", action="store_true",
-                    help="a --gripper-flip that opens the gripper also commands the hand up (dz = +1) while it holds")
+                    help="a --gripper-flip that opens the gripper also commands the hand up (dz = +1) while it holds; "
+                         "with --gripper-binary the open choice is that finishing move (open and dz = +1) too")
     ap.add_argument("--gripper-binary", action="store_true",
                     help="td3: the gripper as a binary choice (shut/open, HIL-SERL's discrete gripper): the critic's "
                          "target takes the better choice, the actor's gripper output is regressed onto it")

@@ -251,6 +251,42 @@ def test_a_binary_gripper_takes_the_better_choice_in_the_target_and_teaches_the_
     assert agree["plain"] < 0.8
 
 
+class _FinishCritic(_GripCritic):
+    """Q(s, a) = k(s) only for the finishing move, the gripper open (a_grip > 0.1) *and* the hand going up
+    (a_dz > 0.5, column 2), else 0: a release pays only once the hand has risen."""
+
+    def forward(self, x):
+        q = x[:, 0] * ((x[:, -1] > 0.1) & (x[:, -2] > 0.5)).float() + 0.0 * self.w
+        return torch.stack([q, q])
+
+
+def test_with_rise_the_binary_open_choice_is_the_finishing_move_and_the_actor_learns_it():
+    ls = _script()
+    names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped"]
+    args = ls.parse(["--net", "32,32", "--gripper-binary", "--gripper-flip-rise", "--lr", "3e-3"])
+    agent = ls.SAC(names, 4, args, seed=0, grip=3, rise=2)
+    no_rise = ls.SAC(names, 4, ls.parse(["--net", "32,32", "--gripper-binary", "--lr", "3e-3"]), seed=0, grip=3)
+    assert no_rise.rise is None
+    for ag in (agent, no_rise):
+        ag.q, ag.q_targ = _FinishCritic(), _FinishCritic()
+    s = torch.as_tensor(np.random.default_rng(4).normal(size=(256, len(names))), dtype=torch.float32)
+    f = agent.features(s)
+    k = f[:, 0]
+    a2 = torch.zeros(256, 4)
+    a2[:, 3] = -0.9  # the actor holds the gripper shut and the hand still
+    # only the finishing move reaches the value of opening; opening at the actor's own dz is worth nothing
+    torch.testing.assert_close(agent.next_value(f, a2), k.clamp(min=0.0))
+    torch.testing.assert_close(no_rise.next_value(f, a2), torch.zeros(256))
+    batch = (s, torch.zeros(256, 4), torch.zeros(256), s, torch.zeros(256))
+    for _ in range(300):
+        agent.update(batch, actor_step=True)
+    acts = agent.act(s.numpy(), deterministic=True)
+    sure = (k.abs() > 0.2).numpy()
+    pays = k.numpy()[sure] > 0
+    finishes = (acts[:, 3] > 0.1) & (acts[:, 2] > 0.5)
+    assert np.mean(finishes[sure] == pays) > 0.95
+
+
 def test_a_binary_gripper_is_a_td3_option():
     ls = _script()
     with pytest.raises(SystemExit):
