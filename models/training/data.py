@@ -90,14 +90,23 @@ def load(
         prog = np.asarray(t.column("progress_gt").to_numpy(), dtype=np.float32)
         stage = np.asarray(t.column("stage_gt").to_numpy(), dtype=np.int64)
         degr = np.asarray(t.column("degraded").to_numpy(), dtype=np.int64)
-        imgs = []
-        for v in views:
-            col = t.column(f"observation.images.{v}").combine_chunks()
-            raw = col.field("bytes").to_pylist()
-            imgs.append(np.stack(list(pool.map(_decode, raw))))
-        imgs = np.stack(imgs, axis=1)  # [rows, V, H, W, 3]
+        # [rows, V, H, W, 3], decoded straight into one array per file (no per-frame arrays to stack: at a
+        # million frames their copies and the heap they fragment would double the memory); an episode whose rows
+        # are contiguous (as `stagewise record` writes them) is a view of it
+        imgs = None
+        for vi, v in enumerate(views):
+            raw = t.column(f"observation.images.{v}").combine_chunks().field("bytes").to_pylist()
+            for i, frame in enumerate(pool.map(_decode, raw)):
+                if imgs is None:
+                    imgs = np.empty((len(raw), len(views)) + frame.shape, np.uint8)
+                imgs[i, vi] = frame
+        if imgs is None:  # a set without cameras
+            imgs = np.empty((t.num_rows, 0), np.uint8)
         for e in np.unique(ep_idx):
             m = ep_idx == e
+            rows = np.flatnonzero(m)
+            if rows[-1] - rows[0] + 1 == len(rows):
+                m = slice(rows[0], rows[-1] + 1)
             row = meta.get(int(e), {})
             sf = row.get("sparse_subtask_start_frames")
             ef = row.get("sparse_subtask_end_frames")

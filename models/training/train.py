@@ -227,7 +227,14 @@ class Flat:
     """All frames of a dataset in flat arrays, with per-frame episode start/end for window gathering."""
 
     def __init__(self, ds: dsmod.Dataset, proportions, targets: str):
-        self.images = np.concatenate([e.images for e in ds.episodes])  # [G, V, H, W, 3] uint8
+        # [G, V, H, W, 3] uint8, filled episode by episode and each episode's own copy dropped once it is in:
+        # a concatenate would hold every frame twice (all of a round's learner data would not fit in 24 GiB)
+        self.images = np.empty((sum(len(e.images) for e in ds.episodes),) + ds.episodes[0].images.shape[1:], np.uint8)
+        at = 0
+        for e in ds.episodes:
+            self.images[at:at + len(e.images)] = e.images
+            at += len(e.images)
+            e.images = None
         self.state = np.concatenate([e.state for e in ds.episodes])
         self.phi_gt = np.concatenate([e.progress for e in ds.episodes])
         starts, ends, stage, tau, phi, succ, ep_id = [], [], [], [], [], [], []
