@@ -1,0 +1,427 @@
+"""The learner of benches/learner_shaping.py: a small SAC / TD3 in plain torch (SB3's per-update overhead made it
+3-5x slower here), its replay, n-step returns, symmetry augmentation, gripper-flip exploration and the ONNX export
+of its deterministic actor. learner_shaping.py runs it against `stagewise serve`; the docstrings there and in
+benches/learner_shaping.md say which set-up measured what."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+# ------------------------------------------------------------------------------------------------ features
+def feature_map(names: List[str]):
+    """A fixed affine map f = W s + b from the state (by name) to O(1) features: positions / 0.1 m, the gripper
+    width to [-1, 1], quaternions and flags as they are, plus (block - gripper) / 0.05 m and (target - block) /
+    0.05 m. Linear, so it is part of the exported policy graph."""
+    idx = {n: i for i, n in enumerate(names)}
+    rows, bias = [], []
+
+    def row(coefs: Dict[str, float], b: float = 0.0):
+        r = np.zeros(len(names), np.float32)
+        for n, c in coefs.items():
+            r[idx[n]] += c
+        rows.append(r)
+        bias.append(b)
+
+    for n in names:
+        if n == "gripper_width":
+            row({n: 2.0 / 0.08}, -1.0)
+        elif n.endswith(("_x", "_y", "_z")):
+            row({n: 10.0})
+        else:
+            row({n: 1.0})
+    blocks = sorted({n.split("_")[0] for n in names if n.startswith("block") and n.endswith("_x")})
+    for b in blocks:
+        for ax in "xyz":
+            row({f"{b}_{ax}": 20.0, f"ee_{ax}": -20.0})
+    if "target_x" in idx and blocks:
+        for ax in "xy":
+            row({f"target_{ax}": 20.0, f"{blocks[0]}_{ax}": -20.0})
+    return np.stack(rows), np.asarray(bias, np.float32)
+
+# ---------------------------------------------------------------------------------------------- the learner
+class EnsembleLinear(nn.Module):
+    def __init__(self, e: int, i: int, o: int):
+        super().__init__()
+        bound = 1.0 / math.sqrt(i)
+        self.w = nn.Parameter(torch.empty(e, i, o).uniform_(-bound, bound))
+        self.b = nn.Parameter(torch.empty(e, 1, o).uniform_(-bound, bound))
+
+    def forward(self, x):  # [E, B, i] -> [E, B, o]
+        return torch.baddbmm(self.b, x, self.w)
+
+
+class Critics(nn.Module):
+    """E Q-networks evaluated as one batched matmul per layer; Linear-LayerNorm-ReLU (RLPD)."""
+
+    def __init__(self, e: int, inp: int, hidden: List[int], layer_norm: bool):
+        super().__init__()
+        self.e, self.ln = e, layer_norm
+        dims = [inp] + hidden
+        self.layers = nn.ModuleList(EnsembleLinear(e, a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.out = EnsembleLinear(e, dims[-1], 1)
+
+    def forward(self, x):  # x [B, inp] -> [E, B]
+        h = x.unsqueeze(0).expand(self.e, -1, -1)
+        for layer in self.layers:
+            h = layer(h)
+            if self.ln:
+                h = F.layer_norm(h, h.shape[-1:])
+            h = F.relu(h)
+        return self.out(h).squeeze(-1)
+
+
+class Actor(nn.Module):
+    def __init__(self, inp: int, hidden: List[int], act: int):
+        super().__init__()
+        dims, layers = [inp] + hidden, []
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(dims[-1], 2 * act)
+        self.act = act
+
+    def forward(self, f, deterministic=False, with_logp=True):
+        mu, log_std = self.head(self.body(f)).split(self.act, -1)
+        if deterministic:
+            return torch.tanh(mu), None
+        log_std = log_std.clamp(-5.0, 2.0)
+        eps = torch.randn_like(mu)
+        u = mu + log_std.exp() * eps
+        a = torch.tanh(u)
+        if not with_logp:
+            return a, None
+        logp = (-0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        logp = logp - (2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))).sum(-1)
+        return a, logp
+
+
+class SAC:
+    """`grip`: the action column of the gripper, or None. With `--gripper-binary` (td3) the gripper is a binary
+    choice, shut (-1) or open (+1), as HIL-SERL gives the gripper its own discrete critic: the critic's target takes
+    the better of the two at the next state, and the actor's gripper output is regressed onto the better of the two
+    at its own continuous action. A deterministic actor's gradient dQ/d(grip) is ~0 away from the release threshold
+    (the width command is a step there), so plain TD3 never learns to let go of a block it holds. `rise` (the column
+    of dz, with `--gripper-flip-rise`): the open choice is valued as the finishing move the flips explore, open *and*
+    the hand up (dz = +1): a release only pays once the hand has risen, so opening at the actor's own dz is not what
+    the data shows to succeed. Only the gripper output is regressed onto the choice; the actor's dz keeps its critic
+    gradient (regressing dz onto +1 wherever opening looked better lifted an untrained actor away from the block:
+    0% progress at 20k)."""
+
+    def __init__(self, state_names, act_dim, a, seed, grip: Optional[int] = None, rise: Optional[int] = None):
+        torch.manual_seed(seed)
+        self.grip = grip if a.gripper_binary else None
+        self.rise = rise if self.grip is not None else None
+        w, b = feature_map(state_names)
+        self.fw, self.fb = torch.as_tensor(w), torch.as_tensor(b)
+        nf = w.shape[0]
+        hidden = [int(x) for x in a.net.split(",")]
+        self.actor = Actor(nf, hidden, act_dim)
+        self.q = Critics(a.critics, nf + act_dim, hidden, bool(a.layer_norm))
+        self.q_targ = Critics(a.critics, nf + act_dim, hidden, bool(a.layer_norm))
+        self.q_targ.load_state_dict(self.q.state_dict())
+        for p in self.q_targ.parameters():
+            p.requires_grad_(False)
+        self.q_params, self.q_targ_params = list(self.q.parameters()), list(self.q_targ.parameters())
+        self.opt_pi = torch.optim.Adam(self.actor.parameters(), lr=a.lr)
+        self.opt_q = torch.optim.Adam(self.q.parameters(), lr=a.lr)
+        self.log_alpha = torch.tensor(math.log(a.alpha), requires_grad=True)
+        self.opt_alpha = torch.optim.Adam([self.log_alpha], lr=a.lr)
+        self.auto_alpha = a.auto_alpha
+        self.target_entropy = -a.target_entropy * act_dim
+        self.tau, self.a = a.tau, a
+        self.updates = 0
+        self.noise = a.expl_noise  # td3 exploration noise (scheduled by the run loop)
+        self.stats = {"q": float("nan"), "alpha": a.alpha, "q_loss": float("nan")}
+
+    def features(self, s):
+        return s @ self.fw.T + self.fb
+
+    @torch.no_grad()
+    def act(self, states: np.ndarray, deterministic: bool) -> np.ndarray:
+        f = self.features(torch.as_tensor(states, dtype=torch.float32))
+        if self.a.algo == "td3":
+            mu = self.actor(f, deterministic=True)[0]
+            if not deterministic:
+                mu = (mu + self.noise * torch.randn_like(mu)).clamp(-1.0, 1.0)
+            return mu.numpy()
+        return self.actor(f, deterministic=deterministic, with_logp=False)[0].numpy()
+
+    def update(self, batch, actor_step: bool):
+        s, a, r, s2, disc = batch  # disc = gamma^k * (1 - terminated): the bootstrap factor
+        f, f2 = self.features(s), self.features(s2)
+        td3 = self.a.algo == "td3"
+        alpha = torch.zeros(()) if td3 else self.log_alpha.exp().detach()
+        with torch.no_grad():
+            if td3:  # target policy smoothing (Fujimoto et al. 2018)
+                a2 = self.actor(f2, deterministic=True)[0]
+                a2 = (a2 + (0.2 * torch.randn_like(a2)).clamp(-0.5, 0.5)).clamp(-1.0, 1.0)
+                logp2 = torch.zeros(a2.shape[0])
+            else:
+                a2, logp2 = self.actor(f2)
+            y = r + disc * (self.next_value(f2, a2) - alpha * logp2)
+        q = self.q(torch.cat([f, a], -1))
+        q_loss = (q - y.unsqueeze(0)).pow(2).mean(1).sum()
+        self.opt_q.zero_grad(set_to_none=True)
+        q_loss.backward()
+        self.opt_q.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(self.q_targ_params, self.q_params, self.tau)
+        self.updates += 1
+        if actor_step:
+            if td3:
+                ap, logp = self.actor(f, deterministic=True)[0], torch.zeros(f.shape[0])
+            else:
+                ap, logp = self.actor(f)
+            for p in self.q_params:
+                p.requires_grad_(False)
+            qp = self.q(torch.cat([f, ap], -1)).mean(0)
+            for p in self.q_params:
+                p.requires_grad_(True)
+            pi_loss = (alpha * logp - qp).mean()
+            if self.grip is not None:  # the gripper output regressed onto the better choice at the actor's action
+                with torch.no_grad():
+                    q_shut, q_open = (self.q(torch.cat([f, self._grip_set(ap, g)], -1)).mean(0) for g in (-1.0, 1.0))
+                    better = torch.where(q_open > q_shut, 1.0, -1.0)
+                pi_loss = pi_loss + (ap[:, self.grip] - better).pow(2).mean()
+            self.opt_pi.zero_grad(set_to_none=True)
+            pi_loss.backward()
+            self.opt_pi.step()
+            if self.auto_alpha and not td3:
+                alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
+                self.opt_alpha.zero_grad(set_to_none=True)
+                alpha_loss.backward()
+                self.opt_alpha.step()
+            self.stats = {"q": float(qp.mean().detach()), "alpha": float(alpha),
+                          "q_loss": float(q_loss.detach()) / self.a.critics}
+
+    def next_value(self, f2, a2):
+        """The target critics' value of (s2, a2): the min over the ensemble (RLPD: over a random pair of it); with a
+        binary gripper, that of the better gripper choice at a2's continuous action."""
+        pair = torch.randperm(self.a.critics)[:2] if self.a.critics > 2 else slice(None)
+        choices = [a2] if self.grip is None else [self._grip_set(a2, g) for g in (-1.0, 1.0)]
+        return torch.stack([self.q_targ(torch.cat([f2, c], -1))[pair].min(0).values for c in choices]).max(0).values
+
+    def _grip_set(self, acts, value: float):
+        """`acts` with the gripper column set to `value`, and with `rise` an opening one also moving the hand up (a
+        copy, no gradient through those columns)."""
+        out = acts.clone()
+        out[:, self.grip] = value
+        if self.rise is not None and value > 0:
+            out[:, self.rise] = 1.0
+        return out
+
+
+class Replay:
+    """Preallocated torch tensors; n-step transitions are assembled per env before they are stored."""
+
+    def __init__(self, cap, s_dim, a_dim):
+        self.s = torch.zeros(cap, s_dim)
+        self.a = torch.zeros(cap, a_dim)
+        self.r = torch.zeros(cap)
+        self.s2 = torch.zeros(cap, s_dim)
+        self.disc = torch.zeros(cap)
+        self.n, self.cap, self.i = 0, cap, 0
+
+    def add(self, s, a, r, s2, disc):
+        j = self.i
+        self.s[j] = torch.from_numpy(np.array(s, np.float32))
+        self.a[j] = torch.from_numpy(np.array(a, np.float32))
+        self.r[j] = float(r)
+        self.s2[j] = torch.from_numpy(np.array(s2, np.float32))
+        self.disc[j] = float(disc)
+        self.i = (j + 1) % self.cap
+        self.n = min(self.n + 1, self.cap)
+
+    def sample(self, b):
+        i = torch.randint(0, self.n, (b,))
+        return self.s[i], self.a[i], self.r[i], self.s2[i], self.disc[i]
+
+
+def sample(online: Replay, demo: Optional[Replay], b: int, demo_ratio: float):
+    """A batch: `demo_ratio` of it from the demonstrations (RLPD's symmetric sampling at 0.5), the rest online."""
+    nd = int(round(b * demo_ratio)) if demo is not None and demo.n else 0
+    if online.n == 0:
+        nd = b
+    if nd == 0:
+        return online.sample(b)
+    if nd == b:
+        return demo.sample(b)
+    return tuple(torch.cat(x) for x in zip(online.sample(b - nd), demo.sample(nd)))
+
+
+class Symmetry:
+    """`--augment-symmetry P`: a share P of each batch's transitions mapped by a random element of the square's
+    symmetry group (turns by 0/90/180/270 degrees about the vertical axis through block 0, each with or without a
+    mirror through that axis), applied to the state and the next state alike (every x, y position, the blocks'
+    orientation) and to the action's dx, dy. A tabletop push or pick-and-place is the same task in every direction
+    (gravity is vertical; the gripper's velocity commands turn with the scene), and these eight maps take the action
+    box [-1, 1]^2 onto itself, so a mapped transition is one the env could have produced, with the same reward (the
+    task reward and the progress are functions of distances, which the maps keep). Approximate where the table's
+    edge, the workspace bound or the fingers' fixed orientation matter. Applied alike to every reward condition."""
+
+    def __init__(self, names: List[str], p: float):
+        idx = {n: i for i, n in enumerate(names)}
+        self.p = p
+        self.pivot = (idx["block0_x"], idx["block0_y"])
+        bodies = ["ee", "target"] + sorted({n[:-2] for n in names if n.startswith("block") and n.endswith("_x")})
+        self.points = [(idx[f"{b}_x"], idx[f"{b}_y"]) for b in bodies if f"{b}_x" in idx]
+        self.quats = [tuple(idx[f"{b}_q{c}"] for c in "wxyz") for b in bodies if f"{b}_qw" in idx]
+
+    def _map_state(self, s, mirror, k, px, py):
+        s = s.clone()
+        for ix, iy in self.points:
+            x, y = s[:, ix] - px, s[:, iy] - py
+            x = torch.where(mirror, -x, x)
+            c, si = _cos90(k), _sin90(k)
+            s[:, ix], s[:, iy] = px + c * x - si * y, py + si * x + c * y
+        hc, hs = torch.cos(k * math.pi / 4), torch.sin(k * math.pi / 4)  # half of k * 90 degrees
+        for iw, ix, iy, iz in self.quats:
+            w, qx, qy, qz = (s[:, i].clone() for i in (iw, ix, iy, iz))
+            # the mirror x -> -x takes rotation R to M R M: quaternion (w, x, -y, -z)
+            qy, qz = torch.where(mirror, -qy, qy), torch.where(mirror, -qz, qz)
+            # then q_z(k 90 deg) * q, q_z = (cos, 0, 0, sin) of the half angle
+            s[:, iw], s[:, ix] = hc * w - hs * qz, hc * qx - hs * qy
+            s[:, iy], s[:, iz] = hc * qy + hs * qx, hc * qz + hs * w
+        return s
+
+    def __call__(self, batch, gen: Optional[torch.Generator] = None):
+        s, a, r, s2, disc = batch
+        n = s.shape[0]
+        on = torch.rand(n, generator=gen) < self.p
+        k = torch.randint(0, 4, (n,), generator=gen) * on
+        mirror = (torch.rand(n, generator=gen) < 0.5) & on
+        px, py = s[:, self.pivot[0]].clone(), s[:, self.pivot[1]].clone()
+        keep = ~on.unsqueeze(1)  # the identity's rows stay bit-exact
+        s = torch.where(keep, s, self._map_state(s, mirror, k, px, py))
+        s2 = torch.where(keep, s2, self._map_state(s2, mirror, k, px, py))
+        ma = a.clone()
+        ax, ay = torch.where(mirror, -a[:, 0], a[:, 0]), a[:, 1]
+        c, si = _cos90(k), _sin90(k)
+        ma[:, 0], ma[:, 1] = c * ax - si * ay, si * ax + c * ay
+        return s, torch.where(keep, a, ma), r, s2, disc
+
+
+def _cos90(k):
+    """cos(k * 90 degrees), exact."""
+    return torch.tensor([1.0, 0.0, -1.0, 0.0])[k]
+
+
+def _sin90(k):
+    return torch.tensor([0.0, 1.0, 0.0, -1.0])[k]
+
+
+class NStep:
+    """Per-env window of the last n transitions (s, a, r, g), g the discount over the transition (gamma, or gamma^j
+    for an action held j env steps); emits (s_0, a_0, r_0 + g_0 r_1 + g_0 g_1 r_2 + .., s_n, g_0 .. g_{n-1}) once
+    full, and flushes the rest at an episode end (terminated: bootstrap factor 0; truncated: the product of the
+    g's, bootstrapping from the last state)."""
+
+    def __init__(self, n, gamma):
+        self.n, self.g = n, gamma
+        self.buf: List = []
+
+    def push(self, s, a, r, s2, terminated, done, out: Replay, g: Optional[float] = None):
+        self.buf.append((s, a, r, self.g if g is None else g))
+        if len(self.buf) == self.n:
+            self._emit(s2, terminated, out)
+        if done:
+            while self.buf:
+                self._emit(s2, terminated, out)
+
+    def _emit(self, s_last, terminated, out):
+        ret, disc = 0.0, 1.0
+        for _, _, r, g in self.buf:
+            ret += disc * r
+            disc *= g
+        s0, a0, _, _ = self.buf.pop(0)
+        out.add(s0, a0, ret, s_last, 0.0 if terminated else disc)
+
+class GripperFlip:
+    """`--gripper-flip p`: in each env's exploratory action with probability p, the gripper command (column
+    `grip`) is set to its other extreme, shut (-1) if it was opening (> 0), else wide open (+1), and held there for
+    `hold` decisions (`--gripper-flip-hold`). A TD3 actor that learned to hold the gripper shut commands ~-0.9, and
+    its Gaussian noise never crosses the simulator's release threshold (> 0.1), so it never tries letting go; a
+    one-decision opening is undone by the actor's next decision, which shuts the gripper on the block again, so
+    a release that can end in success (open, then the hand 4 cm up) needs the opening held. `rise` (the column of
+    dz, `--gripper-flip-rise`): an opening flip also commands the hand up for its decisions, so that the data holds
+    the whole finishing move, not an opening the actor's next decisions undo."""
+
+    def __init__(self, envs: int, grip: int, p: float, hold: int = 1, rise: Optional[int] = None):
+        self.grip, self.p, self.hold, self.rise = grip, p, max(hold, 1), rise
+        self.left = np.zeros(envs, dtype=np.int64)  # decisions each env's flip still holds
+        self.value = np.zeros(envs, dtype=np.float32)
+
+    def end_episode(self, env: int):
+        """A flip does not carry over into the env's next episode."""
+        self.left[env] = 0
+
+    def __call__(self, acts: np.ndarray, rng) -> np.ndarray:
+        """Flips (and holds flips of) the rows of `acts` in place; returns `acts`."""
+        g = self.grip
+        start = (self.left == 0) & (rng.random(len(acts)) < self.p)
+        self.value[start] = np.where(acts[start, g] > 0.0, -1.0, 1.0)
+        self.left[start] = self.hold
+        on = self.left > 0
+        acts[on, g] = self.value[on]
+        if self.rise is not None:  # --gripper-flip-rise: an opening flip also lifts the hand (the finishing move)
+            acts[on & (self.value > 0), self.rise] = 1.0
+        self.left[on] -= 1
+        return acts
+
+# ------------------------------------------------------------------------------------------------- export
+def export_onnx(agent: SAC, path: str, state_size: int, description: str, action_repeat: int = 1) -> dict:
+    """The deterministic actor (features, MLP, tanh of the mean) as ONNX `state` [N, S] -> `action` [N, A], with
+    a `kind = "policy"` manifest beside it (what `stagewise eval policy` and `run --policy` load). A policy trained
+    with `--action-repeat K` > 1 says so in the graph's metadata (`stagewise.action_repeat`), and the runtime then
+    holds each of its actions K steps, as in training."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], []
+
+    def gemm(x, w, b, name):
+        inits.extend([numpy_helper.from_array(np.ascontiguousarray(w, np.float32), f"{name}_w"),
+                      numpy_helper.from_array(np.ascontiguousarray(b, np.float32), f"{name}_b")])
+        nodes.append(helper.make_node("Gemm", [x, f"{name}_w", f"{name}_b"], [name], transB=1))
+        return name
+
+    x = gemm("state", agent.fw.numpy(), agent.fb.numpy(), "features")
+    k = 0
+    for m in agent.actor.body:
+        if isinstance(m, nn.Linear):
+            x = gemm(x, m.weight.detach().numpy(), m.bias.detach().numpy(), f"fc{k}")
+            k += 1
+        elif isinstance(m, nn.ReLU):
+            nodes.append(helper.make_node("Relu", [x], [f"{x}_relu"]))
+            x = f"{x}_relu"
+    act = agent.actor.act
+    x = gemm(x, agent.actor.head.weight.detach().numpy()[:act], agent.actor.head.bias.detach().numpy()[:act], "mean")
+    nodes.append(helper.make_node("Tanh", [x], ["tanh"]))
+    inits.extend([numpy_helper.from_array(np.array(-1.0, np.float32), "lo"),
+                  numpy_helper.from_array(np.array(1.0, np.float32), "hi")])
+    nodes.append(helper.make_node("Clip", ["tanh", "lo", "hi"], ["action"]))  # ORT's tanh can return 1 + 1e-7
+    graph = helper.make_graph(nodes, "stagewise_sac_policy",
+                              [helper.make_tensor_value_info("state", TensorProto.FLOAT, ["N", state_size])],
+                              [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["N", act])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="stagewise")
+    model.ir_version = 8
+    if action_repeat > 1:
+        helper.set_model_props(model, {"stagewise.action_repeat": str(action_repeat)})
+    onnx.checker.check_model(model)
+    data = model.SerializeToString()
+    with open(path, "wb") as fh:
+        fh.write(data)
+    manifest = os.path.splitext(path)[0] + ".toml"
+    with open(manifest, "w") as fh:
+        fh.write(f'kind = "policy"\nonnx = "{os.path.basename(path)}"\n'
+                 f'sha256 = "{hashlib.sha256(data).hexdigest()}"\nstate_size = {state_size}\n'
+                 f'description = "{description}"\n\n[inputs]\nstate = "state"\n\n[outputs]\naction = "action"\n')
+    return {"onnx": path, "manifest": manifest}
