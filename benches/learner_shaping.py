@@ -465,22 +465,25 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
 
 # --------------------------------------------------------------------------------------------------- plots
 def run_label(runs):
-    """Merged runs made with different demonstrations, shaping scales, gripper flips or a binary gripper get a label
-    naming them ("model, c=3, 20 demos, flip 0.05, binary gripper"), so the plot and its legend keep them apart;
-    runs of one set-up keep the reward's name."""
+    """Merged runs made with different demonstrations, shaping scales, gripper flips, a binary gripper or reward
+    model manifests get a label naming them ("model, c=3, 20 demos, flip 0.05, binary gripper, data/r5model"), so
+    the plot and its legend keep them apart; runs of one set-up keep the reward's name."""
     def setup(r):
         if not r.get("argv"):
-            return (None, None, 0.0, 1, False, False)
+            return (None, None, 0.0, 1, False, False), ""
         a = parse(r["argv"][1:])
-        return (a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold, a.gripper_binary, a.gripper_flip_rise)
+        return ((a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold, a.gripper_binary, a.gripper_flip_rise),
+                os.path.dirname(a.model))
 
     setups = [setup(r) for r in runs]
-    if len(set(setups)) > 1:
-        for r, (demos, c, flip, hold, binary, rise) in zip(runs, setups):
+    models = {m for r, (_, m) in zip(runs, setups) if r["reward"] == "model"}
+    if len({su for su, _ in setups}) > 1 or len(models) > 1:
+        for r, ((demos, c, flip, hold, binary, rise), model) in zip(runs, setups):
             scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
             flips = "" if not flip else f", flip {flip:g}" + (f" x{hold}" if hold > 1 else "") + (" rise" if rise else "")
             r["label"] = (f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips
-                          + (", binary gripper" if binary else ""))
+                          + (", binary gripper" if binary else "")
+                          + (f", {model or 'shipped model'}" if r["reward"] == "model" and len(models) > 1 else ""))
 
 
 def plot(runs, a, path):

@@ -308,3 +308,9 @@ def test_merged_runs_of_different_gripper_set_ups_are_labelled_apart():
     assert runs[0]["label"] == "model, c=10, 0 demos"
     assert runs[1]["label"] == "model, c=10, 0 demos, flip 0.05"
     assert runs[2]["label"] == "model, c=10, 0 demos, binary gripper"
+    # runs of one set-up with different reward models: named by the manifest's folder (the oracle run keeps its name)
+    runs = [{"reward": "model", "argv": base}, {"reward": "model", "argv": base + ["--model", "data/r5/m.toml"]},
+            {"reward": "oracle", "argv": base[:-4] + ["--rewards", "oracle", "--shaping-scale", "10"]}]
+    ls.run_label(runs)
+    assert [r.get("label") for r in runs] == ["model, c=10, 0 demos, shipped model", "model, c=10, 0 demos, data/r5",
+                                              "oracle, c=10, 0 demos"]
