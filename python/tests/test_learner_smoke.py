@@ -220,20 +220,28 @@ class _GripCritic(torch.nn.Module):
         return torch.stack([q, q])
 
 
+_NAMES = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped"]
+
+
+def _on_fixed_critic(agents, critic, seed):
+    """Gives each agent the fixed critic (as its critic and target); returns 256 random states, their features, k
+    (the first feature: whether opening pays) and a next action that holds the gripper shut and the hand still."""
+    for ag in agents:
+        ag.q, ag.q_targ = critic(), critic()
+    s = torch.as_tensor(np.random.default_rng(seed).normal(size=(256, len(_NAMES))), dtype=torch.float32)
+    f = agents[0].features(s)
+    a2 = torch.zeros(256, 4)
+    a2[:, 3] = -0.9
+    return s, f, f[:, 0], a2
+
+
 def test_a_binary_gripper_takes_the_better_choice_in_the_target_and_teaches_the_actor_it():
     ls = _script()
-    names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped"]
     args = ls.parse(["--net", "32,32", "--gripper-binary", "--lr", "3e-3"])
-    agent = ls.SAC(names, 4, args, seed=0, grip=3)
-    plain = ls.SAC(names, 4, ls.parse(["--net", "32,32"]), seed=0, grip=3)
+    agent = ls.SAC(_NAMES, 4, args, seed=0, grip=3)
+    plain = ls.SAC(_NAMES, 4, ls.parse(["--net", "32,32"]), seed=0, grip=3)
     assert plain.grip is None  # the gripper column alone does not make it binary
-    for ag in (agent, plain):
-        ag.q, ag.q_targ = _GripCritic(), _GripCritic()
-    s = torch.as_tensor(np.random.default_rng(3).normal(size=(256, len(names))), dtype=torch.float32)
-    f = agent.features(s)
-    k = f[:, 0]
-    a2 = torch.zeros(256, 4)
-    a2[:, 3] = -0.9  # the actor holds the gripper shut
+    s, f, k, a2 = _on_fixed_critic((agent, plain), _GripCritic, seed=3)
     # target: the better of shut (0) and open (k); the plain learner values the actor's own shut gripper
     torch.testing.assert_close(agent.next_value(f, a2), k.clamp(min=0.0))
     torch.testing.assert_close(plain.next_value(f, a2), torch.zeros(256))
@@ -262,18 +270,11 @@ class _FinishCritic(_GripCritic):
 
 def test_with_rise_the_binary_open_choice_is_valued_as_the_finishing_move():
     ls = _script()
-    names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped"]
     args = ls.parse(["--net", "32,32", "--gripper-binary", "--gripper-flip-rise", "--lr", "3e-3"])
-    agent = ls.SAC(names, 4, args, seed=0, grip=3, rise=2)
-    no_rise = ls.SAC(names, 4, ls.parse(["--net", "32,32", "--gripper-binary", "--lr", "3e-3"]), seed=0, grip=3)
+    agent = ls.SAC(_NAMES, 4, args, seed=0, grip=3, rise=2)
+    no_rise = ls.SAC(_NAMES, 4, ls.parse(["--net", "32,32", "--gripper-binary", "--lr", "3e-3"]), seed=0, grip=3)
     assert no_rise.rise is None
-    for ag in (agent, no_rise):
-        ag.q, ag.q_targ = _FinishCritic(), _FinishCritic()
-    s = torch.as_tensor(np.random.default_rng(4).normal(size=(256, len(names))), dtype=torch.float32)
-    f = agent.features(s)
-    k = f[:, 0]
-    a2 = torch.zeros(256, 4)
-    a2[:, 3] = -0.9  # the actor holds the gripper shut and the hand still
+    s, f, k, a2 = _on_fixed_critic((agent, no_rise), _FinishCritic, seed=4)
     # only the finishing move reaches the value of opening; opening at the actor's own dz is worth nothing
     torch.testing.assert_close(agent.next_value(f, a2), k.clamp(min=0.0))
     torch.testing.assert_close(no_rise.next_value(f, a2), torch.zeros(256))
