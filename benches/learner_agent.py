@@ -15,7 +15,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+
 # ------------------------------------------------------------------------------------------------ features
+
+
 def feature_map(names: List[str]):
     """A fixed affine map f = W s + b from the state (by name) to O(1) features: positions / 0.1 m, the gripper
     width to [-1, 1], quaternions and flags as they are, plus (block - gripper) / 0.05 m and (target - block) /
@@ -46,7 +49,10 @@ def feature_map(names: List[str]):
             row({f"target_{ax}": 20.0, f"{blocks[0]}_{ax}": -20.0})
     return np.stack(rows), np.asarray(bias, np.float32)
 
+
 # ---------------------------------------------------------------------------------------------- the learner
+
+
 class EnsembleLinear(nn.Module):
     def __init__(self, e: int, i: int, o: int):
         super().__init__()
@@ -344,6 +350,7 @@ class NStep:
         s0, a0, _, _ = self.buf.pop(0)
         out.add(s0, a0, ret, s_last, 0.0 if terminated else disc)
 
+
 class GripperFlip:
     """`--gripper-flip p`: in each env's exploratory action with probability p, the gripper command (column
     `grip`) is set to its other extreme, shut (-1) if it was opening (> 0), else wide open (+1), and held there for
@@ -376,7 +383,10 @@ class GripperFlip:
         self.left[on] -= 1
         return acts
 
+
 # ------------------------------------------------------------------------------------------------- export
+
+
 def export_onnx(agent: SAC, path: str, state_size: int, description: str, action_repeat: int = 1) -> dict:
     """The deterministic actor (features, MLP, tanh of the mean) as ONNX `state` [N, S] -> `action` [N, A], with
     a `kind = "policy"` manifest beside it (what `stagewise eval policy` and `run --policy` load). A policy trained

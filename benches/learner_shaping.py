@@ -67,7 +67,6 @@ from learner_agent import SAC, GripperFlip, NStep, Replay, Symmetry, export_onnx
 COLORS = {"sparse": "tab:gray", "model": "tab:blue", "oracle": "tab:green"}
 
 
-
 # --------------------------------------------------------------------------------------------- demonstrations
 def record_demos(a) -> str:
     """`stagewise record --degraded 0` (the scripted expert, every episode successful) once per (task, count,
@@ -152,7 +151,6 @@ def replay_demos(env: StagewiseEnv, demos, a, reward, out: "Replay") -> dict:
     return {"episodes": len(demos), "transitions": n, "truncated": truncated, "mean_return": float(np.mean(returns)) if returns else 0.0}
 
 
-
 # ------------------------------------------------------------------------------------------------- rewards
 def offset_reward(r, terminated, a, reward):
     """The served shaped reward with the potential phi - X (X = --phi-offset) instead of phi: served
@@ -221,7 +219,6 @@ class LearnReward:
             out = offset_reward(r, terminated, a, self.reward)
         self.phi = phi_next
         return out
-
 
 
 # ---------------------------------------------------------------------------------------------- envs, eval
@@ -295,7 +292,6 @@ def evaluate(agent: SAC, envs: Envs, seeds, repeat: int = 1) -> dict:
     stages = np.bincount(s[:, 3].astype(int), minlength=int(s[:, 3].max()) + 1)
     return {"success": float(s[:, 0].mean()), "final_progress": float(s[:, 1].mean()),
             "ep_len": float(s[:, 2].mean()), "episodes": len(results), "final_stages": stages.tolist()}
-
 
 
 # ---------------------------------------------------------------------------------------------------- runs
