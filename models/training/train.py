@@ -227,8 +227,9 @@ class Flat:
     """All frames of a dataset in flat arrays, with per-frame episode start/end for window gathering."""
 
     def __init__(self, ds: dsmod.Dataset, proportions, targets: str):
-        # [G, V, H, W, 3] uint8, filled episode by episode and each episode's own copy dropped once it is in:
-        # a concatenate would hold every frame twice (all of a round's learner data would not fit in 24 GiB)
+        # [G, V, H, W, 3] uint8, filled episode by episode, each episode's frames dropped once they are in (a
+        # recorded file's array, which data.load's episodes are views of, goes with its last episode): a concatenate
+        # would hold every frame twice (all of a round's learner data would not fit in 24 GiB)
         self.images = np.empty((sum(len(e.images) for e in ds.episodes),) + ds.episodes[0].images.shape[1:], np.uint8)
         at = 0
         for e in ds.episodes:
