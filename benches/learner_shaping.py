@@ -207,7 +207,11 @@ class LearnReward:
             nxt = 0.0 if terminated else exp_potential(phi_next, a)
             out = task + a.shaping_scale * (a.gamma * nxt - exp_potential(self.phi, a))
         elif a.reward_form == "progress":
-            out = progress_reward(r, terminated, phi_next, a, self.reward)
+            if a.success_progress_one and terminated and info.get("success"):
+                # the task says it is done: progress 1 by definition, not the model's reading of the last frame
+                out = progress_reward(r, terminated, 1.0, a, self.reward)
+            else:
+                out = progress_reward(r, terminated, phi_next, a, self.reward)
         elif a.phi_ema > 0:
             # NOT policy-invariant in the env's state: the potential is an EMA of the served phi over the episode
             # (a function of the history, not of the state), terminal potential 0, the --phi-offset term as above.
@@ -461,24 +465,26 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
 
 # --------------------------------------------------------------------------------------------------- plots
 def run_label(runs):
-    """Merged runs made with different demonstrations, shaping scales, gripper flips, a binary gripper or reward
-    model manifests get a label naming them ("model, c=3, 20 demos, flip 0.05, binary gripper, data/r5model"), so
-    the plot and its legend keep them apart; runs of one set-up keep the reward's name."""
+    """Merged runs made with different demonstrations, shaping scales, gripper flips, a binary gripper, success read
+    as progress 1 or reward model manifests get a label naming them ("model, c=3, 20 demos, flip 0.05, binary
+    gripper, success phi 1, data/r5model"), so the plot and its legend keep them apart; runs of one set-up keep the
+    reward's name."""
     def setup(r):
         if not r.get("argv"):
-            return (None, None, 0.0, 1, False, False), ""
+            return (None, None, 0.0, 1, False, False, False), ""
         a = parse(r["argv"][1:])
-        return ((a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold, a.gripper_binary, a.gripper_flip_rise),
-                os.path.dirname(a.model))
+        return ((a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold, a.gripper_binary, a.gripper_flip_rise,
+                 a.success_progress_one), os.path.dirname(a.model))
 
     setups = [setup(r) for r in runs]
     models = {m for r, (_, m) in zip(runs, setups) if r["reward"] == "model"}
     if len({su for su, _ in setups}) > 1 or len(models) > 1:
-        for r, ((demos, c, flip, hold, binary, rise), model) in zip(runs, setups):
+        for r, ((demos, c, flip, hold, binary, rise, one), model) in zip(runs, setups):
             scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
             flips = "" if not flip else f", flip {flip:g}" + (f" x{hold}" if hold > 1 else "") + (" rise" if rise else "")
             r["label"] = (f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips
                           + (", binary gripper" if binary else "")
+                          + (", success phi 1" if one and r["reward"] == "model" else "")
                           + (f", {model or 'shipped model'}" if r["reward"] == "model" and len(models) > 1 else ""))
 
 
@@ -544,6 +550,11 @@ def parse(argv=None):
     ap.add_argument("--reward-form", choices=["potential", "exp", "progress"], default="potential",
                     help="potential: served (phi - offset); exp: Phi = gamma^(H (1 - phi)) (both policy-invariant); "
                          "progress: r_task + c (phi' - phi), NOT policy-invariant")
+    ap.add_argument("--success-progress-one", action="store_true",
+                    help="--reward-form progress: a step that ends in success reads phi' = 1 (the task's success "
+                         "signal, which the sparse reward also gets) instead of the model's reading of its frame: "
+                         "the finishing step pays r_task + c (1 - phi). Also NOT policy-invariant; the oracle reads 1 "
+                         "there anyway, sparse is unchanged")
     ap.add_argument("--horizon", type=float, default=100.0, help="H of --reward-form exp (steps an expert needs)")
     ap.add_argument("--model", default="", help="reward model manifest for --rewards model (default: shipped)")
     ap.add_argument("--algo", choices=["sac", "td3"], default="td3",

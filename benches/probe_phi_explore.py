@@ -40,6 +40,7 @@ def main():
     rng = np.random.default_rng(0)
     act, hold = policy(a.policy) if a.policy else (None, a.hold)
     successes = 0
+    at_success = []  # (model phi at the success frame, model phi 10 steps before) per successful episode
     with one_model_env(a.task, a.model, a.max_steps, f"probe-phi-{os.getpid()}") as env:
         model, oracle, ep_of = [], [], []
         for ep in range(a.episodes):
@@ -57,7 +58,9 @@ def main():
                 oracle.append(float(info.get("progress_oracle") or 0.0))
                 ep_of.append(ep)
                 if term or trunc:
-                    successes += bool(info.get("success"))
+                    if info.get("success"):
+                        successes += 1
+                        at_success.append((model[-1], model[-11] if t > 10 else model[-t]))
                     break
     p, o, e = np.array(model), np.array(oracle), np.array(ep_of)
     same = e[1:] == e[:-1]  # steps within one episode
@@ -69,6 +72,12 @@ def main():
           f"MAE {np.abs(p - o).mean():.3f}, correlation {np.corrcoef(p, o)[0, 1]:.2f}")
     print(f"  per-step change: oracle std {do.std():.4f}, model std {dp.std():.4f} ({dp.std() / max(do.std(), 1e-9):.0f}x), "
           f"correlation {np.corrcoef(dp, do)[0, 1]:.2f}")
+    if at_success:
+        s = np.array(at_success)
+        # progress form: the release that ends the task pays c (phi at success - phi before); a low reading here
+        # makes finishing cost reward
+        print(f"  at the success frame ({len(s)} episodes): model phi mean {s[:, 0].mean():.3f} (min {s[:, 0].min():.3f});"
+              f" 10 steps before: {s[:, 1].mean():.3f}")
     print("  model phi per band of oracle progress:")
     for lo, hi in zip(BANDS[:-1], BANDS[1:]):
         m = (o >= lo) & (o < hi)

@@ -62,6 +62,29 @@ def test_offset_potential_keeps_the_discounted_return_up_to_a_constant():
     np.testing.assert_allclose(diffs, a.shaping_scale, rtol=1e-9)
 
 
+def test_success_progress_one_pays_the_finishing_step_as_progress_one():
+    """--success-progress-one: in the progress form a step that ends in success reads phi' = 1 whatever the model
+    read on its frame; a terminal step without success, a non-terminal one, and the sparse reward are unchanged."""
+    ls = _script()
+    base = ["--reward-form", "progress", "--shaping-scale", "10", "--gamma", "0.99"]
+
+    def finishing(flag, reward="model", success=True, terminated=True, phi_next=0.3):
+        a = ls.parse(base + (["--success-progress-one"] if flag else []))
+        lr = ls.LearnReward(a, reward)
+        lr.reset({"phi": 0.9})
+        task = 1.0 if success else 0.0
+        served = task + 10 * (0.99 * (0.0 if terminated else phi_next) - 0.9)
+        info = {"phi": phi_next, "task_reward": task, "success": success}
+        return lr(served, terminated, info)
+
+    assert finishing(False) == pytest.approx(1 + 10 * (0.3 - 0.9))  # the model's low reading bills the release
+    assert finishing(True) == pytest.approx(1 + 10 * (1.0 - 0.9))
+    assert finishing(True, success=False) == pytest.approx(10 * (0.3 - 0.9))
+    mid_episode = dict(success=False, terminated=False)
+    assert finishing(True, **mid_episode) == pytest.approx(finishing(False, **mid_episode))
+    assert finishing(True, reward="sparse") == finishing(False, reward="sparse")
+
+
 def test_exported_policy_is_the_deterministic_actor(tmp_path):
     import onnxruntime as ort
 
@@ -304,11 +327,13 @@ def test_merged_runs_of_different_gripper_set_ups_are_labelled_apart():
     ls = _script()
     base = ["benches/learner_shaping.py", "--task", "pick-place", "--rewards", "model", "--shaping-scale", "10"]
     runs = [{"reward": "model", "argv": base}, {"reward": "model", "argv": base + ["--gripper-flip", "0.05"]},
-            {"reward": "model", "argv": base + ["--gripper-binary"]}]
+            {"reward": "model", "argv": base + ["--gripper-binary"]},
+            {"reward": "model", "argv": base + ["--reward-form", "progress", "--success-progress-one"]}]
     ls.run_label(runs)
     assert runs[0]["label"] == "model, c=10, 0 demos"
     assert runs[1]["label"] == "model, c=10, 0 demos, flip 0.05"
     assert runs[2]["label"] == "model, c=10, 0 demos, binary gripper"
+    assert runs[3]["label"] == "model, c=10, 0 demos, success phi 1"
     # runs of one set-up with different reward models: named by the manifest's folder (the oracle run keeps its name)
     runs = [{"reward": "model", "argv": base}, {"reward": "model", "argv": base + ["--model", "data/r5/m.toml"]},
             {"reward": "oracle", "argv": base[:-4] + ["--rewards", "oracle", "--shaping-scale", "10"]}]
