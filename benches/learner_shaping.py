@@ -494,8 +494,13 @@ def plot(runs, a, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import FuncFormatter
+
     tasks = sorted({r["task"] for r in runs})
-    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 4 * len(tasks)), squeeze=False)
+    # one legend row per line of each task, under its pair of plots (long set-up labels do not fit inside)
+    lines = [len({(r["reward"], r.get("label", r["reward"])) for r in runs if r["task"] == t}) for t in tasks]
+    legend_h = 0.22 * max(lines)
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(11, (4 + legend_h) * len(tasks)), squeeze=False)
     for row, task in zip(axes, tasks):
         for reward, color in COLORS.items():
             # runs merged from different set-ups carry a label (run_label); one line style per label
@@ -519,11 +524,12 @@ def plot(runs, a, path):
         row[1].set_ylabel(f"{task}: eval final oracle progress")
         for ax in row:
             ax.set_xlabel("env steps")
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1000:g}k"))
             ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.3)
-        row[0].legend(loc="upper left", fontsize=8)
+        row[0].legend(loc="upper left", bbox_to_anchor=(0.0, -0.14), fontsize=8, frameon=False)
     form = f"potential phi-{a.phi_offset}" if a.reward_form == "potential" else f"{a.reward_form} form"
-    varied = "demos and c per legend" if any("label" in r for r in runs) else f"{a.demos} demos, c={a.shaping_scale}"
+    varied = "set-up per legend" if any("label" in r for r in runs) else f"{a.demos} demos, c={a.shaping_scale}"
     fig.suptitle(f"{a.algo.upper()} via stagewise serve: {varied}, gamma={a.gamma}, {form}, "
                  f"\nmax-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep}, symmetry aug. "
                  f"{getattr(a, 'augment_symmetry', 0)} (thin: seeds, thick: mean)", fontsize=10)
