@@ -628,6 +628,8 @@ def parse(argv=None):
     a.eval_repeat = a.eval_repeat or a.action_repeat
     if a.gripper_binary and a.algo != "td3":
         ap.error("--gripper-binary is a td3 option (the actor's gripper output is regressed onto the better choice)")
+    if a.success_progress_one and a.reward_form != "progress":
+        ap.error("--success-progress-one is a --reward-form progress option (the other forms end at potential 0)")
     if a.smoke:
         a.steps, a.random_steps, a.learning_starts, a.eval_every, a.eval_episodes = 3000, 1000, 1000, 1500, 5
         a.net, a.eval_envs, a.max_steps, a.eval_max_steps, a.utd = "64,64", 5, 100, -1, 0.5

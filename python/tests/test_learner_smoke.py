@@ -83,6 +83,8 @@ def test_success_progress_one_pays_the_finishing_step_as_progress_one():
     mid_episode = dict(success=False, terminated=False)
     assert finishing(True, **mid_episode) == pytest.approx(finishing(False, **mid_episode))
     assert finishing(True, reward="sparse") == finishing(False, reward="sparse")
+    with pytest.raises(SystemExit):  # the potential forms end at potential 0: the option would do nothing there
+        ls.parse(["--success-progress-one"])
 
 
 def test_exported_policy_is_the_deterministic_actor(tmp_path):
