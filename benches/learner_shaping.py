@@ -207,11 +207,9 @@ class LearnReward:
             nxt = 0.0 if terminated else exp_potential(phi_next, a)
             out = task + a.shaping_scale * (a.gamma * nxt - exp_potential(self.phi, a))
         elif a.reward_form == "progress":
-            if a.success_progress_one and terminated and info.get("success"):
-                # the task says it is done: progress 1 by definition, not the model's reading of the last frame
-                out = progress_reward(r, terminated, 1.0, a, self.reward)
-            else:
-                out = progress_reward(r, terminated, phi_next, a, self.reward)
+            # --success-progress-one: the task says it is done, progress 1 by definition, not the model's reading
+            finished = a.success_progress_one and terminated and info.get("success")
+            out = progress_reward(r, terminated, 1.0 if finished else phi_next, a, self.reward)
         elif a.phi_ema > 0:
             # NOT policy-invariant in the env's state: the potential is an EMA of the served phi over the episode
             # (a function of the history, not of the state), terminal potential 0, the --phi-offset term as above.
