@@ -523,6 +523,20 @@ def load_onnx_weights(model: nn.Module, path: str):
     print(f"initialised from {path}", flush=True)
 
 
+def next_frames(flat: Flat, g: np.ndarray) -> np.ndarray:
+    """The frame after each of `g` in its episode (an episode's last frame: itself, a change of 0)."""
+    return np.minimum(g + 1, flat.end[g] - 1)
+
+
+def step_change_loss(phi, phi_next, target, target_next, max_change):
+    """`--step-consistency`: mean squared error of the model's change of phi over one step against the target's.
+    Steps where the target itself jumps by more than `max_change` (a stage entered or left) are left out: no camera
+    times those to the frame, and their squared errors would outweigh every smooth step. 0 when none is left."""
+    d_t = target_next - target
+    smooth = (d_t.abs() <= max_change).float()
+    return (smooth * ((phi_next - phi) - d_t).pow(2)).sum() / smooth.sum().clamp(min=1.0)
+
+
 def progress_balanced_p(phi: np.ndarray, bins: int):
     """Sampling probabilities that make every progress bin (of `bins` in [0, 1]) equally likely: a frozen or
     stalled episode repeats one label for hundreds of frames, while the frames near success, the ones that tell
@@ -560,6 +574,8 @@ def train_progress(args, train, val, proportions, names, on_step=None):
         aux_mean = torch.from_numpy(train.aux.mean(0))
         aux_std = torch.from_numpy(np.maximum(train.aux.std(0), 1e-4))
     phi_w_spec = getattr(args, "phi_weight", None)
+    cons_w = getattr(args, "step_consistency", 0.0)
+    cons_max = getattr(args, "step_consistency_max", 1.0)
     opt = torch.optim.AdamW(params, lr=args.lr, weight_decay=1e-4)
     steps = args.epochs * (min(train.n, args.samples_per_epoch) // args.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=max(steps, 1))
@@ -573,15 +589,27 @@ def train_progress(args, train, val, proportions, names, on_step=None):
             order = rng.permutation(train.n)[: args.samples_per_epoch]
         else:
             order = rng.choice(train.n, size=min(train.n, args.samples_per_epoch), p=sample_p)
-        tot, aux_tot = 0.0, 0.0
+        tot, aux_tot, cons_tot = 0.0, 0.0, 0.0
         for b in range(0, len(order) - args.batch + 1, args.batch):
             g = order[b:b + args.batch]
-            x = augment(
-                to_tensor(train.window(g, args.frames, args.stride)), args.shift, args.view_dropout, rng, args.colour
-            )
+            imgs = train.window(g, args.frames, args.stride)
+            if cons_w > 0:
+                # each frame with its successor in the episode (the last frame with itself), stacked on the frame
+                # axis so that both get the same augmentation: one camera, one lighting, one step apart
+                g1 = next_frames(train, g)
+                imgs = np.concatenate([imgs, train.window(g1, args.frames, args.stride)], axis=1)
+            x = augment(to_tensor(imgs), args.shift, args.view_dropout, rng, args.colour)
             st = torch.from_numpy(train.state[g])
+            if cons_w > 0:
+                x, x1 = x[:, :, : args.frames], x[:, :, args.frames:]
+                st = torch.cat([st, torch.from_numpy(train.state[g1])])
             st = st + torch.randn_like(st) * 0.002 * torch.from_numpy(ss.astype(np.float32))
-            st = drop_state(st, args.state_dropout, sm, rng)
+            if cons_w > 0:
+                keep = torch.from_numpy(rng.random(len(g)) >= args.state_dropout).repeat(2)
+                st = torch.where(keep[:, None], st, torch.from_numpy(sm.astype(np.float32)))
+                st, st1 = st[: len(g)], st[len(g):]
+            else:
+                st = drop_state(st, args.state_dropout, sm, rng)
             k = torch.from_numpy(train.stage[g])
             tau_t = torch.from_numpy(train.tau[g])
             phi_t = torch.from_numpy(train.phi[g])
@@ -597,6 +625,14 @@ def train_progress(args, train, val, proportions, names, on_step=None):
             phi_soft = (p * (P[None] + a[None] * tau)).sum(1)
             l_phi = wmean((phi_soft - phi_t) ** 2, wt)
             loss = ce + 5.0 * l_tau + 20.0 * l_phi
+            if cons_w > 0:
+                # --step-consistency: the model's change of phi over one control step regressed onto the target's
+                # change (the shaping reward is made of these changes; squared error on phi alone leaves them noisy)
+                logits1, tau1 = model(x1, st1)
+                phi1 = (logits1.softmax(1) * (P[None] + a[None] * tau1)).sum(1)
+                l_cons = step_change_loss(phi_soft, phi1, phi_t, torch.from_numpy(train.phi[g1]), cons_max)
+                loss = loss + cons_w * l_cons
+                cons_tot += float(l_cons.detach()) * len(g)
             if use_aux:
                 y = (torch.from_numpy(train.aux[g]) - aux_mean) / aux_std
                 l_aux = F.mse_loss(aux_head(emb), y)
@@ -612,6 +648,8 @@ def train_progress(args, train, val, proportions, names, on_step=None):
         msg = f"epoch {ep + 1}/{args.epochs} loss {tot / max(len(order), 1):.4f} ({time.time() - t0:.0f}s)"
         if use_aux:
             msg += f" aux {aux_tot / max(len(order), 1):.4f}"
+        if cons_w > 0:
+            msg += f" step-change MSE {cons_tot / max(len(order), 1):.2e}"
         if val is not None and (ep + 1 == args.epochs or (ep + 1) % args.eval_every == 0):
             mae, acc = evaluate_progress(model, val, args.frames, args.stride, P, a)
             msg += f" | val MAE {mae:.4f} stage acc {acc:.3f}"
@@ -735,6 +773,13 @@ def main():
                     type=lambda t: tuple(float(x) for x in t.split(",")) if t else None,
                     help="progress model: LO,HI,W weighs the loss of frames whose target progress is in [LO, HI] "
                          "W times (default: unweighted)")
+    ap.add_argument("--step-consistency", type=float, default=0.0,
+                    help="progress model: weight of a loss on the change of phi over one step (each sample's frame "
+                         "and the next frame of its episode, same augmentation) against the target's change: a "
+                         "shaping reward is made of these changes (0, default: off; doubles the training time)")
+    ap.add_argument("--step-consistency-max", type=float, default=1.0,
+                    help="steps whose target progress changes by more than this (a stage entered or left) are left "
+                         "out of that loss (default 1: none)")
     ap.add_argument("--init-onnx", default=None,
                     help="progress model: start from the weights of this single graph (exported by train.py for "
                          "the same architecture; fine-tuning) instead of a random initialisation")
@@ -820,6 +865,9 @@ def main():
             + (f" Initialised from {args.init_onnx}." if args.init_onnx else "")
             + (f" Loss weighted {args.phi_weight[2]}x on target progress {args.phi_weight[0]}-{args.phi_weight[1]}."
                if args.phi_weight else "")
+            + (f" Step-change consistency loss, weight {args.step_consistency}"
+               + (f", target changes above {args.step_consistency_max} left out." if args.step_consistency_max < 1
+                  else ".") if args.step_consistency > 0 else "")
             + " State: "
             f"{', '.join(args.state_names)} (no object or target poses). A missing camera: feed a mean-colour frame."
         )

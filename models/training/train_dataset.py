@@ -135,6 +135,10 @@ def main():
     ap.add_argument("--shift", type=int, default=2)
     ap.add_argument("--balance-progress", type=int, default=0)
     ap.add_argument("--state-dropout", type=float, default=0.0)
+    ap.add_argument("--step-consistency", type=float, default=0.0,
+                    help="weight of the per-step change loss (train.py --step-consistency; 0: off)")
+    ap.add_argument("--step-consistency-max", type=float, default=1.0,
+                    help="target changes above this are left out of that loss (train.py; default 1: none)")
     ap.add_argument("--enc-min-size", type=int, default=4)
     ap.add_argument("--coord", type=int, default=1, choices=[0, 1])
     ap.add_argument("--colour", type=float, default=0.8)
