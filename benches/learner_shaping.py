@@ -462,11 +462,13 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- plots
-def run_label(runs):
+def run_label(runs, model_names=None):
     """Merged runs made with different demonstrations, shaping scales, gripper flips, a binary gripper, success read
     as progress 1 or reward model manifests get a label naming them ("model, c=3, 20 demos, flip 0.05, binary
     gripper, success phi 1, data/r5model"), so the plot and its legend keep them apart; runs of one set-up keep the
-    reward's name."""
+    reward's name. `model_names` (--model-names) renames a model's folder in the label ("" = runs that recorded
+    no --model: the shipped model of their day)."""
+    model_names = model_names or {}
     def setup(r):
         if not r.get("argv"):
             return (None, None, 0.0, 1, False, False, False), ""
@@ -483,7 +485,8 @@ def run_label(runs):
             r["label"] = (f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips
                           + (", binary gripper" if binary else "")
                           + (", success phi 1" if one and r["reward"] == "model" else "")
-                          + (f", {model or 'shipped model'}" if r["reward"] == "model" and len(models) > 1 else ""))
+                          + (f", {model_names.get(model, model or 'shipped model')}"
+                             if r["reward"] == "model" and len(models) > 1 else ""))
 
 
 def plot(runs, a, path):
@@ -618,6 +621,10 @@ def parse(argv=None):
     ap.add_argument("--merge", nargs="+", default=[], metavar="DIR",
                     help="merge the runs of these output dirs (or curves.json files) into <out>/curves.json and plot "
                          "them (the set-up in the title is the first one's)")
+    ap.add_argument("--model-names", default={}, metavar="DIR=NAME,...",
+                    type=lambda t: dict(kv.split("=", 1) for kv in t.split(",") if kv),
+                    help="--merge: name the reward model of the runs whose --model lay in DIR as NAME in the legend "
+                         "(an empty DIR: runs that recorded no --model)")
     ap.add_argument("--smoke", action="store_true",
                     help="CI size: 3000 steps, 1000 random, 100-step episodes, eval every 1500 on 5 seeds, 64x64 nets, utd 0.5")
     a = ap.parse_args(argv)
@@ -648,7 +655,7 @@ def main(argv=None):
             for r in saved["runs"]:
                 runs.append({**r, "argv": saved.get("argv"), "source": os.path.dirname(os.path.abspath(path))})
             note.append(path)
-        run_label(runs)
+        run_label(runs, a.model_names)
         args = {**json.load(open(os.path.join(a.merge[0], "curves.json") if os.path.isdir(a.merge[0])
                                  else a.merge[0])).get("args", {}), "out": a.out}
         with open(curves, "w") as fh:
