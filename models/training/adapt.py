@@ -297,7 +297,7 @@ def finetune(model, demo, P, a, args, rng, stride, replay=None, progress=False):
         logits, tau_p = model(x, st)
         ce = F.cross_entropy(logits, k)
         l_tau = F.mse_loss(tau_p.gather(1, k[:, None])[:, 0], torch.cat(taus))
-        phi_soft = (logits.softmax(1) * (P[None] + a[None] * tau_p)).sum(1)
+        phi_soft = tr.soft_progress_phi(logits, tau_p, P, a)
         l_phi = F.mse_loss(phi_soft, torch.cat(phis))
         sp = sum(((p - q) ** 2).sum() for p, q in zip(params, w0))
         loss = ce + 5.0 * l_tau + 20.0 * l_phi + args.l2sp * sp

@@ -343,9 +343,9 @@ def augment(
 
 
 def drop_state(st: torch.Tensor, p: float, mean: np.ndarray, rng: np.random.Generator) -> torch.Tensor:
-    """Modality dropout: each sample's state (both members of a hop pair) replaced by the training mean with
-    probability `p`, so the cameras alone must carry the estimate on those samples and the model cannot lean on
-    proprioception where the pixels say more."""
+    """Modality dropout: each sample's state (both members of a hop or step pair, [B, 2, S]) replaced by the
+    training mean with probability `p`, so the cameras alone must carry the estimate on those samples and the model
+    cannot lean on proprioception where the pixels say more."""
     if p <= 0:
         return st
     m = torch.from_numpy(rng.random(st.shape[0]) < p)
@@ -421,6 +421,11 @@ def write_manifest(
 def progress_phi(logits, tau, P, a):
     k = logits.argmax(1)
     return P[k] + a[k] * tau.gather(1, k[:, None])[:, 0]
+
+
+def soft_progress_phi(logits, tau, P, a):
+    """The soft readout: every stage's progress weighted by its probability (differentiable, what the losses use)."""
+    return (logits.softmax(1) * (P[None] + a[None] * tau)).sum(1)
 
 
 def evaluate_progress(model, flat, frames, stride, P, a, batch=512, blank=False):
@@ -601,15 +606,13 @@ def train_progress(args, train, val, proportions, names, on_step=None):
             x = augment(to_tensor(imgs), args.shift, args.view_dropout, rng, args.colour)
             st = torch.from_numpy(train.state[g])
             if cons_w > 0:
+                # the pair's states stacked [B, 2, S]: drop_state drops both members of a pair together
                 x, x1 = x[:, :, : args.frames], x[:, :, args.frames:]
-                st = torch.cat([st, torch.from_numpy(train.state[g1])])
+                st = torch.stack([st, torch.from_numpy(train.state[g1])], 1)
             st = st + torch.randn_like(st) * 0.002 * torch.from_numpy(ss.astype(np.float32))
+            st = drop_state(st, args.state_dropout, sm, rng)
             if cons_w > 0:
-                keep = torch.from_numpy(rng.random(len(g)) >= args.state_dropout).repeat(2)
-                st = torch.where(keep[:, None], st, torch.from_numpy(sm.astype(np.float32)))
-                st, st1 = st[: len(g)], st[len(g):]
-            else:
-                st = drop_state(st, args.state_dropout, sm, rng)
+                st, st1 = st[:, 0], st[:, 1]
             k = torch.from_numpy(train.stage[g])
             tau_t = torch.from_numpy(train.tau[g])
             phi_t = torch.from_numpy(train.phi[g])
@@ -621,15 +624,14 @@ def train_progress(args, train, val, proportions, names, on_step=None):
             ce = wmean(F.cross_entropy(logits, k, reduction="none"), wt)
             tau_k = tau.gather(1, k[:, None])[:, 0]
             l_tau = wmean((tau_k - tau_t) ** 2, wt)
-            p = logits.softmax(1)
-            phi_soft = (p * (P[None] + a[None] * tau)).sum(1)
+            phi_soft = soft_progress_phi(logits, tau, P, a)
             l_phi = wmean((phi_soft - phi_t) ** 2, wt)
             loss = ce + 5.0 * l_tau + 20.0 * l_phi
             if cons_w > 0:
                 # --step-consistency: the model's change of phi over one control step regressed onto the target's
                 # change (the shaping reward is made of these changes; squared error on phi alone leaves them noisy)
                 logits1, tau1 = model(x1, st1)
-                phi1 = (logits1.softmax(1) * (P[None] + a[None] * tau1)).sum(1)
+                phi1 = soft_progress_phi(logits1, tau1, P, a)
                 l_cons = step_change_loss(phi_soft, phi1, phi_t, torch.from_numpy(train.phi[g1]), cons_max)
                 loss = loss + cons_w * l_cons
                 cons_tot += float(l_cons.detach()) * len(g)
