@@ -162,12 +162,19 @@ def offset_reward(r, terminated, a, reward):
     return r + a.phi_offset * a.shaping_scale * (1.0 if terminated else 1.0 - a.gamma)
 
 
-def progress_reward(r, terminated, phi_next, a, reward):
+def progress_reward(r, terminated, phi_next, a, reward, task=0.0):
     """`--reward-form progress`, NOT policy-invariant: r_task + c (phi' - phi) with the terminal state keeping
-    its potential, from the served reward: + c (1 - gamma) phi' (non-terminal), + c phi' (terminated)."""
+    its potential, from the served reward: + c (1 - gamma) phi' (non-terminal), + c phi' (terminated).
+
+    That is the served potential-based part c (gamma phi' - phi) plus a level c (1 - gamma) phi' (c phi' at the
+    end). Only the level moves the optimal policy; the potential part only speeds learning and pays the model's
+    per-step noise in full. `--potential-scale S` keeps the level and scales the potential part (S = 1: the plain
+    progress form), so every S has the same optimal policy: r_task + S c (gamma phi' - phi) + level. `task` is the
+    served step's task reward (what the potential part is measured from)."""
     if reward == "sparse":
         return r
-    return r + a.shaping_scale * phi_next * (1.0 if terminated else 1.0 - a.gamma)
+    level = a.shaping_scale * phi_next * (1.0 if terminated else 1.0 - a.gamma)
+    return task + a.potential_scale * (r - task) + level
 
 
 def exp_potential(phi, a):
@@ -209,7 +216,7 @@ class LearnReward:
         elif a.reward_form == "progress":
             # --success-progress-one: the task says it is done, progress 1 by definition, not the model's reading
             finished = a.success_progress_one and terminated and info.get("success")
-            out = progress_reward(r, terminated, 1.0 if finished else phi_next, a, self.reward)
+            out = progress_reward(r, terminated, 1.0 if finished else phi_next, a, self.reward, task)
         elif a.phi_ema > 0:
             # NOT policy-invariant in the env's state: the potential is an EMA of the served phi over the episode
             # (a function of the history, not of the state), terminal potential 0, the --phi-offset term as above.
@@ -465,22 +472,23 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
 def run_label(runs, model_names=None):
     """Merged runs made with different demonstrations, shaping scales, gripper flips, a binary gripper, success read
     as progress 1 or reward model manifests get a label naming them ("model, c=3, 20 demos, flip 0.05, binary
-    gripper, success phi 1, data/r5model"), so the plot and its legend keep them apart; runs of one set-up keep the
+    gripper, success phi 1, data/r5model"; a --potential-scale too), so the plot and its legend keep them apart; runs of one set-up keep the
     reward's name. `model_names` (--model-names) renames a model's folder in the label ("" = runs that recorded
     no --model: the shipped model of their day)."""
     model_names = model_names or {}
     def setup(r):
         if not r.get("argv"):
-            return (None, None, 0.0, 1, False, False, False), ""
+            return (None, None, 0.0, 1, False, False, False, 1.0), ""
         a = parse(r["argv"][1:])
         return ((a.demos, a.shaping_scale, a.gripper_flip, a.gripper_flip_hold, a.gripper_binary, a.gripper_flip_rise,
-                 a.success_progress_one), os.path.dirname(a.model))
+                 a.success_progress_one, a.potential_scale), os.path.dirname(a.model))
 
     setups = [setup(r) for r in runs]
     models = {m for r, (_, m) in zip(runs, setups) if r["reward"] == "model"}
     if len({su for su, _ in setups}) > 1 or len(models) > 1:
-        for r, ((demos, c, flip, hold, binary, rise, one), model) in zip(runs, setups):
+        for r, ((demos, c, flip, hold, binary, rise, one, pot), model) in zip(runs, setups):
             scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
+            scale += "" if r["reward"] == "sparse" or pot == 1.0 else f" (potential part x{pot:g})"
             flips = "" if not flip else f", flip {flip:g}" + (f" x{hold}" if hold > 1 else "") + (" rise" if rise else "")
             r["label"] = (f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips
                           + (", binary gripper" if binary else "")
@@ -530,6 +538,8 @@ def plot(runs, a, path):
             ax.grid(alpha=0.3)
         row[0].legend(loc="upper left", bbox_to_anchor=(0.0, -0.14), fontsize=8, frameon=False)
     form = f"potential phi-{a.phi_offset}" if a.reward_form == "potential" else f"{a.reward_form} form"
+    if getattr(a, "potential_scale", 1.0) != 1.0:
+        form += f", potential part x{a.potential_scale}"
     varied = "set-up per legend" if any("label" in r for r in runs) else f"{a.demos} demos, c={a.shaping_scale}"
     fig.suptitle(f"{a.algo.upper()} via stagewise serve: {varied}, gamma={a.gamma}, {form}, "
                  f"\nmax-steps {a.max_steps}, utd {a.utd}, n-step {a.nstep}, symmetry aug. "
@@ -562,6 +572,10 @@ def parse(argv=None):
                          "signal, which the sparse reward also gets) instead of the model's reading of its frame: "
                          "the finishing step pays r_task + c (1 - phi). Also NOT policy-invariant; the oracle reads 1 "
                          "there anyway, sparse is unchanged")
+    ap.add_argument("--potential-scale", type=float, default=1.0,
+                    help="--reward-form progress: scale of its potential-based part c (gamma phi' - phi), the level "
+                         "c (1 - gamma) phi' kept (same optimal policy for every value; 1 = the plain progress form): "
+                         "a learned phi's per-step noise is paid S times")
     ap.add_argument("--horizon", type=float, default=100.0, help="H of --reward-form exp (steps an expert needs)")
     ap.add_argument("--model", default="", help="reward model manifest for --rewards model (default: shipped)")
     ap.add_argument("--algo", choices=["sac", "td3"], default="td3",
@@ -635,6 +649,8 @@ def parse(argv=None):
         ap.error("--gripper-binary is a td3 option (the actor's gripper output is regressed onto the better choice)")
     if a.success_progress_one and a.reward_form != "progress":
         ap.error("--success-progress-one is a --reward-form progress option (the other forms end at potential 0)")
+    if a.potential_scale != 1.0 and a.reward_form != "progress":
+        ap.error("--potential-scale is a --reward-form progress option (the potential forms are the potential part)")
     if a.smoke:
         a.steps, a.random_steps, a.learning_starts, a.eval_every, a.eval_episodes = 3000, 1000, 1000, 1500, 5
         a.net, a.eval_envs, a.max_steps, a.eval_max_steps, a.utd = "64,64", 5, 100, -1, 0.5

@@ -87,6 +87,39 @@ def test_success_progress_one_pays_the_finishing_step_as_progress_one():
         ls.parse(["--success-progress-one"])
 
 
+def test_potential_scale_moves_the_return_by_a_start_constant_only():
+    """--potential-scale S scales the progress form's potential part: the discounted return of any episode that
+    terminates differs from the plain form's (S = 1) by (1 - S) c phi_0, the same for every trajectory from a start
+    (so the optimal policy is unchanged), and each step's model term is S c (gamma phi' - phi) + the level."""
+    ls = _script()
+    base = ["--reward-form", "progress", "--shaping-scale", "10", "--gamma", "0.97"]
+    rng = np.random.default_rng(3)
+    for scale in (1.0, 0.3, 0.0):
+        a = ls.parse(base + ["--potential-scale", str(scale)])
+        a1 = ls.parse(base)
+        diffs = []
+        for _ in range(5):
+            phis = np.concatenate([[0.2], rng.uniform(size=int(rng.integers(2, 30)))])
+            lr, lr1 = ls.LearnReward(a, "model"), ls.LearnReward(a1, "model")
+            lr.reset({"phi": phis[0]})
+            lr1.reset({"phi": phis[0]})
+            ret, ret1, disc = 0.0, 0.0, 1.0
+            for t in range(len(phis) - 1):
+                term = t == len(phis) - 2
+                task = 1.0 if term else 0.0
+                served = task + 10 * (0.97 * (0.0 if term else phis[t + 1]) - phis[t])
+                info = {"phi": phis[t + 1], "task_reward": task, "success": term}
+                out = lr(served, term, info)
+                out1 = lr1(served, term, info)
+                level = 10 * phis[t + 1] * (1.0 if term else 0.03)
+                assert out == pytest.approx(task + scale * (served - task) + level)
+                ret, ret1, disc = ret + disc * out, ret1 + disc * out1, disc * 0.97
+            diffs.append(ret - ret1)
+        np.testing.assert_allclose(diffs, (1 - scale) * 10 * 0.2, atol=1e-9)
+    with pytest.raises(SystemExit):  # the potential forms have no separate potential part to scale
+        ls.parse(["--potential-scale", "0.5"])
+
+
 def test_exported_policy_is_the_deterministic_actor(tmp_path):
     import onnxruntime as ort
 
