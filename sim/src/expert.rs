@@ -26,6 +26,10 @@ pub enum FailureMode {
     Freeze,
     /// Carries (pushes) the block off the table: terminated with failure.
     OffTable,
+    /// Places (pushes) the block 0.5-5 cm from its place point (target), in a random direction drawn per episode,
+    /// then stops as if done: both sides of the oracle's 2 cm tolerance ([`PLACE_TOL`]), the near misses a
+    /// reward model must tell from a placed block. Succeeds when the offset is inside the tolerance.
+    NearPlace,
 }
 
 /// How an expert is degraded. `Degradation::default()` is the clean expert.
@@ -83,7 +87,8 @@ impl Degradation {
     }
 
     /// Named presets: `none`, `noisy`, `pauses`, `regress`, `miss-grasp`, `wrong-place`, `freeze`,
-    /// `off-table`, `mixed` (noise + pauses + regress), `random` (uniformly random actions held 4 steps).
+    /// `off-table`, `near-place`, `mixed` (noise + pauses + regress), `random` (uniformly random actions held 4
+    /// steps).
     pub fn preset(name: &str) -> Option<Self> {
         Some(match name {
             "none" | "clean" => Self::none(),
@@ -94,6 +99,7 @@ impl Degradation {
             "wrong-place" => Self::failure(FailureMode::WrongPlace),
             "freeze" => Self::failure(FailureMode::Freeze),
             "off-table" => Self::failure(FailureMode::OffTable),
+            "near-place" => Self::failure(FailureMode::NearPlace),
             "mixed" => Self {
                 action_noise: 0.2,
                 pause_prob: 0.02,
@@ -107,7 +113,7 @@ impl Degradation {
         })
     }
 
-    pub const PRESETS: [&'static str; 10] = [
+    pub const PRESETS: [&'static str; 11] = [
         "none",
         "noisy",
         "pauses",
@@ -116,6 +122,7 @@ impl Degradation {
         "wrong-place",
         "freeze",
         "off-table",
+        "near-place",
         "mixed",
         "random",
     ];
@@ -136,6 +143,8 @@ pub struct Expert {
     last_grip: f32,
     /// The action `random_hold` is holding.
     random_action: [f32; 4],
+    /// Where `FailureMode::NearPlace` puts the block, relative to its place point (zero otherwise).
+    near_offset: Vec2,
 }
 
 impl Expert {
@@ -148,6 +157,13 @@ impl Expert {
     pub fn with_seed(task: Task, degradation: Degradation, seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x005e_ede4_be27_u64);
         let freeze_at = rng.random_range(15..70);
+        // drawn after everything else and only for near-place, so the other presets' streams are unchanged
+        let near_offset = if degradation.failure == Some(FailureMode::NearPlace) {
+            let angle = rng.random_range(0.0..std::f32::consts::TAU);
+            Vec2::new(angle.cos(), angle.sin()) * rng.random_range(0.005f32..0.05)
+        } else {
+            Vec2::ZERO
+        };
         Self {
             task,
             deg: degradation,
@@ -160,6 +176,7 @@ impl Expert {
             reopen: false,
             last_grip: 1.0,
             random_action: [0.0; 4],
+            near_offset,
         }
     }
 
@@ -259,7 +276,7 @@ impl Expert {
         }
     }
 
-    /// Where this expert believes block 0 belongs (shifted by the wrong-place / off-table failures).
+    /// Where this expert believes block 0 belongs (shifted by the wrong-place / off-table / near-place failures).
     fn place_belief(&self, world: &World) -> Vec3 {
         let p = world.place_point();
         let rest = world.block(0).half.z;
@@ -268,6 +285,7 @@ impl Expert {
                 let dx = if p.x > 0.0 { -0.10 } else { 0.10 };
                 Vec3::new(p.x + dx, p.y, rest)
             }
+            Some(FailureMode::NearPlace) => p + self.near_offset.extend(0.0),
             Some(FailureMode::OffTable) => {
                 let a = world.block_pos(0);
                 let y = if a.y > 0.0 { 0.51 } else { -0.51 };
@@ -355,9 +373,14 @@ impl Expert {
         let b = world.block_pos(0).truncate();
         let mut g = push_geometry(world);
         match self.deg.failure {
-            Some(FailureMode::WrongPlace) => {
-                // push toward a point beside the target, then stop
-                let t = world.target().truncate() + Vec2::new(-g.dir.y, g.dir.x) * 0.09;
+            Some(mode @ (FailureMode::WrongPlace | FailureMode::NearPlace)) => {
+                // push toward a point beside the target (9 cm; near-place: its drawn offset), then stop
+                let beside = if mode == FailureMode::WrongPlace {
+                    Vec2::new(-g.dir.y, g.dir.x) * 0.09
+                } else {
+                    self.near_offset
+                };
+                let t = world.target().truncate() + beside;
                 let d = t - b;
                 g.dist = d.length();
                 g.dir = if g.dist > 1e-6 { d / g.dist } else { g.dir };

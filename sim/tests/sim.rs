@@ -165,6 +165,54 @@ fn degraded_experts_fail_or_recover_as_described() {
 /// the block the push works, and the oracle labels it as the push it is (no fall back to "not started" while
 /// the pusher is lowered beside the block, no jump when the block starts moving).
 #[test]
+fn near_place_lands_on_both_sides_of_the_tolerance_and_the_oracle_tells_them_apart() {
+    // pick-place: released 0.5-5 cm from the place point; success exactly when inside the 2 cm tolerance (up to
+    // the block settling a few millimetres from where it was let go)
+    for (task, tol) in [
+        (Task::PickPlace, stagewise_sim::oracle::PLACE_TOL),
+        (Task::PushTarget, stagewise_sim::oracle::PUSH_TOL),
+    ] {
+        let (mut inside, mut outside) = (0, 0);
+        for seed in 0..16 {
+            let r = rollout(
+                task,
+                seed,
+                Degradation::failure(FailureMode::NearPlace),
+                false,
+            )
+            .expect("rollout");
+            let col = |name: &str| {
+                r.state_names
+                    .iter()
+                    .position(|n| n == name)
+                    .unwrap_or_else(|| panic!("{task}: no state {name}"))
+            };
+            let last = r.states.last().expect("states");
+            let dx = last[col("block0_x")] - last[col("target_x")];
+            let dy = last[col("block0_y")] - last[col("target_y")];
+            let d = dx.hypot(dy);
+            assert!((0.002..0.06).contains(&d), "{task} seed {seed}: {d} m off");
+            if (d - tol).abs() > 0.004 {
+                assert_eq!(r.success, d < tol, "{task} seed {seed}: {d} m off");
+            }
+            if r.success {
+                inside += 1;
+            } else {
+                outside += 1;
+                assert!(
+                    r.truncated,
+                    "{task} seed {seed}: a near miss runs to the time limit"
+                );
+            }
+        }
+        assert!(
+            inside >= 2 && outside >= 2,
+            "{task}: {inside} inside, {outside} outside"
+        );
+    }
+}
+
+#[test]
 fn off_centre_pushes_are_labelled_as_pushes() {
     let mut succeeded = 0;
     for seed in 0..12 {

@@ -55,8 +55,9 @@ pub struct RecordArgs {
     #[arg(long, default_value_t = 0.3)]
     pub degraded: f64,
     /// Degradation presets cycled over the degraded episodes, comma-separated (e.g. only the failure modes,
-    /// `miss-grasp,wrong-place,freeze,off-table`, for data where most attempts fail; `random`, not among the
-    /// defaults: no expert, random actions held 4 steps, the states an RL explorer visits).
+    /// `miss-grasp,wrong-place,freeze,off-table`, for data where most attempts fail. Not among the defaults:
+    /// `random` (no expert, random actions held 4 steps, the states an RL explorer visits) and `near-place` (the
+    /// block put down 0.5-5 cm from its place point, both sides of the success tolerance).
     #[arg(long, value_delimiter = ',', default_values_t = DEGRADED_PRESETS.map(String::from))]
     pub presets: Vec<String>,
     /// Seed of the first episode; episode i uses seed + i.

@@ -22,7 +22,8 @@ pub struct SimArgs {
     /// Image height of every view.
     #[arg(long, default_value_t = 120)]
     pub height: u32,
-    /// Expert degradation preset: none, noisy, pauses, regress, miss-grasp, wrong-place, freeze, off-table, mixed.
+    /// Expert degradation preset: none, noisy, pauses, regress, miss-grasp, wrong-place, freeze, off-table,
+    /// near-place, mixed, random.
     #[arg(long, default_value = "none")]
     pub degradation: String,
     #[command(flatten)]
