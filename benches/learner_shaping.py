@@ -16,7 +16,9 @@ One run = one reward condition x one seed:
 2. The reward learned from is the served one, with the potential phi - `--phi-offset` (default 1: potential 0 at
    the goal) instead of phi: `r_task + c (gamma (phi' - 1) - (phi - 1))`, terminal potential 0. Still
    potential-based, so the optimal policy is the task's (see `offset_reward`). `--reward-form progress`
-   (r_task + c (phi' - phi)) is NOT policy-invariant and only there to be measured against.
+   (r_task + c (phi' - phi)) is NOT policy-invariant and only there to be measured against; it is the served
+   potential part plus a level c (1 - gamma) phi', and `--potential-scale S` scales only the potential part (the
+   same optimal policy for every S; a learned phi's per-step noise is paid S times).
 3. The learner (defaults: the set-up of benches/learner_shaping.md, 2026-12-04: TD3, 128x128, each action held 4
    env steps, 2 critic updates per decision, gamma 0.99, every sampled transition mapped by a random symmetry of the
    square about the block, `Symmetry`) is a small SAC / TD3 in plain torch (learner_agent.py; SB3's per-update
