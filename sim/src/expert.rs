@@ -27,8 +27,9 @@ pub enum FailureMode {
     /// Carries (pushes) the block off the table: terminated with failure.
     OffTable,
     /// Places (pushes) the block 0.5-5 cm from its place point (target), in a random direction drawn per episode,
-    /// then stops as if done: both sides of the oracle's 2 cm tolerance ([`PLACE_TOL`]), the near misses a
-    /// reward model must tell from a placed block. Succeeds when the offset is inside the tolerance.
+    /// then stops as if done: both sides of the success tolerance ([`PLACE_TOL`], 2 cm; push-target's
+    /// [`oracle::PUSH_TOL`], 2.5 cm), the near misses a reward model must tell from a placed block. Succeeds when
+    /// the offset is inside the tolerance.
     NearPlace,
 }
 

@@ -166,8 +166,8 @@ fn degraded_experts_fail_or_recover_as_described() {
 /// the pusher is lowered beside the block, no jump when the block starts moving).
 #[test]
 fn near_place_lands_on_both_sides_of_the_tolerance_and_the_oracle_tells_them_apart() {
-    // pick-place: released 0.5-5 cm from the place point; success exactly when inside the 2 cm tolerance (up to
-    // the block settling a few millimetres from where it was let go)
+    // put down (pushed to) 0.5-5 cm from the place point (target): success exactly when inside the tolerance (up
+    // to the block settling a few millimetres from where it was let go), and both sides occur
     for (task, tol) in [
         (Task::PickPlace, stagewise_sim::oracle::PLACE_TOL),
         (Task::PushTarget, stagewise_sim::oracle::PUSH_TOL),
