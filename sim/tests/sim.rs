@@ -161,9 +161,6 @@ fn degraded_experts_fail_or_recover_as_described() {
     assert!(!play.success && play.clipped.iter().all(|&c| !c));
 }
 
-/// The push expert's "miss-grasp" variant pushes 6 cm off the block-target line; where the gripper still meets
-/// the block the push works, and the oracle labels it as the push it is (no fall back to "not started" while
-/// the pusher is lowered beside the block, no jump when the block starts moving).
 #[test]
 fn near_place_lands_on_both_sides_of_the_tolerance_and_the_oracle_tells_them_apart() {
     // put down (pushed to) 0.5-5 cm from the place point (target): success exactly when inside the tolerance (up
@@ -212,6 +209,9 @@ fn near_place_lands_on_both_sides_of_the_tolerance_and_the_oracle_tells_them_apa
     }
 }
 
+/// The push expert's "miss-grasp" variant pushes 6 cm off the block-target line; where the gripper still meets
+/// the block the push works, and the oracle labels it as the push it is (no fall back to "not started" while
+/// the pusher is lowered beside the block, no jump when the block starts moving).
 #[test]
 fn off_centre_pushes_are_labelled_as_pushes() {
     let mut succeeded = 0;
