@@ -164,7 +164,7 @@ def offset_reward(r, terminated, a, reward):
     return r + a.phi_offset * a.shaping_scale * (1.0 if terminated else 1.0 - a.gamma)
 
 
-def progress_reward(r, terminated, phi_next, a, reward, task=0.0):
+def progress_reward(r, terminated, phi_next, a, reward, task):
     """`--reward-form progress`, NOT policy-invariant: r_task + c (phi' - phi) with the terminal state keeping
     its potential, from the served reward: + c (1 - gamma) phi' (non-terminal), + c phi' (terminated).
 
