@@ -318,6 +318,22 @@ def serve_args(a, reward, robot, envs, seed, max_steps):
     return args
 
 
+def train_seed_base(seed: int) -> int:
+    """The first simulator seed of run `seed`'s training episodes; each episode takes the next one."""
+    return 1_000_000 * (seed + 1)
+
+
+def eval_seed_clash(seed: int, a) -> str:
+    """Why run `seed` would train on an evaluation seed ('' when it cannot): its training episodes, at most one per env
+    step, take the simulator seeds from train_seed_base(seed) on."""
+    lo, hi = train_seed_base(seed), train_seed_base(seed) + a.steps + a.envs
+    if lo < a.eval_seed + a.eval_episodes and a.eval_seed < hi:
+        return (f"--seeds {seed}: its training episodes take the simulator seeds {lo}.. (up to {hi}), which cover the "
+                f"held-out eval seeds {a.eval_seed}..{a.eval_seed + a.eval_episodes - 1} (--eval-seed): pick another "
+                f"seed or --eval-seed")
+    return ""
+
+
 def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -328,7 +344,7 @@ def one_run(reward: str, seed: int, a, save, demos=()) -> dict:
     pol_dir = os.path.join(a.out, "policies")
     os.makedirs(pol_dir, exist_ok=True)
     eval_max = a.eval_max_steps if a.eval_max_steps >= 0 else a.max_steps
-    with launch.serve(*serve_args(a, reward, robot, a.envs, 1_000_000 * (seed + 1), a.max_steps),
+    with launch.serve(*serve_args(a, reward, robot, a.envs, train_seed_base(seed), a.max_steps),
                       log=os.path.join(logdir, f"serve-{a.task}-{reward}-{seed}.log")) as srv, \
             launch.serve(*serve_args(a, "sparse", robot + "-eval", a.eval_envs, 0, eval_max),
                          log=os.path.join(logdir, f"serve-eval-{a.task}-{reward}-{seed}.log")) as esrv:
@@ -656,6 +672,10 @@ def parse(argv=None):
     if a.smoke:
         a.steps, a.random_steps, a.learning_starts, a.eval_every, a.eval_episodes = 3000, 1000, 1000, 1500, 5
         a.net, a.eval_envs, a.max_steps, a.eval_max_steps, a.utd = "64,64", 5, 100, -1, 0.5
+    if not a.merge:
+        for seed in [int(s) for s in a.seeds.split(",")]:
+            if eval_seed_clash(seed, a):
+                ap.error(eval_seed_clash(seed, a))
     return a
 
 

@@ -351,6 +351,20 @@ def test_a_binary_gripper_is_a_td3_option():
         ls.parse(["--gripper-binary", "--algo", "sac"])
 
 
+def test_a_run_whose_training_seeds_cover_the_eval_seeds_is_refused(capsys):
+    ls = _script()
+    # seed 6 trains from simulator seed 7000000 on, the default eval seeds are 7000000..7000049
+    with pytest.raises(SystemExit):
+        ls.parse(["--seeds", "0,6", "--steps", "300000"])
+    assert "7000000..7000049" in capsys.readouterr().err
+    assert not ls.eval_seed_clash(6, ls.parse(["--seeds", "0", "--eval-seed", "9000000"]))
+    for seed in (0, 5, 7):
+        assert not ls.eval_seed_clash(seed, ls.parse(["--seeds", str(seed), "--steps", "300000"]))
+    # the bound is the run's length: seed 5 starts 6000000 and would reach 7000000 after a million steps
+    with pytest.raises(SystemExit):
+        ls.parse(["--seeds", "5", "--steps", "1000000"])
+
+
 class _NoDraw:
     """A generator whose draws never fall under a flip probability."""
 
