@@ -570,7 +570,9 @@ def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="push-target")
     ap.add_argument("--rewards", default="sparse,model,oracle")
-    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--seeds", default="0",
+                    help="comma-separated; run s trains on the simulator seeds from 1000000 (s + 1) on, and a seed "
+                         "whose training seeds would cover the eval seeds (--eval-seed) is refused")
     ap.add_argument("--steps", type=int, default=150_000, help="env steps per run (all training envs together)")
     ap.add_argument("--envs", type=int, default=4, help="training envs (one server, stepped concurrently)")
     ap.add_argument("--max-steps", type=int, default=200, help="training episode length (truncation)")
