@@ -676,8 +676,9 @@ def parse(argv=None):
         a.net, a.eval_envs, a.max_steps, a.eval_max_steps, a.utd = "64,64", 5, 100, -1, 0.5
     if not a.merge:
         for seed in [int(s) for s in a.seeds.split(",")]:
-            if eval_seed_clash(seed, a):
-                ap.error(eval_seed_clash(seed, a))
+            clash = eval_seed_clash(seed, a)
+            if clash:
+                ap.error(clash)
     return a
 
 
