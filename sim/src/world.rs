@@ -363,7 +363,7 @@ impl World {
         self.tcp = end;
     }
 
-    /// Engages the attach joint when both fingers touch the same block.
+    /// Engages the attach joint when both fingers touch the same block from its sides, the block between them.
     fn try_attach(&mut self) {
         let touching = |w: &World, f: usize, b: usize| {
             w.phys
@@ -371,8 +371,15 @@ impl World {
                 .and_then(|p| p.find_deepest_contact())
                 .is_some_and(|(_, c)| c.dist < 0.001)
         };
+        // Fingers closed on a block's top touch it too; a real gripper cannot lift it that way.
+        let between = |w: &World, b: usize| {
+            let p = w.block_pos(b);
+            let half = w.blocks[b].half;
+            let hand_y = w.phys.bodies[w.palm].translation().y;
+            (p.y - hand_y).abs() < w.width * 0.5 && w.width > half.x.min(half.y)
+        };
         for b in 0..self.blocks.len() {
-            if touching(self, 0, b) && touching(self, 1, b) {
+            if between(self, b) && touching(self, 0, b) && touching(self, 1, b) {
                 let palm_pose = *self.phys.bodies[self.palm].position();
                 let block_pose = *self.phys.bodies[self.blocks[b].body].position();
                 let joint = FixedJointBuilder::new()

@@ -543,3 +543,34 @@ fn invalid_configs_are_refused() {
     assert!("pick-place".parse::<Task>().is_ok());
     assert!("juggle".parse::<Task>().is_err());
 }
+
+#[test]
+fn fingers_closing_on_a_block_top_do_not_pick_it_up() {
+    use stagewise_sim::world::{Vec3, MAX_SPEED};
+    let mut env = SimEnv::new(SimConfig::headless(Task::PickPlace)).expect("env");
+    env.reset(5).expect("reset");
+    // drives the TCP toward `to` with gripper command `grip`
+    let goto = |env: &mut SimEnv, to: Vec3, grip: f32, steps: usize| {
+        for _ in 0..steps {
+            let w = env.world().expect("world");
+            let d = (to - w.tcp()) / (MAX_SPEED * w.control_dt());
+            let a = [
+                d.x.clamp(-1.0, 1.0),
+                d.y.clamp(-1.0, 1.0),
+                d.z.clamp(-1.0, 1.0),
+                grip,
+            ];
+            env.step(&a).expect("step");
+        }
+    };
+    let block = env.world().expect("world").block_pos(0);
+    // fingers 1 cm apart, narrower than the block, come down on its top (the TCP is 2 cm above the fingertips)
+    goto(&mut env, block + Vec3::new(0.0, 0.0, 0.12), -0.75, 60);
+    goto(&mut env, block + Vec3::new(0.0, 0.0, 0.03), -0.75, 30);
+    // then close while pressing, and lift
+    goto(&mut env, block + Vec3::new(0.0, 0.0, 0.02), -1.0, 10);
+    goto(&mut env, block + Vec3::new(0.0, 0.0, 0.15), -1.0, 40);
+    let w = env.world().expect("world");
+    assert_eq!(w.attached(), None, "a block lifted by its top");
+    assert!(w.block_pos(0).z < 0.03, "block at z {}", w.block_pos(0).z);
+}
