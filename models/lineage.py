@@ -412,8 +412,8 @@ def dump(doc: dict) -> str:
 
 
 def check_shipped(doc: dict) -> list:
-    """The working tree's models/<task>/ files must be the chain heads' bytes (graphs), and each manifest's sha256
-    fields must name them."""
+    """The working tree's models/<task>/ files must be the chain heads' bytes (graphs), each manifest's sha256
+    fields must name them, and the task's MODEL_CARD.md must give every graph sha256 of the chain."""
     errs = []
     for m in doc["models"]:
         for f in m["shipped"]:
@@ -425,6 +425,15 @@ def check_shipped(doc: dict) -> list:
             elif sha256(p.read_bytes()) != f["sha256"]:
                 errs.append(f"{f['shipped_as']}: sha256 {sha256(p.read_bytes())[:12]} is not the lineage's "
                             f"{f['sha256'][:12]} ({f['path']} at {f['commit'][:12]})")
+        card = REPO / f"models/{doc['task']}/MODEL_CARD.md"
+        if card.exists():
+            text = card.read_text()
+            for r in m["chain"]:
+                if r["graph"]["sha256"] not in text:
+                    errs.append(f"{card.relative_to(REPO)}: does not give {m['name']} {r['round']}'s graph sha256 "
+                                f"{r['graph']['sha256']}")
+        else:
+            errs.append(f"{card.relative_to(REPO)}: missing")
         toml = REPO / f"models/{doc['task']}/{m['name']}.toml"
         if toml.exists():
             text = toml.read_text()
