@@ -392,7 +392,9 @@ def generate(git: Git) -> tuple:
             "generated_by": "models/lineage.py (python3 models/lineage.py --check verifies this file against git)",
             "restore": "git show <commit>:<path> > FILE restores a file; every sha256 is of those bytes. A round's "
                        "dataset names its checkpoints by stem (policy_dir/STEM.onnx and STEM.toml, the policy "
-                       "manifest); 'checkpoints' below lists each file once with its sha256 and commit.",
+                       "manifest); 'checkpoints' below lists each file once with its sha256 and commit. The record commands name "
+                       "checkpoints by their paths at that commit: restore a directory first (git restore "
+                       "--source=<commit> -- <dir>), and record with the simulator of the round's trained_at commit.",
             "base_commit": b.base,
             "task": task,
             "models": models,
