@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""docs/results.md and its figures, generated from the committed curves.json files (DESIGN.md, "What is committed
+of an experiment"). Nothing in the table is typed by hand: each row names the runs it stands for (the `label` of a
+merged curves.json, i.e. one reward condition over several seeds), and the script computes the rest.
+
+    .venv/bin/python scripts/results_table.py            # writes docs/results.md, docs/results/<task>.png and
+                                                         # the README's summary block
+    .venv/bin/python scripts/results_table.py --check    # exits 1 when either text is not what it would write
+    .venv/bin/python scripts/results_table.py --eval     # first rolls each run's last policy out on 200 fresh seeds
+
+Per row: the seeds, the first evaluated step at which the mean success curve over the seeds reaches 80% (each run
+evaluated its deterministic policy on 50 held-out seeds per checkpoint; the mean is taken over the steps every run
+evaluated), and the final success of each run's last policy on 200 fresh seeds (7400000.., never trained on nor
+used to choose a recipe), read from `fresh_eval.json` beside the run's curves.json. `--eval` writes those files with
+`stagewise eval policy` (it needs the run's last policy, which stays out of git: run it where the runs were made).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+FRESH_SEED, FRESH_EPISODES = 7_400_000, 200
+TARGET = 0.8
+
+
+@dataclass
+class Row:
+    reward: str  # what the table calls it
+    label: str  # the runs' label in the merged curves.json
+    policy: str = ""  # the shipped policy trained this way, if any
+    note: str = ""
+
+
+@dataclass
+class Experiment:
+    task: str
+    merged: str  # the merged curves.json (learner_shaping.py --merge)
+    rows: List[Row] = field(default_factory=list)
+    note: str = ""
+
+
+EXPERIMENTS = [
+    Experiment(
+        task="push-target",
+        merged="benches/results/learner_shaping_push_sg/merged/curves.json",
+        note="TD3, no demonstrations, progress form c = 10, symmetry augmentation, 150k env steps (sparse: two seeds "
+        "to 300k). Learned = the shipped push-target model (round 6), pixels + gripper width.",
+        rows=[
+            Row("sparse (floor)", "sparse, 0 demos"),
+            Row("oracle progress (ceiling)", "oracle, c=10, 0 demos"),
+            Row("learned", "model, c=10, 0 demos, round 6 (shipped)"),
+            Row("learned, success read as phi = 1", "model, c=10, 0 demos, success phi 1, round 6 (shipped)",
+                policy="models/policies/push-target-learned"),
+        ],
+    ),
+    Experiment(
+        task="pick-place",
+        merged="benches/results/learner_shaping_pick_sg/merged/curves.json",
+        note="TD3, no demonstrations, progress form c = 10, gripper flips 0.02 x 8 with rise, binary gripper, "
+        "300k env steps. Learned = the shipped pick-place model (round 10), pixels + proprioception.",
+        rows=[
+            Row("sparse (floor)", "sparse, 0 demos, flip 0.02 x8 rise, binary gripper"),
+            Row("oracle progress (ceiling)", "oracle, c=10, 0 demos, flip 0.02 x8 rise, binary gripper"),
+            Row("oracle progress, potential part x 0.1",
+                "oracle, c=10 (potential part x0.1), 0 demos, flip 0.02 x8 rise, binary gripper"),
+            Row("learned, potential part x 0.1, success read as phi = 1",
+                "model, c=10 (potential part x0.1), 0 demos, flip 0.02 x8 rise, binary gripper, success phi 1, "
+                "round 10", policy="models/policies/pick-place-learned"),
+        ],
+    ),
+]
+
+
+def rel(path: str) -> str:
+    """A run's path relative to the repository (merged files hold the absolute path of the machine they ran on)."""
+    marker = "benches/results/"
+    return path[path.index(marker):] if marker in path else path
+
+
+def load_runs(exp: Experiment) -> Dict[str, List[dict]]:
+    with open(os.path.join(REPO, exp.merged)) as fh:
+        merged = json.load(fh)
+    by_label: Dict[str, List[dict]] = {}
+    for run in merged["runs"]:
+        by_label.setdefault(run["label"], []).append(run)
+    for row in exp.rows:
+        if row.label not in by_label:
+            raise SystemExit(f"{exp.merged}: no runs labelled {row.label!r} (labels: {sorted(by_label)})")
+    return by_label
+
+
+def mean_curve(runs: List[dict]):
+    """[(step, mean success)] over the evaluations every run made: the i-th checkpoint of each run (runs evaluate
+    at the same interval; their step counts differ by the few steps of a decision), up to the shortest run."""
+    n = min(len(r["checkpoints"]) for r in runs)
+    out = []
+    for i in range(n):
+        steps = [r["checkpoints"][i]["steps"] for r in runs]
+        out.append((max(steps), sum(r["checkpoints"][i]["success"] for r in runs) / len(runs)))
+    return out
+
+
+def steps_to_target(curve) -> Optional[int]:
+    return next((s for s, v in curve if v >= TARGET), None)
+
+
+def kilo(steps: int) -> str:
+    return f"{int(round(steps / 1000.0))}k"
+
+
+def fresh_eval_path(run: dict) -> str:
+    return os.path.join(REPO, rel(run["source"]), "fresh_eval.json")
+
+
+def fresh_success(runs: List[dict]) -> Optional[List[float]]:
+    rates = []
+    for run in runs:
+        path = fresh_eval_path(run)
+        if not os.path.exists(path):
+            return None
+        with open(path) as fh:
+            rates.append(json.load(fh)["success_rate"])
+    return rates
+
+
+def commit_of(path: str) -> str:
+    """The commit that last changed a run's curves.json."""
+    out = subprocess.run(["git", "log", "-1", "--format=%h", "--", path], cwd=REPO, capture_output=True,
+                         text=True, check=True)
+    return out.stdout.strip() or "uncommitted"
+
+
+def evaluate(exp: Experiment, runs: List[dict], binary: str) -> None:
+    for run in runs:
+        manifest = os.path.join(REPO, rel(run["last"]["manifest"]))
+        out = fresh_eval_path(run)
+        if os.path.exists(out):
+            continue
+        if not os.path.exists(manifest):
+            raise SystemExit(f"{manifest}: the run's last policy is not here (checkpoints stay out of git; "
+                             "restore it with `git show 6d505fc:PATH`)")
+        print(f"eval {rel(run['source'])} ...", file=sys.stderr, flush=True)
+        subprocess.run([binary, "--log", "warn", "eval", "policy", "--policy", manifest, "--task", exp.task,
+                        "--episodes", str(FRESH_EPISODES), "--seed", str(FRESH_SEED), "--json", out],
+                       cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+
+
+def figure(exp: Experiment, by_label: Dict[str, List[dict]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    for row in exp.rows:
+        runs = by_label[row.label]
+        curve = mean_curve(runs)
+        xs = [s / 1000.0 for s, _ in curve]
+        n = len(curve)
+        lo = [min(r["checkpoints"][i]["success"] for r in runs) for i in range(n)]
+        hi = [max(r["checkpoints"][i]["success"] for r in runs) for i in range(n)]
+        line, = ax.plot(xs, [v for _, v in curve], label=f"{row.reward} ({len(runs)} seeds)")
+        ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.12, linewidth=0)
+    ax.axhline(TARGET, color="k", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("env steps (k)")
+    ax.set_ylabel("success on 50 held-out seeds")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"{exp.task}: mean over seeds (band: min-max)")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})  # no version stamp: the file changes only with the data
+    plt.close(fig)
+
+
+README_BEGIN = "<!-- results: written by scripts/results_table.py from docs/results.md's data -->"
+README_END = "<!-- /results -->"
+
+
+def row_figures(exp: Experiment, row: Row, by_label: Dict[str, List[dict]]):
+    """(runs sorted by seed, steps-to-80% text, final-success text) of one row."""
+    runs = sorted(by_label[row.label], key=lambda r: r["seed"])
+    curve = mean_curve(runs)
+    hit = steps_to_target(curve)
+    reach = kilo(hit) if hit is not None else f"not within {kilo(curve[-1][0])} (max {max(v for _, v in curve):.0%})"
+    rates = fresh_success(runs)
+    final = (f"{100 * sum(rates) / len(rates):.1f}% ({100 * min(rates):.1f}-{100 * max(rates):.1f})"
+             if rates else "not evaluated")
+    return runs, reach, final
+
+
+def readme_block() -> str:
+    lines = [README_BEGIN, "| task | reward | seeds | steps to 80% | final success (200 fresh seeds) | policy |",
+             "|---|---|---|---|---|---|"]
+    for exp in EXPERIMENTS:
+        by_label = load_runs(exp)
+        for row in exp.rows:
+            runs, reach, final = row_figures(exp, row, by_label)
+            policy = f"`{row.policy}`" if row.policy else ""
+            lines.append(f"| {exp.task} | {row.reward} | {len(runs)} | {reach} | {final} | {policy} |")
+    lines.append(README_END)
+    return "\n".join(lines)
+
+
+def with_readme_block(readme: str) -> str:
+    start, end = readme.find(README_BEGIN), readme.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"README.md: no {README_BEGIN!r} ... {README_END!r} block to write the summary into")
+    return readme[:start] + readme_block() + readme[end + len(README_END):]
+
+
+def table() -> str:
+    lines = [
+        "# Results",
+        "",
+        "Generated by `scripts/results_table.py` from the committed `curves.json` files; do not edit by hand. "
+        "Steps to 80%: the first evaluation at which the mean success over the seeds (each checkpoint's deterministic "
+        "policy on 50 held-out seeds) reaches 80%. Final: each seed's last policy on 200 fresh seeds "
+        f"({FRESH_SEED}..), mean (min-max). How the runs were chosen and what else was tried: "
+        "[the lab notebooks](lab/README.md).",
+        "",
+        "What each learner reads: the state policy reads the simulator's state (block and target poses: a "
+        "simulator result); the learned reward reads camera frames and proprioception only; `oracle` is the "
+        "simulator's ground-truth progress (the ceiling), `sparse` the task's success alone (the floor).",
+        "",
+    ]
+    commands = []
+    for exp in EXPERIMENTS:
+        by_label = load_runs(exp)
+        lines += [f"## {exp.task}", "", exp.note, "",
+                  "| reward | seeds | steps to 80% (mean curve) | final success, 200 fresh seeds | command | commit | policy |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in exp.rows:
+            runs, reach, final = row_figures(exp, row, by_label)
+            commands.append(" ".join(runs[0]["argv"]))
+            commit = commit_of(os.path.join(rel(runs[0]["source"]), "curves.json"))
+            policy = f"[`{os.path.basename(row.policy)}`](../{row.policy}/)" if row.policy else ""
+            seeds = ", ".join(str(r["seed"]) for r in runs)
+            lines.append(f"| {row.reward} | {seeds} | {reach} | {final} | [{len(commands)}](#commands) | "
+                         f"`{commit}` | {policy} |")
+        lines.append("")
+        lines += [f"![{exp.task}](results/{exp.task}.png)", ""]
+    lines += ["## Commands", "", "The first seed's command of each row (the other seeds differ in `--seeds` and "
+              "`--out`; the learner then was `benches/learner_shaping.py`, now `stagewise learn`).", ""]
+    lines += [f"{i}. `{c}`" for i, c in enumerate(commands, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/results.md is out of date")
+    ap.add_argument("--eval", action="store_true",
+                    help="roll out each run's last policy on 200 fresh seeds first (fresh_eval.json)")
+    ap.add_argument("--no-figures", action="store_true", help="do not redraw docs/results/<task>.png")
+    a = ap.parse_args()
+    if a.eval:
+        binary = os.environ.get("STAGEWISE_BIN", os.path.join(REPO, "target", "release", "stagewise"))
+        for exp in EXPERIMENTS:
+            by_label = load_runs(exp)
+            for row in exp.rows:
+                evaluate(exp, by_label[row.label], binary)
+    path = os.path.join(REPO, "docs", "results.md")
+    readme_path = os.path.join(REPO, "README.md")
+    with open(readme_path) as fh:
+        readme = fh.read()
+    wanted = {path: table(), readme_path: with_readme_block(readme)}
+    if a.check:
+        stale = []
+        for p, text in wanted.items():
+            with open(p) as fh:
+                if fh.read() != text:
+                    stale.append(p)
+        for p in stale:
+            print(f"{p} is out of date: run scripts/results_table.py", file=sys.stderr)
+        return 1 if stale else 0
+    for p, text in wanted.items():
+        with open(p, "w") as fh:
+            fh.write(text)
+    if not a.no_figures:
+        os.makedirs(os.path.join(REPO, "docs", "results"), exist_ok=True)
+        for exp in EXPERIMENTS:
+            figure(exp, load_runs(exp), os.path.join(REPO, "docs", "results", f"{exp.task}.png"))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
