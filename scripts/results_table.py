@@ -134,8 +134,8 @@ def fresh_success(runs: List[dict]) -> Optional[List[float]]:
 def commit_of(path: str) -> str:
     """The commit that last changed a run's curves.json."""
     out = subprocess.run(["git", "log", "-1", "--format=%h", "--", path], cwd=REPO, capture_output=True,
-                         text=True, check=True)
-    return out.stdout.strip() or "uncommitted"
+                         text=True)
+    return (out.returncode == 0 and out.stdout.strip()) or "uncommitted"
 
 
 def evaluate(exp: Experiment, runs: List[dict], binary: str) -> None:
