@@ -56,7 +56,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image, ImageDraw
 
-from stagewise.bc import BCConfig, NetConfig, RabcConfig, TrainConfig, load_frames, load_progress, rabc_weights, train
+from stagewise.bc import (BCConfig, NetConfig, RabcConfig, TrainConfig, load_frames, load_progress, rabc_weights,
+                          train)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "models/pick-place/pick-place-progress.toml"
@@ -157,7 +158,8 @@ def clean_seed_job(job):
     seed, ds, cfg, exe, pol_dir, task = job
     name = f"clean_bc_seed{seed}"
     desc = (f"plain BC on clean {task} demonstrations: {cfg['features']} features, MLP {cfg['depth']}x"
-            f"{cfg['hidden']}, gripper {cfg['gripper']}, {cfg['steps']} steps (seed {seed}), benches/bc_rabc.py --clean")
+            f"{cfg['hidden']}, gripper {cfg['gripper']}, {cfg['steps']} steps (seed {seed}), "
+            "benches/bc_rabc.py --clean")
     bc = bc_config(cfg, "bc", seed, task, holdout=0.1, successful_only=True)
     res = train(ds, pol_dir / name, bc, name=name, overwrite=True, description=desc, log=quiet)
     t1 = time.perf_counter()

@@ -31,7 +31,8 @@ def parse(argv=None):
                 g.add_argument(flag, dest=f"{group}.{f.name}", action="store_true", default=None)
             else:
                 kind = {"int": int, "float": float, "str": str}[f.type if isinstance(f.type, str) else f.type.__name__]
-                g.add_argument(flag, dest=f"{group}.{f.name}", type=kind, choices=choices.get(f.name), metavar=None if f.name in choices else f.name.upper(),
+                g.add_argument(flag, dest=f"{group}.{f.name}", type=kind, choices=choices.get(f.name),
+                               metavar=None if f.name in choices else f.name.upper(),
                                help=f"default {f.default}")
     args = vars(ap.parse_args(argv))
     parts = {}

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .config import BCConfig
-from .data import (PROGRESS_FILE, BCDataError, Frames, load_frames, load_progress, recorded_task, sha256_file,
+from .data import (PROGRESS_FILE, BCDataError, load_frames, load_progress, recorded_task, sha256_file,
                    successful_episodes)
 from .model import Features, FeatureError, Policy
 from .weights import rabc_weights, weight_summary
@@ -169,7 +169,8 @@ def export_check(model: Policy, onnx_bytes: bytes, state: np.ndarray) -> Dict[st
 
 
 def train(dataset: Path, out: Path, cfg: BCConfig = BCConfig(), *, progress: Optional[Path] = None,
-          name: Optional[str] = None, overwrite: bool = False, description: Optional[str] = None, log: Callable[[str], None] = print) -> Result:
+          name: Optional[str] = None, overwrite: bool = False, description: Optional[str] = None,
+          log: Callable[[str], None] = print) -> Result:
     """Trains one policy from `dataset` into `out` (see the module doc). Every check (config, dataset columns,
     progress file against the dataset, output directory) runs before training; nothing is written on error."""
     from .. import export
