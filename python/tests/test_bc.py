@@ -125,3 +125,24 @@ def test_out_directory_holding_another_run_is_refused_unless_overwrite(dataset, 
     bad = subprocess.run([sys.executable, "-m", "stagewise.bc", "--dataset", str(dataset), "--mode", "rabc",
                           "--out", str(tmp_path / "x"), "--chunk", "0"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "rabc.chunk 0 (must be >= 1)" in bad.stderr and not (tmp_path / "x").exists()
+
+
+def test_plain_list_columns_read_as_fixed_size_ones(dataset, copy):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stagewise.bc import load_frames
+
+    # `stagewise record` writes fixed-size lists; other LeRobot writers may write plain lists of one length.
+    f = sorted((copy / "data").glob("*/*.parquet"))[0]
+    t = pq.read_table(f)
+    for c in ["observation.state", "action"]:
+        t = t.set_column(t.schema.get_field_index(c), c, t.column(c).cast(pa.list_(pa.float32())))
+    pq.write_table(t, f)
+    a, b = load_frames(dataset), load_frames(copy)
+    assert np.array_equal(a.state, b.state) and np.array_equal(a.action, b.action) and b.state.shape[1] == 14
+    ragged = t.set_column(t.schema.get_field_index("action"), "action",
+                          pa.array([[0.0] * (3 if i == 7 else 4) for i in range(len(t))], pa.list_(pa.float32())))
+    pq.write_table(ragged, f)
+    with pytest.raises(BCDataError, match="column 'action' has 3 values at row 7, 4 at row 0"):
+        load_frames(copy)

@@ -72,6 +72,7 @@ def _names(info: dict, path: Path, key: str) -> Optional[List[str]]:
 def load_frames(root: Path, extra_columns: List[str] = ()) -> Frames:
     """Reads the columns BC needs (and `extra_columns`) from every data file; names the file and column missing."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     root = Path(root)
@@ -91,8 +92,16 @@ def load_frames(root: Path, extra_columns: List[str] = ()) -> Frames:
 
     def matrix(c: str) -> np.ndarray:
         v = t.column(c).combine_chunks()
-        if not pa.types.is_fixed_size_list(v.type):
-            raise BCDataError(f"{files[0]}: column {c!r} is {v.type}, not a fixed-size list of floats")
+        # `stagewise record` writes fixed-size lists; other writers plain lists of one length
+        if pa.types.is_list(v.type) or pa.types.is_large_list(v.type):
+            lengths = pc.list_value_length(v).to_numpy(zero_copy_only=False)
+            if len(lengths) and (lengths != lengths[0]).any():
+                row = int(np.flatnonzero(lengths != lengths[0])[0])
+                raise BCDataError(f"{root}: column {c!r} has {lengths[row]} values at row {row}, {lengths[0]} at row 0")
+        elif not pa.types.is_fixed_size_list(v.type):
+            raise BCDataError(f"{files[0]}: column {c!r} is {v.type}, not a list of floats")
+        if v.null_count:
+            raise BCDataError(f"{root}: column {c!r} has {v.null_count} missing (null) values")
         m = np.asarray(v.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(v), -1)
         if not np.isfinite(m).all():
             row = int(np.flatnonzero(~np.isfinite(m).all(1))[0])
