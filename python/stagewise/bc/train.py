@@ -92,9 +92,9 @@ def prepare(dataset: Path, cfg: BCConfig, progress: Optional[Path] = None) -> Pr
     held = np.zeros(len(keep), dtype=bool)
     if cfg.train.holdout > 0:
         n = max(1, int(len(eps) * cfg.train.holdout + 1e-9))
-        held = np.isin(frames.episode, np.random.default_rng(HOLDOUT_SEED).choice(eps, n, replace=False)) & keep
         if n >= len(eps):
             raise BCDataError(f"{dataset}: holdout {cfg.train.holdout} leaves no training episode of {len(eps)}")
+        held = np.isin(frames.episode, np.random.default_rng(HOLDOUT_SEED).choice(eps, n, replace=False)) & keep
     tr = keep & ~held
     record.update(train_frames=int(tr.sum()), train_episodes=int(len(np.unique(frames.episode[tr]))),
                   held_out_episodes=int(len(np.unique(frames.episode[held]))))
