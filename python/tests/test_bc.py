@@ -146,3 +146,25 @@ def test_plain_list_columns_read_as_fixed_size_ones(dataset, copy):
     pq.write_table(ragged, f)
     with pytest.raises(BCDataError, match="column 'action' has 3 values at row 7, 4 at row 0"):
         load_frames(copy)
+
+
+def test_successful_only_and_holdout_pick_episodes_as_the_shipped_bc_did(dataset, tmp_path):
+    # The fixture: episodes 0 and 2 succeed, 1 (miss-grasp) fails. holdout 0.1 of 2 episodes holds one out.
+    meta = json.loads((dataset / "meta/stagewise_record.json").read_text())["episodes"]
+    assert [e["success"] for e in meta] == [True, False, True]
+    cfg = BCConfig(mode="bc", train=TrainConfig(steps=5, batch=16, holdout=0.1, successful_only=True))
+    rec = train(dataset, tmp_path / "p", cfg, log=lambda _: None).record
+    frames = {e["episode_index"]: e["frames"] for e in meta}
+    assert rec["train_episodes"] == 1 and rec["held_out_episodes"] == 1
+    assert rec["train_frames"] in (frames[0] - 1, frames[2] - 1)  # each episode's last frame left out
+    assert len(rec["val_mse_move"]) == 3 and 0.0 <= rec["val_gripper_sign_acc"] <= 1.0
+    # One successful episode cannot be split: refused before training.
+    one = tmp_path / "one"
+    shutil.copytree(dataset, one)
+    rec_meta = json.loads((one / "meta/stagewise_record.json").read_text())
+    for e in rec_meta["episodes"]:
+        e["success"] = e["episode_index"] == 0
+    (one / "meta/stagewise_record.json").write_text(json.dumps(rec_meta))
+    with pytest.raises(BCDataError, match="holdout 0.1 leaves no training episode of 1"):
+        train(one, tmp_path / "q", cfg)
+    assert not (tmp_path / "q").exists()
