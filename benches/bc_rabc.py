@@ -27,17 +27,18 @@ held out); it writes benches/results/bc_clean.{md,json,png} and the policies (be
 
     nice .venv/bin/python benches/bc_rabc.py --clean [--train-seeds 0,1,2] [--jobs 2]
 
-Its switches reproduce the tries in benches/bc_rabc.md (`--features raw`, `--gripper mse`, `--episodes 200`, ...).
+Its switches reproduce the tries in docs/lab/bc_rabc.md (`--features raw`, `--gripper mse`, `--episodes 200`, ...).
 
 `--task push-target` (or `stack`) runs either mode on another sim task: its demonstrations and presets
 (`stagewise record --task`), its shipped progress model for the labels (models/<task>/<task>-progress.toml), its
 evaluation (`stagewise eval --task`). push-target's `rel` features (the push geometry) do not export through
 stagewise.export's layers: use `--features raw` there (the notebook's push-target rows used them).
 
-python/tests/test_bc_rabc_smoke.py runs the RA-BC mode end to end on a handful of episodes (CI's seeded smoke).
+python/tests/test_bc_rabc_smoke.py runs the same path (record, label, the three arms through stagewise.bc, eval) on a
+handful of episodes (CI's seeded smoke); the notebook of the results is docs/lab/bc_rabc.md.
 
-Writes benches/bc_rabc.md, benches/bc_rabc.json and benches/bc_rabc.png (success rates per arm and training
-seed) and benches/bc_rabc_progress.png (labelled and true progress and RA-BC weights of one failed degraded
+Writes benches/results/bc_rabc.md, .json and .png (success rates per arm and training
+seed) and benches/results/bc_rabc_progress.png (labelled and true progress and RA-BC weights of one failed degraded
 episode); `--out` elsewhere for sweeps (benches/results/bc_rabc_chunk5, ...). Needs torch and pillow
 (scripts/setup.sh installs them). A benchmark: it takes minutes (CI runs the smoke above).
 """
@@ -576,7 +577,7 @@ def main():
     ap.add_argument("--eval-episodes", type=int, default=200)
     ap.add_argument("--eval-seed", type=int, default=3_000_000)
     ap.add_argument("--work", default="/tmp/stagewise-bc-bench")
-    ap.add_argument("--out", default="benches/bc_rabc")
+    ap.add_argument("--out", default="benches/results/bc_rabc")
     ap.add_argument("--arms", default=",".join(ARMS), help="RA-BC mode: arms to train (BC, RA-BC model, RA-BC oracle)")
     ap.add_argument("--resume", action="store_true",
                     help="reuse a finished (arm, seed) of the same configuration from the work dir's policies")

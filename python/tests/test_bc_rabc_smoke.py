@@ -3,7 +3,7 @@ pick-place demonstrations (`--presets`), `stagewise label` them with the shipped
 (sarm_progress.parquet + core's RA-BC weights), train the three arms of benches/bc_rabc.py through the package
 (`python -m stagewise.bc`: BC, RA-BC on the model's progress, RA-BC on the oracle's) for a few dozen steps on two
 training seeds, and evaluate each policy directory with `stagewise eval policy`. The success figures themselves
-are benchmark results (benches/bc_rabc.md), not tests; this checks that the path runs and that its outputs say
+are benchmark results (docs/lab/bc_rabc.md), not tests; this checks that the path runs and that its outputs say
 what they should."""
 
 from __future__ import annotations

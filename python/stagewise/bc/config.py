@@ -1,4 +1,4 @@
-"""Typed configuration of `stagewise.bc`. The defaults are the measured set-up (benches/bc_rabc.md): the recipe
+"""Typed configuration of `stagewise.bc`. The defaults are the measured set-up (docs/lab/bc_rabc.md): the recipe
 of the shipped models/policies/pick-place-rabc (RA-BC, chunk 5, kappa 0.01, `rel` features, MLP 3x256, gripper
 BCE, 8000 steps of batch 512, Adam 1e-3 with a cosine schedule, seed 0). `--mode bc` with the same defaults is
 that comparison's BC arm; the shipped pick-place-bc adds `steps=20000, holdout=0.1, successful_only=True`."""
