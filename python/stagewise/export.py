@@ -1,74 +1,195 @@
-"""Export a trained Stable-Baselines3 policy to the ONNX form `stagewise run --policy FILE` and `policy push`
-accept: one input `state` f32 [N, S], one output `action` f32 [N, A] (the deterministic action, clipped to the
-action bounds). Built with `onnx.helper` from the network's weights (no tracing, no torch exporter)."""
+"""Policies for the runtime: the one MLP -> ONNX builder (`mlp_to_onnx`) and the one `kind = "policy"` manifest
+writer (`write_policy`) that every learner here uses (stagewise.rl, stagewise.bc, `sb3_policy_to_onnx`).
+
+A policy graph takes one input `state` f32 [N, S] and gives one output `action` f32 [N, A] (what `stagewise eval
+policy`, `stagewise run --policy` and `policy push` load; crates/model/src/policy.rs). Built with `onnx.helper`
+from the weights (no tracing, no torch exporter), opset 17, IR version 8."""
 
 from __future__ import annotations
 
-from typing import Any, List
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+# ONNX metadata key the runtime reads to hold each action K steps (crates/model/src/policy.rs ACTION_REPEAT_KEY).
+ACTION_REPEAT_KEY = "stagewise.action_repeat"
 
-def _layers(seq: Any) -> List[Any]:
+
+def mlp_to_onnx(layers: Sequence[Any], state_size: int, action_size: int,
+                input_affine: Optional[Tuple[np.ndarray, np.ndarray]] = None, output: str = "tanh",
+                low=None, high=None) -> bytes:
+    """ONNX bytes of `state -> [W s + b] -> layers -> output -> action`.
+
+    `layers`: torch `Linear` / `ReLU` / `Tanh` modules in order (the last Linear gives `action_size` values);
+    `input_affine`: an optional fixed map (W [F, S], b [F]) applied to the state first; `output`: "tanh" (tanh, then
+    a clip to [-1, 1]: ONNX Runtime's tanh can return 1 + 1e-7) or "clip" (clipped to [`low`, `high`], per action
+    value or scalars)."""
+    import onnx
+    import torch.nn as nn
+    from onnx import TensorProto, helper, numpy_helper
+
+    if output not in ("tanh", "clip"):
+        raise ValueError(f"output must be 'tanh' or 'clip', not {output!r}")
+    if output == "clip" and (low is None or high is None):
+        raise ValueError("output 'clip' needs low and high (the action bounds)")
+    nodes, inits = [], []
+
+    def gemm(x: str, w, b, name: str) -> str:
+        inits.extend([numpy_helper.from_array(np.ascontiguousarray(w, np.float32), f"{name}_w"),
+                      numpy_helper.from_array(np.ascontiguousarray(b, np.float32).reshape(-1), f"{name}_b")])
+        nodes.append(helper.make_node("Gemm", [x, f"{name}_w", f"{name}_b"], [name], transB=1))
+        return name
+
+    x, width = "state", state_size
+    if input_affine is not None:
+        w, b = (np.asarray(v, np.float32) for v in input_affine)
+        if w.ndim != 2 or w.shape[1] != state_size or b.shape != (w.shape[0],):
+            raise ValueError(f"input_affine: W {w.shape} and b {b.shape} do not map a state of {state_size} values")
+        x, width = gemm(x, w, b, "features"), w.shape[0]
+    for k, m in enumerate(layers):
+        if isinstance(m, nn.Linear):
+            if m.in_features != width:
+                raise ValueError(f"layer {k} (Linear {m.in_features}->{m.out_features}) gets {width} values")
+            x = gemm(x, m.weight.detach().cpu().numpy(), m.bias.detach().cpu().numpy(), f"fc{k}")
+            width = m.out_features
+        elif isinstance(m, (nn.ReLU, nn.Tanh)):
+            op = "Relu" if isinstance(m, nn.ReLU) else "Tanh"
+            nodes.append(helper.make_node(op, [x], [f"{x}_{op.lower()}"]))
+            x = f"{x}_{op.lower()}"
+        elif not isinstance(m, nn.Identity):
+            raise ValueError(f"cannot export layer {k} ({type(m).__name__}): supported are Linear, ReLU, Tanh")
+    if width != action_size:
+        raise ValueError(f"the last layer gives {width} values, the action has {action_size}")
+    if output == "tanh":
+        nodes.append(helper.make_node("Tanh", [x], ["squashed"]))
+        lo, hi, x = np.array(-1.0, np.float32), np.array(1.0, np.float32), "squashed"
+        inits += [numpy_helper.from_array(lo, "lo"), numpy_helper.from_array(hi, "hi")]
+        nodes.append(helper.make_node("Clip", [x, "lo", "hi"], ["action"]))
+    else:
+        lo = np.broadcast_to(np.asarray(low, np.float32), (action_size,)).reshape(1, -1)
+        hi = np.broadcast_to(np.asarray(high, np.float32), (action_size,)).reshape(1, -1)
+        inits += [numpy_helper.from_array(np.ascontiguousarray(lo), "low"),
+                  numpy_helper.from_array(np.ascontiguousarray(hi), "high")]
+        nodes.append(helper.make_node("Max", [x, "low"], ["clipped_low"]))
+        nodes.append(helper.make_node("Min", ["clipped_low", "high"], ["action"]))
+    graph = helper.make_graph(nodes, "stagewise_policy",
+                              [helper.make_tensor_value_info("state", TensorProto.FLOAT, ["N", state_size])],
+                              [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["N", action_size])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="stagewise")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def _with_action_repeat(onnx_bytes: bytes, repeat: int) -> bytes:
+    """The graph with `stagewise.action_repeat` in its metadata: the runtime reads the repeat from the graph (so
+    the sha256 and a push's signature cover it), not from the manifest."""
+    import onnx
+    from onnx import helper
+
+    if not isinstance(repeat, int) or not 1 <= repeat <= 1000:
+        raise ValueError(f"action_repeat must be an integer in 1..=1000, not {repeat!r}")
+    model = onnx.load_from_string(onnx_bytes)
+    props = {p.key: p.value for p in model.metadata_props}
+    props[ACTION_REPEAT_KEY] = str(repeat)
+    del model.metadata_props[:]
+    helper.set_model_props(model, props)
+    return model.SerializeToString()
+
+
+def _toml_value(key: str, v: Any) -> str:
+    # JSON string escapes are valid TOML basic-string escapes
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float, str)):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, str)) for x in v):
+        return "[" + ", ".join(json.dumps(x) for x in v) + "]"
+    raise ValueError(f"manifest key {key}: cannot write {type(v).__name__} {v!r} (str, number, bool or a list)")
+
+
+def _write_atomic(path: pathlib.Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_policy(out_dir, name: str, onnx_bytes: bytes, *, task: str, state_size: int, action_size: int,
+                 description: str, extra: Optional[Dict[str, Any]] = None) -> pathlib.Path:
+    """Writes `<out_dir>/<name>.onnx` and its `kind = "policy"` manifest `<out_dir>/<name>.toml` (each replaced
+    atomically); returns the manifest's path.
+
+    `extra`: more manifest keys (e.g. `state_names`). `action_repeat` (K > 1: the policy chooses an action every K
+    control steps, as it was trained) is not a manifest key: it goes into the graph's metadata, where the runtime
+    reads it. `action_size` is checked against the graph's output."""
+    import onnx
+
+    extra = dict(extra or {})
+    repeat = extra.pop("action_repeat", 1)
+    if repeat != 1:
+        onnx_bytes = _with_action_repeat(onnx_bytes, repeat)
+    model = onnx.load_from_string(onnx_bytes)
+    dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+    if len(dims) != 2 or dims[1] != action_size:
+        raise ValueError(f"policy {name}: the graph's output is {dims}, not [N, {action_size}]")
+    reserved = {"kind", "onnx", "sha256", "state_size", "description", "task", "inputs", "outputs"}
+    clash = reserved & set(extra)
+    if clash:
+        raise ValueError(f"policy {name}: extra keys {sorted(clash)} are written by write_policy itself")
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines: List[str] = [
+        'kind = "policy"',
+        f"onnx = {json.dumps(name + '.onnx')}",
+        f'sha256 = "{hashlib.sha256(onnx_bytes).hexdigest()}"',
+        f"task = {json.dumps(task)}",
+        f"state_size = {int(state_size)}",
+        f"description = {json.dumps(description)}",
+    ]
+    lines += [f"{k} = {_toml_value(k, v)}" for k, v in extra.items()]
+    lines += ["", "[inputs]", 'state = "state"', "", "[outputs]", 'action = "action"', ""]
+    _write_atomic(out / f"{name}.onnx", onnx_bytes)
+    manifest = out / f"{name}.toml"
+    _write_atomic(manifest, "\n".join(lines).encode())
+    return manifest
+
+
+def sb3_layers(seq: Any) -> List[Any]:
+    """The Linear / activation modules of an SB3 network, in order."""
     import torch.nn as nn
 
     out = []
     for m in seq.modules() if isinstance(seq, nn.Sequential) else [seq]:
-        if isinstance(m, nn.Sequential):
+        if isinstance(m, (nn.Sequential, nn.Flatten)):
             continue
         if isinstance(m, (nn.Linear, nn.Tanh, nn.ReLU, nn.Identity)):
             out.append(m)
-        elif isinstance(m, nn.Flatten):
-            continue
         else:
             raise ValueError(f"cannot export layer {type(m).__name__}: supported are Linear, Tanh, ReLU")
     return out
 
 
-def sb3_policy_to_onnx(model: Any, opset: int = 17) -> bytes:
+def sb3_policy_to_onnx(model: Any) -> bytes:
     """ONNX bytes of an SB3 on-policy actor (PPO/A2C `MlpPolicy` on a Box observation and a Box action): the
     mean action of the Gaussian, clipped to the action space. Observation normalisation is not supported."""
-    import onnx
-    import torch.nn as nn
-    from onnx import TensorProto, helper, numpy_helper
-
     policy = model.policy
     obs_space, act_space = model.observation_space, model.action_space
     if len(obs_space.shape) != 1 or len(act_space.shape) != 1:
         raise ValueError("only flat Box observations and actions export (use the state-only env)")
     if getattr(policy, "squash_output", False):
         raise ValueError("squashed (tanh) policies are not supported by this exporter")
-    layers = _layers(policy.mlp_extractor.policy_net) + [policy.action_net]
-    nodes, inits = [], []
-    x = "state"
-    for i, m in enumerate(layers):
-        y = f"h{i}"
-        if isinstance(m, nn.Linear):
-            w = m.weight.detach().cpu().numpy().astype(np.float32)
-            b = m.bias.detach().cpu().numpy().astype(np.float32)
-            inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
-            nodes.append(helper.make_node("Gemm", [x, f"w{i}", f"b{i}"], [y], transB=1))
-        elif isinstance(m, nn.Tanh):
-            nodes.append(helper.make_node("Tanh", [x], [y]))
-        elif isinstance(m, nn.ReLU):
-            nodes.append(helper.make_node("Relu", [x], [y]))
-        else:
-            continue
-        x = y
-    low = np.asarray(act_space.low, dtype=np.float32).reshape(1, -1)
-    high = np.asarray(act_space.high, dtype=np.float32).reshape(1, -1)
-    inits += [numpy_helper.from_array(low, "low"), numpy_helper.from_array(high, "high")]
-    nodes.append(helper.make_node("Max", [x, "low"], ["clipped_low"]))
-    nodes.append(helper.make_node("Min", ["clipped_low", "high"], ["action"]))
-    s, a = int(obs_space.shape[0]), int(act_space.shape[0])
-    graph = helper.make_graph(
-        nodes,
-        "stagewise_policy",
-        [helper.make_tensor_value_info("state", TensorProto.FLOAT, ["N", s])],
-        [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["N", a])],
-        inits,
-    )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="stagewise")
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    return m.SerializeToString()
+    layers = sb3_layers(policy.mlp_extractor.policy_net) + [policy.action_net]
+    return mlp_to_onnx(layers, int(obs_space.shape[0]), int(act_space.shape[0]), output="clip",
+                       low=act_space.low, high=act_space.high)

@@ -1,89 +1,142 @@
-"""The RA-BC benchmark's path, seeded and CI-sized: benches/bc_rabc.py (RA-BC mode) records a handful of degraded
-pick-place demonstrations with `stagewise record --presets`, labels them with the shipped pick-place progress model
-(`stagewise label`: per-frame progress and core's RA-BC weights), trains the three arms (BC, RA-BC with the model's
-weights, RA-BC with oracle weights) for a few dozen steps on two training seeds, exports each policy to ONNX and
-evaluates it with `stagewise eval --policy`. The success figures themselves are benchmark results
-(benches/bc_rabc.md), not tests; this checks that the path runs and that its outputs say what they should."""
+"""The user's RA-BC path, seeded and CI-sized, with real processes: `stagewise record` a handful of degraded
+pick-place demonstrations (`--presets`), `stagewise label` them with the shipped pick-place progress model
+(sarm_progress.parquet + core's RA-BC weights), train the three arms of benches/bc_rabc.py through the package
+(`python -m stagewise.bc`: BC, RA-BC on the model's progress, RA-BC on the oracle's) for a few dozen steps on two
+training seeds, and evaluate each policy directory with `stagewise eval policy`. The success figures themselves
+are benchmark results (docs/lab/bc_rabc.md), not tests; this checks that the path runs and that its outputs say
+what they should."""
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-ARMS = ["BC", "RA-BC model", "RA-BC oracle"]
+MODEL = "models/pick-place/pick-place-progress.toml"
 PRESETS = ["miss-grasp", "wrong-place", "freeze", "off-table"]
+EPISODES, EVAL_EPISODES, STEPS, CHUNK = 6, 3, 40, 25
+SMALL = ["--steps", str(STEPS), "--batch", "64", "--hidden", "32", "--depth", "2", "--chunk", str(CHUNK)]
 
 
-def test_rabc_bench_records_labels_trains_evaluates_and_reports(tmp_path, binary):
-    import onnxruntime as ort
-    from PIL import Image
+def sh(*cmd, cwd=REPO):
+    run = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"{cmd}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return run.stdout
 
-    out = tmp_path / "bc_rabc_smoke"
-    work = tmp_path / "work"
-    episodes, eval_episodes, steps = 6, 3, 40
-    cmd = [sys.executable, str(REPO / "benches" / "bc_rabc.py"), "--exe", binary, "--episodes", str(episodes),
-           "--degraded", "0.6", "--presets", ",".join(PRESETS), "--data-seed", "4000000", "--steps", str(steps),
-           "--batch", "64", "--hidden", "32", "--depth", "2", "--train-seeds", "0,1", "--eval-episodes",
-           str(eval_episodes), "--jobs", "1", "--work", str(work), "--out", str(out)]
-    run = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
-    rep = json.loads(Path(f"{out}.json").read_text())
-    ds = rep["dataset"]
-    assert ds["task"] == "pick-place" and ds["episodes"] == episodes and ds["presets"] == ",".join(PRESETS)
-    assert 0.0 <= ds["demo_success_rate"] <= 1.0
-    lab = rep["label"]
-    assert lab["model"] == "models/pick-place/pick-place-progress.toml" and lab["chunk_size"] == 25
-    # The oracle arm's numpy weights are LeRobot's formula; on the model's progress they reproduce `stagewise label`.
-    assert lab["numpy_vs_label_max_abs_diff"] < 1e-5
-    assert 0 < lab["frames"] and 0 <= lab["frames_of_failed_episodes"] <= lab["frames"]
-    for src in ["model", "oracle"]:
-        assert 0.0 < lab["mean_weight"][src] <= 1.0
-    by_preset = lab["by_preset"]
-    assert sum(c["episodes"] for c in by_preset.values()) == episodes
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory, binary):
+    """A recorded and labelled degraded pick-place dataset, and an oracle progress file of its ground truth."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    work = tmp_path_factory.mktemp("rabc")
+    ds = work / "ds"
+    sh(binary, "--log", "warn", "record", "--task", "pick-place", "--episodes", EPISODES, "--degraded", 0.6,
+       "--presets", ",".join(PRESETS), "--seed", 4000000, "--width", 32, "--height", 32, "--out", ds)
+    sh(binary, "--log", "warn", "label", "--dataset", ds, "--model", MODEL, "--chunk-size", CHUNK, "--kappa", 0.01,
+       "--weights-csv", work / "weights.csv", "--summary-json", work / "label.json", "--plots", 0,
+       "--provider", "cpu", "--workers", 2)
+    t = pa.concat_tables([pq.read_table(f, columns=["index", "episode_index", "frame_index", "progress_gt"])
+                          for f in sorted((ds / "data").glob("*/*.parquet"))])
+    oracle = work / "oracle_progress.parquet"
+    pq.write_table(pa.table({"index": t.column("index"), "episode_index": t.column("episode_index"),
+                             "frame_index": t.column("frame_index"),
+                             "progress_sparse": t.column("progress_gt").cast(pa.float32())}), oracle)
+    return work, ds, oracle
+
+
+def test_weights_are_the_label_commands_and_the_data_is_what_record_wrote(labelled):
+    from stagewise.bc import load_frames, load_progress, rabc_weights
+
+    work, ds, _ = labelled
+    f = load_frames(ds, ["degraded"])
+    p = load_progress(ds / "sarm_progress.parquet", f, "progress_sparse")
+    w, delta = rabc_weights(p, f.episode, f.frame, CHUNK, 0.01)
+    # LeRobot's formula in numpy reproduces `stagewise label`'s (core's RabcWeights) on the same progress.
+    with open(work / "weights.csv") as fh:
+        lab = {int(r["index"]): float(r["weight"]) for r in csv.DictReader(fh)}
+    assert np.abs(np.array([lab[int(i)] for i in f.index]) - w).max() < 1e-6
+    summary = json.loads((work / "label.json").read_text())["rabc"]["summary"]
+    assert summary["frames"] == len(w) and abs(summary["mean_weight"] - float(w.mean())) < 1e-6
+    assert summary["num_zero_weight"] == int((w == 0).sum()) and summary["num_full_weight"] == int((w == 1).sum())
+    assert abs(summary["delta_mean"] - delta.mean()) < 1e-6 and 0.0 < w.mean() <= 1.0
     # `record --degraded 0.6 --presets ...`: 60% of the episodes degraded, spread evenly, cycling over the presets.
+    meta = json.loads((ds / "meta/stagewise_record.json").read_text())["episodes"]
     expected = {}
-    for i in range(episodes):
+    for i in range(EPISODES):
         before, after = int(i * 0.6), int((i + 1) * 0.6)
         name = PRESETS[before % len(PRESETS)] if after > before else "none"
         expected[name] = expected.get(name, 0) + 1
-    assert {k: c["episodes"] for k, c in by_preset.items()} == expected
-    assert lab["degraded_frames"] == sum(c["frames"] for k, c in by_preset.items() if k != "none")
-    assert sum(c["frames"] for c in by_preset.values()) == lab["frames"]
-    assert by_preset["none"]["successes"] >= 1  # the clean expert succeeds on these seeds
+    got = {}
+    for e in meta:
+        got[e["degradation"]] = got.get(e["degradation"], 0) + 1
+    assert got == expected
+    degraded_eps = {e["episode_index"] for e in meta if e["degradation"] != "none"}
+    assert (f.extra["degraded"] == 1).sum() == np.isin(f.episode, list(degraded_eps)).sum()
+    assert any(e["success"] for e in meta if e["degradation"] == "none")  # the clean expert succeeds here
 
-    assert list(rep["results"]) == ARMS
-    for arm, rs in rep["results"].items():
-        assert [r["seed"] for r in rs] == [0, 1]
-        for r in rs:
-            assert r["arm"] == arm and r["episodes"] == eval_episodes
-            assert 0 <= r["successes"] <= eval_episodes
-            assert r["success_rate"] == r["successes"] / eval_episodes
-            assert 0.0 <= r["mean_final_progress"] <= 1.0
+
+def test_three_arms_train_export_and_evaluate(labelled, binary, tmp_path):
+    import onnxruntime as ort
+
+    from stagewise.bc import BCConfig, NetConfig, RabcConfig, TrainConfig, train
+
+    work, ds, oracle = labelled
+    arms = {"BC": ["--mode", "bc"], "RA-BC model": ["--mode", "rabc"],
+            "RA-BC oracle": ["--mode", "rabc", "--progress", oracle]}
+    onnx = {}
+    for arm, flags in arms.items():
+        for seed in [0, 1]:
+            out = tmp_path / f"{flags[1]}{'-oracle' if '--progress' in flags else ''}-seed{seed}"
+            if (arm, seed) == ("RA-BC model", 0):  # the command line once, the same through the API else
+                sh(sys.executable, "-m", "stagewise.bc", "--dataset", ds, *flags, "--out", out, "--seed", seed,
+                   *SMALL)
+            else:
+                cfg = BCConfig(mode=flags[1], net=NetConfig(hidden=32, depth=2), rabc=RabcConfig(chunk=CHUNK),
+                               train=TrainConfig(steps=STEPS, batch=64, seed=seed))
+                train(ds, out, cfg, progress=oracle if "--progress" in flags else None, log=lambda _: None)
+            rec = json.loads((out / "training.json").read_text())
+            assert rec["mode"] == flags[1] and rec["task"] == "pick-place" and rec["config"]["train"]["seed"] == seed
+            assert rec["episodes"] == EPISODES and rec["train_episodes"] == EPISODES
+            assert rec["train_frames"] == rec["frames"] - EPISODES  # every frame but each episode's last
+            assert len(rec["losses"]) == 1 and np.isfinite(rec["losses"]).all()
+            assert rec["export_check"]["max_abs_diff_motion"] < 1e-4
+            if flags[1] == "rabc":
+                assert rec["progress"]["path"] == str((oracle if "--progress" in flags
+                                                       else ds / "sarm_progress.parquet").resolve())
+                assert 0.0 < rec["weights"]["mean_weight"] <= 1.0
             # The exported policy: state [N,14] in, action [N,4] out, dx/dy/dz in [-1,1], the gripper +-1.
-            manifest = Path(r["manifest"])
-            assert 'kind = "policy"' in manifest.read_text() and "state_size = 14" in manifest.read_text()
-            sess = ort.InferenceSession(str(manifest.with_suffix(".onnx")))
+            manifest = out / f"{out.name}.toml"
+            text = manifest.read_text()
+            assert 'kind = "policy"' in text and "state_size = 14" in text and 'task = "pick-place"' in text
+            assert 'state_names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped", "block0_x"' in text
+            onnx[(arm, seed)] = (out / f"{out.name}.onnx").read_bytes()
+            sess = ort.InferenceSession(onnx[(arm, seed)], providers=["CPUExecutionProvider"])
             x = np.random.default_rng(0).normal(scale=0.2, size=(5, 14)).astype(np.float32)
             (y,) = sess.run(["action"], {"state": x})
             assert y.shape == (5, 4) and np.all(np.abs(y[:, :3]) <= 1.0) and set(np.abs(y[:, 3])) == {1.0}
-        assert rep["mean_success"][arm] == np.mean([r["success_rate"] for r in rs])
-    assert rep["training"]["steps"] == steps and rep["eval"]["episodes"] == eval_episodes
-    # Same seed, same batches: the BC arm and the weighted arms differ only in the weights, so their policies differ.
-    bc0, rabc0 = (Path(rep["results"][a][0]["manifest"]).with_suffix(".onnx").read_bytes() for a in ARMS[:2])
-    assert bc0 != rabc0
+            # The policy directory is what `stagewise eval policy` takes, as it is.
+            res = tmp_path / f"{out.name}.eval.json"
+            sh(binary, "--log", "warn", "eval", "policy", "--policy", manifest, "--task", "pick-place",
+               "--episodes", EVAL_EPISODES, "--seed", 3000000, "--json", res, "--provider", "cpu")
+            r = json.loads(res.read_text())
+            assert r["episodes"] == EVAL_EPISODES and 0 <= r["successes"] <= EVAL_EPISODES
+            assert r["success_rate"] == r["successes"] / EVAL_EPISODES and 0.0 <= r["mean_final_progress"] <= 1.0
+    # `stagewise run --policy` takes the manifest as it is, too.
+    from stagewise import launch
 
-    png = Image.open(f"{out}.png")
-    assert png.format == "PNG" and png.size == (640, 360)
-    md = Path(f"{out}.md").read_text()
-    assert f"--task pick-place --episodes {episodes} --degraded 0.6 --presets {','.join(PRESETS)}" in md
-    for arm, rs in rep["results"].items():
-        row = next(line for line in md.splitlines() if line.startswith(f"| {arm} |"))
-        assert all(f"{r['successes']}/{eval_episodes}" in row for r in rs)
-        assert f"**{rep['mean_success'][arm]:.3f}**" in row
-    assert f"![success rates]({out.name}.png)" in md
+    log = tmp_path / "run.swlog"
+    out = sh(binary, "--log", "warn", "run", "--task", "pick-place", "--reward", "oracle", "--policy",
+             tmp_path / "rabc-seed0" / "rabc-seed0.toml", "--episodes", 1, "--listen",
+             f"tcp/127.0.0.1:{launch.free_port()}", "--no-multicast", "--log-file", log, "--provider", "cpu")
+    assert "env-steps" in out and log.stat().st_size > 0
+    # Same seed, same batches: the arms differ only in the weights, so their policies differ; seeds differ too.
+    assert len({onnx[(arm, 0)] for arm in arms}) == 3
+    assert onnx[("BC", 0)] != onnx[("BC", 1)]

@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! kind = "stage_progress"          # stage_progress | hop | policy
+//! task = "pick-place"               # optional: the task the model was made for (learners refuse another task's)
 //! onnx = "tiny3v.onnx"              # relative to the manifest
 //! sha256 = "9f2c..."                # of the .onnx file
 //! views = ["front", "side", "wrist"]  # camera views, in the order of the images tensor
@@ -175,6 +176,10 @@ pub struct Parts {
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub kind: ModelKind,
+    /// The task the model or policy was made for, when the manifest says (`stagewise.rl` refuses a reward model
+    /// of another task before training; older manifests leave it out).
+    #[serde(default)]
+    pub task: Option<String>,
     pub onnx: PathBuf,
     pub sha256: String,
     #[serde(default)]
@@ -652,6 +657,9 @@ embedding = 16
         assert_eq!(m.image.as_ref().unwrap().std, [1.0; 3]);
         assert_eq!(m.proportions().unwrap().proportions(), &[0.25, 0.75]);
         assert_eq!(m.stages.as_ref().unwrap().progress, ProgressMode::Hard);
+        assert_eq!(m.task, None);
+        let tasked = parse(&format!("task = \"push-target\"\n{GOOD}")).unwrap();
+        assert_eq!(tasked.task.as_deref(), Some("push-target"));
     }
 
     #[test]

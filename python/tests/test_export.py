@@ -1,0 +1,98 @@
+"""The one policy exporter (`mlp_to_onnx`) and the one policy-manifest writer (`write_policy`): the graph computes
+what the torch layers compute, the manifest is one the runtime loads (`stagewise eval policy` rolls it out), and
+bad arguments are refused with what was wrong."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from stagewise.export import mlp_to_onnx, write_policy
+
+
+def _run(onnx_bytes, x):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(onnx_bytes)
+    return sess.run(["action"], {"state": x})[0], sess.get_modelmeta().custom_metadata_map
+
+
+def test_tanh_policy_with_an_input_map_is_the_torch_network():
+    torch.manual_seed(0)
+    layers = [nn.Linear(5, 16), nn.ReLU(), nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 3)]
+    w = np.random.default_rng(0).normal(size=(5, 7)).astype(np.float32)
+    b = np.arange(5, dtype=np.float32)
+    x = np.random.default_rng(1).normal(size=(9, 7)).astype(np.float32)
+    y, meta = _run(mlp_to_onnx(layers, 7, 3, input_affine=(w, b)), x)
+    with torch.no_grad():
+        want = torch.tanh(nn.Sequential(*layers)(torch.as_tensor(x @ w.T + b))).numpy()
+    np.testing.assert_allclose(y, want, atol=1e-5)
+    assert y.shape == (9, 3) and np.all(np.abs(y) <= 1.0)
+    assert "stagewise.action_repeat" not in meta
+
+
+def test_clip_policy_clips_to_the_bounds_per_action_value():
+    lin = nn.Linear(2, 2)
+    with torch.no_grad():
+        lin.weight.copy_(torch.eye(2) * 10)
+        lin.bias.zero_()
+    x = np.array([[1.0, -1.0], [0.01, 0.02]], np.float32)
+    y, _ = _run(mlp_to_onnx([lin], 2, 2, output="clip", low=[-1.0, -0.5], high=[0.5, 2.0]), x)
+    np.testing.assert_allclose(y, [[0.5, -0.5], [0.1, 0.2]], atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(output="clip"), "low and high"),
+    (dict(output="sigmoid"), "'tanh' or 'clip'"),
+    (dict(input_affine=(np.zeros((4, 3)), np.zeros(4))), "state of 7"),
+])
+def test_bad_exporter_arguments_are_refused(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        mlp_to_onnx([nn.Linear(7, 3)], 7, 3, **kwargs)
+    with pytest.raises(ValueError, match="gives 3 values, the action has 4"):
+        mlp_to_onnx([nn.Linear(7, 3)], 7, 4)
+    with pytest.raises(ValueError, match="BatchNorm1d"):
+        mlp_to_onnx([nn.Linear(7, 3), nn.BatchNorm1d(3)], 7, 3)
+
+
+def test_write_policy_writes_a_manifest_the_runtime_rolls_out(tmp_path, binary):
+    torch.manual_seed(3)
+    data = mlp_to_onnx([nn.Linear(14, 32), nn.ReLU(), nn.Linear(32, 4)], 14, 4)
+    names = [f"s{i}" for i in range(14)]
+    path = write_policy(tmp_path / "pol", "p", data, task="push-target", state_size=14, action_size=4,
+                        description='a "quoted"\nrandom policy', extra={"action_repeat": 4, "state_names": names})
+    assert path == tmp_path / "pol" / "p.toml"
+    onnx_bytes = (tmp_path / "pol" / "p.onnx").read_bytes()
+    import tomllib
+
+    m = tomllib.loads(path.read_text())
+    assert m["kind"] == "policy" and m["task"] == "push-target" and m["state_size"] == 14
+    assert m["sha256"] == hashlib.sha256(onnx_bytes).hexdigest()
+    assert m["description"] == 'a "quoted"\nrandom policy' and m["state_names"] == names
+    assert "action_repeat" not in m  # it lives in the graph, where the runtime reads it
+    x = np.zeros((2, 14), np.float32)
+    assert _run(onnx_bytes, x)[1]["stagewise.action_repeat"] == "4"
+    out = tmp_path / "eval.json"
+    subprocess.run([binary, "--log", "warn", "eval", "policy", "--policy", str(path), "--task", "push-target",
+                    "--episodes", "2", "--json", str(out)], check=True, capture_output=True, timeout=300)
+    report = json.loads(out.read_text())
+    assert report["episodes"] == 2 and report["action_repeat"] == 4
+
+
+def test_write_policy_refuses_a_wrong_action_size_and_its_own_keys_and_writes_nothing(tmp_path):
+    data = mlp_to_onnx([nn.Linear(3, 2)], 3, 2)
+    with pytest.raises(ValueError, match=r"not \[N, 4\]"):
+        write_policy(tmp_path, "p", data, task="t", state_size=3, action_size=4, description="d")
+    with pytest.raises(ValueError, match="sha256"):
+        write_policy(tmp_path, "p", data, task="t", state_size=3, action_size=2, description="d",
+                     extra={"sha256": "x"})
+    with pytest.raises(ValueError, match="1..=1000"):
+        write_policy(tmp_path, "p", data, task="t", state_size=3, action_size=2, description="d",
+                     extra={"action_repeat": 0})
+    assert list(tmp_path.iterdir()) == []
