@@ -79,6 +79,47 @@ EXPERIMENTS = [
 ]
 
 
+@dataclass
+class CloningResult:
+    """A behaviour-cloning comparison written by benches/bc_rabc.py (arms x training seeds, fresh eval seeds)."""
+    task: str
+    path: str
+    command: str
+    note: str
+
+
+CLONING = [
+    CloningResult(
+        task="pick-place",
+        path="benches/results/bc_rabc_fail06_c25.json",
+        command="benches/bc_rabc.py --degraded 0.6 --presets miss-grasp,wrong-place,freeze,off-table --chunk 25 "
+        "--out benches/results/bc_rabc_fail06_c25",
+        note="1000 recorded demonstrations, 60% degraded with failure presets only (61% of them fail); labels by "
+        "`stagewise label` with the pick-place model shipped then (2026-12-02, before the learner-state rounds) or the oracle; RA-BC chunk 25, "
+        "kappa 0.01; MLP 3x256 on the simulator's state, 8000 steps; each policy on 200 fresh seeds.",
+    ),
+]
+
+
+def cloning_table() -> List[str]:
+    lines = ["## Behaviour cloning with RA-BC weights", ""]
+    for res in CLONING:
+        with open(os.path.join(REPO, res.path)) as fh:
+            d = json.load(fh)
+        lines += [f"{res.task}: {res.note} Command: `{res.command}` (commit `{commit_of(res.path)}`).", "",
+                  "| policy | seeds | success, 200 fresh seeds per seed: mean (min-max) | vs BC |", "|---|---|---|---|"]
+        bc = d["mean_success"]["BC"]
+        for arm, runs in d["results"].items():
+            rates = [r["success_rate"] for r in runs]
+            mean = d["mean_success"][arm]
+            ratio = "" if arm == "BC" else f"{mean / bc:.2f}x"
+            seeds = ", ".join(str(r["seed"]) for r in runs)
+            lines.append(f"| {arm} | {seeds} | {100 * mean:.1f}% ({100 * min(rates):.1f}-{100 * max(rates):.1f}) | "
+                         f"{ratio} |")
+        lines.append("")
+    return lines
+
+
 def rel(path: str) -> str:
     """A run's path relative to the repository (merged files hold the absolute path of the machine they ran on)."""
     marker = "benches/results/"
@@ -247,7 +288,8 @@ def table() -> str:
                          f"`{commit}` | {policy} |")
         lines.append("")
         lines += [f"![{exp.task}](results/{exp.task}.png)", ""]
-    lines += ["## Commands", "", "The first seed's command of each row (the other seeds differ in `--seeds` and "
+    lines += cloning_table()
+    lines += ["## Commands", "", "The RL rows' first seed's command (the other seeds differ in `--seeds` and "
               "`--out`; the learner then was `benches/learner_shaping.py`, now `stagewise learn`).", ""]
     lines += [f"{i}. `{c}`" for i, c in enumerate(commands, 1)]
     return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ def test_a_changed_curve_makes_the_check_fail(tmp_path):
     # the check must be able to fail: a copy with its own tables, then its push-target curves halved
     import json
 
-    for rel in ["scripts/results_table.py", "README.md", "docs/results.md"]:
+    for rel in ["scripts/results_table.py", "README.md", "docs/results.md", "benches/results/bc_rabc_fail06_c25.json"]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, tmp_path / rel)
     shutil.copytree(REPO / "benches" / "results" / "learner_shaping_push_sg", tmp_path / "benches" / "results" /
