@@ -81,7 +81,6 @@ const LONG_FNS_ALLOWED: &[(&str, &str)] = &[
     ("src/cmd/label.rs", "label"),
     ("src/cmd/bench.rs", "run"),
     ("crates/model/src/scoring.rs", "EpisodeScorer::score"),
-    ("crates/model/src/manifest.rs", "Manifest::check_fields"),
     ("firmware-bridge/host/src/bridge.rs", "Bridge::over"),
     ("firmware-bridge/host/src/limits.rs", "Limits::apply"),
 ];
