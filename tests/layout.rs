@@ -82,7 +82,6 @@ const LONG_FNS_ALLOWED: &[(&str, &str)] = &[
     ("src/cmd/bench.rs", "run"),
     ("crates/model/src/scoring.rs", "EpisodeScorer::score"),
     ("firmware-bridge/host/src/bridge.rs", "Bridge::over"),
-    ("firmware-bridge/host/src/limits.rs", "Limits::apply"),
 ];
 
 /// A function over the limit: its path of names (`Type::method`, `outer::inner`, `tests::case`), the line its
