@@ -81,7 +81,6 @@ const LONG_FNS_ALLOWED: &[(&str, &str)] = &[
     ("src/cmd/label.rs", "label"),
     ("src/cmd/bench.rs", "run"),
     ("crates/model/src/scoring.rs", "EpisodeScorer::score"),
-    ("firmware-bridge/host/src/bridge.rs", "Bridge::over"),
 ];
 
 /// A function over the limit: its path of names (`Type::method`, `outer::inner`, `tests::case`), the line its
