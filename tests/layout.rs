@@ -80,7 +80,6 @@ const LONG_FNS_ALLOWED: &[(&str, &str)] = &[
     ("src/cmd/eval.rs", "run_model"),
     ("src/cmd/label.rs", "label"),
     ("src/cmd/bench.rs", "run"),
-    ("crates/model/src/scoring.rs", "EpisodeScorer::score"),
 ];
 
 /// A function over the limit: its path of names (`Type::method`, `outer::inner`, `tests::case`), the line its
