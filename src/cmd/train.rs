@@ -798,6 +798,9 @@ fn read_into_arrays(
     Ok((arrays, episodes_json))
 }
 
+/// An episode's pixels and state ([`pick_episode`]), or why they cannot be used.
+type Picked = anyhow::Result<(Vec<u8>, Vec<f32>)>;
+
 /// Pixels and state of each episode of `chunk` (consecutive episodes of one dataset), read together and
 /// picked in parallel.
 fn read_chunk(
@@ -806,7 +809,7 @@ fn read_chunk(
     dir: &Path,
     chunk: &[Use],
     bar: &indicatif::ProgressBar,
-) -> anyhow::Result<Vec<anyhow::Result<(Vec<u8>, Vec<f32>)>>> {
+) -> anyhow::Result<Vec<Picked>> {
     let ds = &sources.opened[chunk[0].ds];
     let eps: Vec<usize> = chunk.iter().map(|u| u.episode).collect();
     let episodes = pool
