@@ -104,6 +104,51 @@ fn rand_color(rng: &mut ChaCha8Rng, base: [u8; 3], amount: f32) -> [u8; 3] {
     out
 }
 
+/// Points already placed on the table; a new one is drawn away from them.
+struct Layout {
+    pts: Vec<Vec3>,
+}
+
+impl Layout {
+    /// A point in `[-lim, lim]^2` at least `min_d` from every placed one (the last of 200 draws if none is).
+    fn draw_far(&mut self, rng: &mut ChaCha8Rng, min_d: f32, lim: f32) -> Vec3 {
+        let mut p = Vec3::ZERO;
+        for _ in 0..200 {
+            p = Vec3::new(
+                rng.random_range(-lim..lim),
+                rng.random_range(-lim..lim),
+                0.0,
+            );
+            if self.pts.iter().all(|q| (p - *q).length() >= min_d) {
+                break;
+            }
+        }
+        self.pts.push(p);
+        p
+    }
+}
+
+/// Block `i`'s half extents for `task`: a larger top block for stack, larger blocks to push.
+fn block_half(task: Task, i: usize, rng: &mut ChaCha8Rng) -> Vec3 {
+    match (task, i) {
+        (Task::Stack, 1) => Vec3::new(
+            rng.random_range(0.024..0.028),
+            rng.random_range(0.024..0.028),
+            rng.random_range(0.018..0.022),
+        ),
+        (Task::PushTarget, _) => Vec3::new(
+            rng.random_range(0.020..0.026),
+            rng.random_range(0.020..0.026),
+            rng.random_range(0.018..0.024),
+        ),
+        _ => Vec3::new(
+            rng.random_range(0.017..0.022),
+            rng.random_range(0.017..0.022),
+            rng.random_range(0.018..0.024),
+        ),
+    }
+}
+
 impl World {
     /// Builds a fresh scene for `cfg.task` with the layout drawn from `rng`.
     pub(crate) fn new(cfg: &SimConfig, rng: &mut ChaCha8Rng) -> Self {
@@ -113,8 +158,56 @@ impl World {
         phys.integration_parameters.dt = cfg.physics_dt();
         phys.integration_parameters.num_solver_iterations = cfg.solver_iterations.max(1);
 
+        // The order of the draws from `rng` is the scene's seed contract: table, gripper, blocks, target.
+        let table = Self::add_table(&mut phys, cfg, rng);
+        let tcp = Vec3::new(
+            rng.random_range(-0.06..0.06),
+            rng.random_range(-0.06..0.06),
+            rng.random_range(0.16..0.22),
+        );
+        let width = MAX_WIDTH;
+        let (palm, fingers, finger_colliders) = Self::add_gripper(&mut phys, tcp, width);
+        let mut layout = Layout { pts: Vec::new() };
+        let (blocks, block_xy) = Self::add_blocks(&mut phys, cfg, rng, table, &mut layout);
+        let target = if task.has_target() {
+            Self::add_target(&mut phys, cfg, rng, &block_xy, &mut layout)
+        } else {
+            Vec3::ZERO
+        };
+
+        let control_dt = (1.0 / cfg.control_hz) as f32;
+        let mut w = Self {
+            phys,
+            task,
+            palm,
+            fingers,
+            finger_colliders,
+            blocks,
+            target,
+            tcp,
+            width,
+            grip_target: width,
+            attached: None,
+            substeps: cfg.substeps.max(1),
+            control_dt,
+            d0_reach: 1.0,
+            d0_carry: 1.0,
+        };
+        // Settle the blocks onto the table (and fill the query pipeline's BVH).
+        for _ in 0..5 {
+            w.phys.step();
+        }
+        w.d0_reach = w.initial_reach();
+        w.d0_carry = (w.place_point_xy() - w.block_pos(0))
+            .truncate()
+            .length()
+            .max(0.05);
+        w
+    }
+
+    /// The table (its colour drawn from `rng`) and the floor far below; returns the table's collider.
+    fn add_table(phys: &mut PhysicsWorld, cfg: &SimConfig, rng: &mut ChaCha8Rng) -> ColliderHandle {
         let colors = cfg.randomization.colors;
-        let held_out = cfg.randomization.held_out_colors;
         // Colour draws happen whether or not colours are randomised, so the layout does not depend on it.
         let table_color = rand_color(rng, [150, 120, 90], if colors { 0.12 } else { 0.0 });
         let (_, table) = phys.insert(
@@ -128,14 +221,15 @@ impl World {
             RigidBodyBuilder::fixed().translation(Vec3::new(0.0, 0.0, -0.80)),
             ColliderBuilder::cuboid(3.0, 3.0, 0.05).user_data(pack_rgb([70, 72, 78])),
         );
+        table
+    }
 
-        // Gripper: three kinematic bodies moved every substep.
-        let tcp = Vec3::new(
-            rng.random_range(-0.06..0.06),
-            rng.random_range(-0.06..0.06),
-            rng.random_range(0.16..0.22),
-        );
-        let width = MAX_WIDTH;
+    /// Gripper: three kinematic bodies moved every substep (palm, two fingers `width` apart at `tcp`).
+    fn add_gripper(
+        phys: &mut PhysicsWorld,
+        tcp: Vec3,
+        width: f32,
+    ) -> (RigidBodyHandle, [RigidBodyHandle; 2], [ColliderHandle; 2]) {
         let gray = pack_rgb([72, 74, 84]);
         let palm = phys
             .insert(
@@ -158,24 +252,21 @@ impl World {
             fingers[i] = b;
             finger_colliders[i] = c;
         }
+        (palm, fingers, finger_colliders)
+    }
 
-        // Layout: blocks and target.
-        let mut pts: Vec<Vec3> = Vec::new();
-        let mut draw_far = |rng: &mut ChaCha8Rng, min_d: f32, lim: f32| -> Vec3 {
-            let mut p = Vec3::ZERO;
-            for _ in 0..200 {
-                p = Vec3::new(
-                    rng.random_range(-lim..lim),
-                    rng.random_range(-lim..lim),
-                    0.0,
-                );
-                if pts.iter().all(|q| (p - *q).length() >= min_d) {
-                    break;
-                }
-            }
-            pts.push(p);
-            p
-        };
+    /// The task's blocks, placed apart on the table, with their colours (and, for held-out colours or a fixed
+    /// table colour, the table's); returns them and their xy positions.
+    fn add_blocks(
+        phys: &mut PhysicsWorld,
+        cfg: &SimConfig,
+        rng: &mut ChaCha8Rng,
+        table: ColliderHandle,
+        layout: &mut Layout,
+    ) -> (Vec<Block>, Vec<Vec3>) {
+        let task = cfg.task;
+        let colors = cfg.randomization.colors;
+        let held_out = cfg.randomization.held_out_colors;
         let n = task.num_objects();
         let mut blocks = Vec::with_capacity(n);
         let first_color = rng.random_range(0..OBJECT_PALETTE.len());
@@ -193,24 +284,8 @@ impl World {
         }
         let mut block_xy = Vec::with_capacity(n);
         for i in 0..n {
-            block_xy.push(draw_far(rng, 0.12, 0.15));
-            let half = match (task, i) {
-                (Task::Stack, 1) => Vec3::new(
-                    rng.random_range(0.024..0.028),
-                    rng.random_range(0.024..0.028),
-                    rng.random_range(0.018..0.022),
-                ),
-                (Task::PushTarget, _) => Vec3::new(
-                    rng.random_range(0.020..0.026),
-                    rng.random_range(0.020..0.026),
-                    rng.random_range(0.018..0.024),
-                ),
-                _ => Vec3::new(
-                    rng.random_range(0.017..0.022),
-                    rng.random_range(0.017..0.022),
-                    rng.random_range(0.018..0.024),
-                ),
-            };
+            block_xy.push(layout.draw_far(rng, 0.12, 0.15));
+            let half = block_half(task, i, rng);
             let base = if held_out {
                 HELD_OUT_PALETTE[(first_color + i) % HELD_OUT_PALETTE.len()]
             } else {
@@ -239,74 +314,59 @@ impl World {
                 mass,
             });
         }
-        let target = if task.has_target() {
-            let p = match task {
-                Task::PushTarget => {
-                    // PUSH_START_DIST from the block in a random direction, inside the reachable area. A fixed
-                    // distance keeps push progress a function of what the cameras see (see oracle::push).
-                    let b = block_xy[0];
-                    let mut t = b;
-                    let d = crate::oracle::PUSH_START_DIST;
-                    for _ in 0..200 {
-                        let ang = rng.random_range(0.0..std::f32::consts::TAU);
-                        t = b + Vec3::new(ang.cos() * d, ang.sin() * d, 0.0);
-                        if t.x.abs() < 0.2 && t.y.abs() < 0.2 {
-                            break;
-                        }
-                    }
-                    t
-                }
-                _ => draw_far(rng, 0.12, 0.17),
-            };
-            let target_color = rand_color(rng, [70, 190, 90], if colors { 0.12 } else { 0.0 });
-            phys.insert(
-                RigidBodyBuilder::fixed().translation(Vec3::new(p.x, p.y, 0.0005)),
-                ColliderBuilder::cuboid(TARGET_HALF, TARGET_HALF, 0.0005)
-                    .collision_groups(InteractionGroups::none())
-                    .user_data(pack_rgb(target_color)),
-            );
-            p
-        } else {
-            Vec3::ZERO
-        };
+        (blocks, block_xy)
+    }
 
-        let control_dt = (1.0 / cfg.control_hz) as f32;
-        let mut w = Self {
-            phys,
-            task,
-            palm,
-            fingers,
-            finger_colliders,
-            blocks,
-            target,
-            tcp,
-            width,
-            grip_target: width,
-            attached: None,
-            substeps: cfg.substeps.max(1),
-            control_dt,
-            d0_reach: 1.0,
-            d0_carry: 1.0,
-        };
-        // Settle the blocks onto the table (and fill the query pipeline's BVH).
-        for _ in 0..5 {
-            w.phys.step();
-        }
-        w.d0_reach = match task {
+    /// The target patch (no collisions) of a task with a target; returns its centre.
+    fn add_target(
+        phys: &mut PhysicsWorld,
+        cfg: &SimConfig,
+        rng: &mut ChaCha8Rng,
+        block_xy: &[Vec3],
+        layout: &mut Layout,
+    ) -> Vec3 {
+        let p = match cfg.task {
             Task::PushTarget => {
-                let g = crate::oracle::push_geometry(&w);
-                let pre = w.block_pos(0).truncate() - g.dir * (g.standoff + 0.02);
-                (w.tcp - Vec3::new(pre.x, pre.y, crate::oracle::HOVER_Z))
+                // PUSH_START_DIST from the block in a random direction, inside the reachable area. A fixed
+                // distance keeps push progress a function of what the cameras see (see oracle::push).
+                let b = block_xy[0];
+                let mut t = b;
+                let d = crate::oracle::PUSH_START_DIST;
+                for _ in 0..200 {
+                    let ang = rng.random_range(0.0..std::f32::consts::TAU);
+                    t = b + Vec3::new(ang.cos() * d, ang.sin() * d, 0.0);
+                    if t.x.abs() < 0.2 && t.y.abs() < 0.2 {
+                        break;
+                    }
+                }
+                t
+            }
+            _ => layout.draw_far(rng, 0.12, 0.17),
+        };
+        let colors = cfg.randomization.colors;
+        let target_color = rand_color(rng, [70, 190, 90], if colors { 0.12 } else { 0.0 });
+        phys.insert(
+            RigidBodyBuilder::fixed().translation(Vec3::new(p.x, p.y, 0.0005)),
+            ColliderBuilder::cuboid(TARGET_HALF, TARGET_HALF, 0.0005)
+                .collision_groups(InteractionGroups::none())
+                .user_data(pack_rgb(target_color)),
+        );
+        p
+    }
+
+    /// The episode's reach distance at reset (the oracle's scale): to the pre-push pose for push-target, to the
+    /// grasp point of block 0 otherwise.
+    fn initial_reach(&self) -> f32 {
+        match self.task {
+            Task::PushTarget => {
+                let g = crate::oracle::push_geometry(self);
+                let pre = self.block_pos(0).truncate() - g.dir * (g.standoff + 0.02);
+                (self.tcp - Vec3::new(pre.x, pre.y, crate::oracle::HOVER_Z))
                     .length()
                     .max(0.05)
             }
-            _ => (w.tcp - w.grasp_point(0)).length().max(0.05),
-        };
-        w.d0_carry = (w.place_point_xy() - w.block_pos(0))
-            .truncate()
-            .length()
-            .max(0.05);
-        w
+            _ => (self.tcp - self.grasp_point(0)).length().max(0.05),
+        }
     }
 
     fn palm_pos(tcp: Vec3) -> Vec3 {

@@ -44,6 +44,34 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
+/// Batched throughput: env-steps per second for each `--envs` batch size, over `pool(n)`'s observations.
+fn throughput(
+    model: &mut RewardModel,
+    a: &BenchArgs,
+    pool: &dyn Fn(usize) -> Vec<Vec<Observation>>,
+) -> anyhow::Result<Vec<(usize, f64)>> {
+    let mut throughput = Vec::new();
+    for &n in &a.envs {
+        model.reset_env(0);
+        let obs = pool(n);
+        let mut measured = Duration::ZERO;
+        for t in 0..a.warmup + a.steps {
+            let idx = if t == 0 { 0 } else { 1 + (t as u64 - 1) % POOL } as usize;
+            let batch: Vec<&Observation> = obs.iter().map(|e| &e[idx]).collect();
+            let t0 = Instant::now();
+            model.score(&batch)?;
+            if t >= a.warmup {
+                measured += t0.elapsed();
+            }
+        }
+        throughput.push((n, (n * a.steps) as f64 / measured.as_secs_f64()));
+        for e in 0..n {
+            model.reset_env(e);
+        }
+    }
+    Ok(throughput)
+}
+
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.steps >= 1, "--steps must be at least 1 (got 0)");
     anyhow::ensure!(
@@ -134,26 +162,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         v.sort_by(f64::total_cmp);
     }
 
-    // Batched throughput.
-    let mut throughput = Vec::new();
-    for &n in &a.envs {
-        model.reset_env(0);
-        let obs = pool(n);
-        let mut measured = Duration::ZERO;
-        for t in 0..a.warmup + a.steps {
-            let idx = if t == 0 { 0 } else { 1 + (t as u64 - 1) % POOL } as usize;
-            let batch: Vec<&Observation> = obs.iter().map(|e| &e[idx]).collect();
-            let t0 = Instant::now();
-            model.score(&batch)?;
-            if t >= a.warmup {
-                measured += t0.elapsed();
-            }
-        }
-        throughput.push((n, (n * a.steps) as f64 / measured.as_secs_f64()));
-        for e in 0..n {
-            model.reset_env(e);
-        }
-    }
+    let throughput = throughput(&mut model, &a, &pool)?;
 
     let (p50, p99) = (percentile(&step_ms, 0.5), percentile(&step_ms, 0.99));
     let (b50, b99) = (percentile(&bare_ms, 0.5), percentile(&bare_ms, 0.99));

@@ -34,7 +34,7 @@ use stagewise_core::report::{
 use stagewise_core::{Observation, View};
 use stagewise_dataset::{Dataset, Images};
 use stagewise_model::scoring::{ObservationFrames, Reversed};
-use stagewise_model::{EpisodeScorer, HopModel, Manifest, ModelForm, ModelKind};
+use stagewise_model::{EpisodeScorer, HopModel, Manifest, ModelForm, ModelKind, StateMap};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
@@ -367,35 +367,7 @@ fn run_model(args: ModelEvalArgs) -> anyhow::Result<()> {
     if eps.is_empty() {
         bail!("{} has no episodes", dataset.display());
     }
-    let mut scorer = match manifest.kind {
-        ModelKind::StageProgress => {
-            let rt = args.ort.runtime()?;
-            let mut model = EpisodeScorer::from_manifest(
-                manifest.clone(),
-                rt,
-                &args.ort.session_options(),
-                ModelForm::Auto,
-                args.batch,
-            )
-            .with_context(|| format!("loading reward model {}", model_path.display()))?;
-            model.set_state_map(state_map.clone())?;
-            Scorer::Progress(Box::new(model))
-        }
-        ModelKind::Hop => {
-            let rt = args.ort.runtime()?;
-            let mut model = HopModel::load(&model_path, rt, &args.ort.session_options())
-                .with_context(|| format!("loading hop model {}", model_path.display()))?;
-            model.set_state_map(state_map.clone())?;
-            let goal = eps
-                .iter()
-                .find(|e| e.truth.success && !e.truth.degraded)
-                .and_then(|e| e.obs.last())
-                .context("the dataset has no successful clean episode to take the goal frame from")?
-                .clone();
-            Scorer::Hop(Box::new(model), Box::new(goal))
-        }
-        ModelKind::Policy => bail!("{} is a policy, not a reward model", model_path.display()),
-    };
+    let mut scorer = load_scorer(&args, &manifest, &state_map, &eps)?;
     let rows = if args.ablations {
         ablation_rows(
             &manifest.views,
@@ -450,19 +422,7 @@ fn run_model(args: ModelEvalArgs) -> anyhow::Result<()> {
             held.join(", ")
         );
     }
-    println!(
-        "VOC            {} (min {})",
-        fmt(summary.voc),
-        fmt(summary.voc_min)
-    );
-    println!("VROC           {}", fmt(summary.vroc));
-    println!("VOC-F1         {}", fmt(summary.voc_f1));
-    println!(
-        "stage accuracy {}",
-        summary.stage_accuracy.map_or("n/a".into(), fmt)
-    );
-    println!("progress MAE   {}", fmt(summary.progress_mae));
-    println!("AUROC          {}", summary.auroc.map_or("n/a".into(), fmt));
+    print_summary(&summary);
     if args.ablations {
         let table: Vec<(&Ablation, &Summary)> = std::iter::once((&rows[0], &summary))
             .chain(ablated.iter().map(|(a, s)| (*a, s)))
@@ -484,26 +444,7 @@ fn run_model(args: ModelEvalArgs) -> anyhow::Result<()> {
     std::fs::write(&json, serde_json::to_string_pretty(&summary)?)
         .with_context(|| format!("writing {}", json.display()))?;
     if args.ablations {
-        let table: Vec<serde_json::Value> = std::iter::once((&rows[0], &summary))
-            .chain(ablated.iter().map(|(a, s)| (*a, s)))
-            .map(|(a, s)| {
-                let held: Vec<Option<&String>> = a
-                    .hold_state
-                    .iter()
-                    .map(|&i| source_names.as_ref().and_then(|n| n.get(i)))
-                    .collect();
-                serde_json::json!({
-                    "ablation": a.name,
-                    "blank_views": a.blank_views,
-                    "hold_state": held,
-                    "summary": s,
-                })
-            })
-            .collect();
-        let path = out.join("ablations.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&table)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("ablations in {}", path.display());
+        write_ablations(&out, &rows, &summary, &ablated, source_names.as_deref())?;
     }
     if !args.no_plots {
         for (e, s) in eps.iter().zip(&scored) {
@@ -511,6 +452,93 @@ fn run_model(args: ModelEvalArgs) -> anyhow::Result<()> {
         }
         println!("plots and summary.json in {}", out.display());
     }
+    Ok(())
+}
+
+/// The scoring engine for the manifest's kind; a hop model takes its goal frame from the last frame of the
+/// first clean successful episode.
+fn load_scorer(
+    args: &ModelEvalArgs,
+    manifest: &Manifest,
+    state_map: &StateMap,
+    eps: &[EvalEpisode],
+) -> anyhow::Result<Scorer> {
+    Ok(match manifest.kind {
+        ModelKind::StageProgress => {
+            let rt = args.ort.runtime()?;
+            let mut model = EpisodeScorer::from_manifest(
+                manifest.clone(),
+                rt,
+                &args.ort.session_options(),
+                ModelForm::Auto,
+                args.batch,
+            )
+            .with_context(|| format!("loading reward model {}", args.model.display()))?;
+            model.set_state_map(state_map.clone())?;
+            Scorer::Progress(Box::new(model))
+        }
+        ModelKind::Hop => {
+            let rt = args.ort.runtime()?;
+            let mut model = HopModel::load(&args.model, rt, &args.ort.session_options())
+                .with_context(|| format!("loading hop model {}", args.model.display()))?;
+            model.set_state_map(state_map.clone())?;
+            let goal = eps
+                .iter()
+                .find(|e| e.truth.success && !e.truth.degraded)
+                .and_then(|e| e.obs.last())
+                .context("the dataset has no successful clean episode to take the goal frame from")?
+                .clone();
+            Scorer::Hop(Box::new(model), Box::new(goal))
+        }
+        ModelKind::Policy => bail!("{} is a policy, not a reward model", args.model.display()),
+    })
+}
+
+fn print_summary(summary: &Summary) {
+    println!(
+        "VOC            {} (min {})",
+        fmt(summary.voc),
+        fmt(summary.voc_min)
+    );
+    println!("VROC           {}", fmt(summary.vroc));
+    println!("VOC-F1         {}", fmt(summary.voc_f1));
+    println!(
+        "stage accuracy {}",
+        summary.stage_accuracy.map_or("n/a".into(), fmt)
+    );
+    println!("progress MAE   {}", fmt(summary.progress_mae));
+    println!("AUROC          {}", summary.auroc.map_or("n/a".into(), fmt));
+}
+
+/// `ablations.json`: each ablation's views blanked, state fields held (by name) and summary, the first row
+/// without any.
+fn write_ablations(
+    out: &Path,
+    rows: &[Ablation],
+    summary: &Summary,
+    ablated: &[(&Ablation, Summary)],
+    source_names: Option<&[String]>,
+) -> anyhow::Result<()> {
+    let table: Vec<serde_json::Value> = std::iter::once((&rows[0], summary))
+        .chain(ablated.iter().map(|(a, s)| (*a, s)))
+        .map(|(a, s)| {
+            let held: Vec<Option<&String>> = a
+                .hold_state
+                .iter()
+                .map(|&i| source_names.and_then(|n| n.get(i)))
+                .collect();
+            serde_json::json!({
+                "ablation": a.name,
+                "blank_views": a.blank_views,
+                "hold_state": held,
+                "summary": s,
+            })
+        })
+        .collect();
+    let path = out.join("ablations.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&table)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("ablations in {}", path.display());
     Ok(())
 }
 

@@ -410,26 +410,7 @@ fn label(args: LabelArgs) -> anyhow::Result<()> {
     let label_s = t_label.elapsed().as_secs_f64();
     bar.finish_and_clear();
 
-    let mut sp = SarmProgress {
-        reward_model_path: Some(args.model.display().to_string()),
-        ..Default::default()
-    };
-    for l in &labelled {
-        let ep = l.episode as i64;
-        sp.index.extend_from_slice(&l.index);
-        sp.episode_index
-            .extend(std::iter::repeat_n(ep, l.index.len()));
-        sp.frame_index.extend_from_slice(&l.frame_index);
-        sp.progress_sparse.extend_from_slice(&l.progress);
-    }
-    let out = args.out.clone().unwrap_or_else(|| ds.sarm_progress_path());
-    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    // Durable: written under <name>.tmp beside the target, fsynced, renamed, directory fsynced (stagewise-dataset's
-    // `durable`), so a reader never sees half a file and a crash keeps the previous one.
-    sp.write(&out)
-        .with_context(|| format!("writing {}", out.display()))?;
+    let out = write_progress(&args, &ds, &labelled)?;
 
     let episodes: Vec<Vec<f64>> = labelled
         .iter()
@@ -491,20 +472,7 @@ fn label(args: LabelArgs) -> anyhow::Result<()> {
         println!("per-frame RA-BC weights in {}", p.display());
     }
     if args.plots > 0 {
-        let dir = args
-            .plots_dir
-            .clone()
-            .unwrap_or_else(|| args.dataset.join("sarm_progress_plots"));
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        for (l, w) in labelled.iter().zip(&weights.weights).take(args.plots) {
-            plot_episode(l, w, &dir.join(format!("episode_{:04}.png", l.episode)))?;
-        }
-        println!(
-            "progress plots of {} episode(s) in {} (blue: progress, dots: scored frames, black: progress_gt, \
-             orange: RA-BC weight)",
-            args.plots.min(labelled.len()),
-            dir.display()
-        );
+        write_plots(&args, &labelled, &weights)?;
     }
     if let Some(p) = &args.summary_json {
         let json = serde_json::json!({
@@ -536,6 +504,58 @@ fn label(args: LabelArgs) -> anyhow::Result<()> {
         std::fs::write(p, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    Ok(())
+}
+
+/// `sarm_progress.parquet` (or `--out`) of the labelled episodes; returns where it went.
+fn write_progress(
+    args: &LabelArgs,
+    ds: &Dataset,
+    labelled: &[Labelled],
+) -> anyhow::Result<PathBuf> {
+    let mut sp = SarmProgress {
+        reward_model_path: Some(args.model.display().to_string()),
+        ..Default::default()
+    };
+    for l in labelled {
+        let ep = l.episode as i64;
+        sp.index.extend_from_slice(&l.index);
+        sp.episode_index
+            .extend(std::iter::repeat_n(ep, l.index.len()));
+        sp.frame_index.extend_from_slice(&l.frame_index);
+        sp.progress_sparse.extend_from_slice(&l.progress);
+    }
+    let out = args.out.clone().unwrap_or_else(|| ds.sarm_progress_path());
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    // Durable: written under <name>.tmp beside the target, fsynced, renamed, directory fsynced (stagewise-dataset's
+    // `durable`), so a reader never sees half a file and a crash keeps the previous one.
+    sp.write(&out)
+        .with_context(|| format!("writing {}", out.display()))?;
+    Ok(out)
+}
+
+/// Progress plots of the first `--plots` episodes.
+fn write_plots(
+    args: &LabelArgs,
+    labelled: &[Labelled],
+    weights: &RabcWeights,
+) -> anyhow::Result<()> {
+    let dir = args
+        .plots_dir
+        .clone()
+        .unwrap_or_else(|| args.dataset.join("sarm_progress_plots"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (l, w) in labelled.iter().zip(&weights.weights).take(args.plots) {
+        plot_episode(l, w, &dir.join(format!("episode_{:04}.png", l.episode)))?;
+    }
+    println!(
+        "progress plots of {} episode(s) in {} (blue: progress, dots: scored frames, black: progress_gt, \
+         orange: RA-BC weight)",
+        args.plots.min(labelled.len()),
+        dir.display()
+    );
     Ok(())
 }
 

@@ -225,6 +225,50 @@ fn to_episode(
 
 pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     let task = args.task;
+    check_args(&args)?;
+    // Before the dataset is created: a bad policy leaves no output behind.
+    let policy = args
+        .policy
+        .as_deref()
+        .map(|p| PolicyDriver::new(p, task, args.policy_noise, args.ort_lib.as_deref()))
+        .transpose()?;
+    let mut cfg = SimConfig::new(task).with_resolution(args.width, args.height);
+    cfg.depth = false;
+    cfg.render_threads = 1;
+    args.scene.apply(&mut cfg.randomization);
+    cfg.randomization.table_color = args.table_color;
+    cfg.validate()?;
+
+    let info = dataset_info(&args, &cfg);
+    let views = info.views.len();
+    let fps = info.fps;
+    let mut writer = DatasetWriter::create(&args.out, info)
+        .with_context(|| format!("creating dataset {}", args.out.display()))?;
+    let video_note = video_notes(&writer);
+    let recorded = record_episodes(&args, &cfg, policy.as_ref(), &mut writer, views, fps)?;
+    let summary = writer.finish().context("finishing the dataset")?;
+    write_record_meta(&args, policy.as_ref(), recorded.log)?;
+    println!(
+        "{}: {} episodes ({} degraded, {} successful), {} frames, {} data file(s)",
+        summary.root.display(),
+        summary.episodes,
+        recorded.degraded,
+        recorded.successes,
+        summary.frames,
+        summary.data_files
+    );
+    for (what, views) in &video_note {
+        println!("videos ({}): {what}", views.join(", "));
+    }
+    if let Some(p) = summary.stage_proportions {
+        let s: Vec<String> = p.iter().map(|(n, a)| format!("{n} {a:.3}")).collect();
+        println!("stage proportions: {}", s.join(", "));
+    }
+    Ok(())
+}
+
+/// Refuses bad arguments before anything is created.
+fn check_args(args: &RecordArgs) -> anyhow::Result<()> {
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }
@@ -267,20 +311,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     {
         bail!("{} exists and is not empty", args.out.display());
     }
-    // Before the dataset is created: a bad policy leaves no output behind.
-    let policy = args
-        .policy
-        .as_deref()
-        .map(|p| PolicyDriver::new(p, task, args.policy_noise, args.ort_lib.as_deref()))
-        .transpose()?;
-    let mut cfg = SimConfig::new(task).with_resolution(args.width, args.height);
-    cfg.depth = false;
-    cfg.render_threads = 1;
-    args.scene.apply(&mut cfg.randomization);
-    cfg.randomization.table_color = args.table_color;
-    cfg.validate()?;
+    Ok(())
+}
 
-    let info = DatasetInfo {
+/// The dataset's features: the task's state and actions, the rig's cameras, the oracle's per-frame columns.
+fn dataset_info(args: &RecordArgs, cfg: &SimConfig) -> DatasetInfo {
+    let task = args.task;
+    DatasetInfo {
         fps: cfg.control_hz.round() as u32,
         robot_type: Some("stagewise-sim-cartesian-gripper".into()),
         state_names: stagewise_sim::state_spec(task).names,
@@ -319,12 +356,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
             ..VideoSettings::default()
         }),
         ..Default::default()
-    };
-    let views = info.views.len();
-    let fps = info.fps;
-    let mut writer = DatasetWriter::create(&args.out, info)
-        .with_context(|| format!("creating dataset {}", args.out.display()))?;
-    // What encoded the cameras, once per encoder (and why, when it is not what was asked for).
+    }
+}
+
+/// What encoded the cameras, once per encoder (and why, when it is not what was asked for), with its views.
+fn video_notes(writer: &DatasetWriter) -> Vec<(String, Vec<String>)> {
     let mut video_note: Vec<(String, Vec<String>)> = Vec::new();
     for (key, enc) in writer.video_encodings() {
         let what = match &enc.note {
@@ -340,7 +376,26 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
             None => video_note.push((what, vec![view])),
         }
     }
+    video_note
+}
 
+/// What [`record_episodes`] wrote: one log entry per episode, and the counts the summary line prints.
+struct Recorded {
+    log: Vec<serde_json::Value>,
+    successes: usize,
+    degraded: usize,
+}
+
+/// Rolls the episodes out in parallel batches and writes them in order.
+fn record_episodes(
+    args: &RecordArgs,
+    cfg: &SimConfig,
+    policy: Option<&PolicyDriver>,
+    writer: &mut DatasetWriter,
+    views: usize,
+    fps: u32,
+) -> anyhow::Result<Recorded> {
+    let task = args.task;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads)
         .build()
@@ -352,17 +407,20 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     );
 
     let batch = pool.current_num_threads().max(1) * 2;
-    let mut log = Vec::with_capacity(args.episodes);
-    let (mut successes, mut degraded_count) = (0usize, 0usize);
+    let mut out = Recorded {
+        log: Vec::with_capacity(args.episodes),
+        successes: 0,
+        degraded: 0,
+    };
     for chunk_start in (0..args.episodes).step_by(batch) {
         let ids: Vec<usize> = (chunk_start..(chunk_start + batch).min(args.episodes)).collect();
         let recs: Vec<anyhow::Result<(usize, &str, EpisodeRecord)>> = pool.install(|| {
             ids.par_iter()
                 .map(|&i| {
                     let seed = args.seed + i as u64;
-                    if let Some(policy) = &policy {
+                    if let Some(policy) = policy {
                         let rec = policy
-                            .rollout(&cfg, seed)
+                            .rollout(cfg, seed)
                             .with_context(|| format!("{task} episode {i} (seed {seed}, policy)"))?;
                         bar.inc(1);
                         return Ok((i, POLICY_DRIVER, rec));
@@ -370,7 +428,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
                     let preset = preset_for(i, args.degraded, &args.presets);
                     let deg = Degradation::preset(preset)
                         .with_context(|| format!("unknown preset {preset}"))?;
-                    let rec = rollout_with(&cfg, seed, deg)
+                    let rec = rollout_with(cfg, seed, deg)
                         .with_context(|| format!("{task} episode {i} (seed {seed}, {preset})"))?;
                     bar.inc(1);
                     Ok((i, preset, rec))
@@ -384,9 +442,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
             writer
                 .add_episode(&ep)
                 .with_context(|| format!("writing episode {i}"))?;
-            successes += usize::from(rec.success);
-            degraded_count += usize::from(degraded);
-            log.push(serde_json::json!({
+            out.successes += usize::from(rec.success);
+            out.degraded += usize::from(degraded);
+            out.log.push(serde_json::json!({
                 "episode_index": i,
                 "seed": rec.seed,
                 "degradation": preset,
@@ -398,13 +456,21 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
         }
     }
     bar.finish();
-    let summary = writer.finish().context("finishing the dataset")?;
+    Ok(out)
+}
+
+/// `meta/stagewise_record.json`: how the dataset was recorded, and each episode's seed, driver and outcome.
+fn write_record_meta(
+    args: &RecordArgs,
+    policy: Option<&PolicyDriver>,
+    log: Vec<serde_json::Value>,
+) -> anyhow::Result<()> {
     let meta = serde_json::json!({
-        "task": task.name(),
+        "task": args.task.name(),
         "seed": args.seed,
         "degraded_fraction": if policy.is_some() { 1.0 } else { args.degraded },
         "degradation_presets": if policy.is_some() { vec![POLICY_DRIVER.to_string()] } else { args.presets.clone() },
-        "policy": policy.as_ref().map(|p| serde_json::json!({
+        "policy": policy.map(|p| serde_json::json!({
             "manifest": p.manifest,
             "noise": p.noise,
             "action_repeat": p.action_repeat,
@@ -423,24 +489,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<()> {
     });
     let meta_path = args.out.join("meta").join("stagewise_record.json");
     std::fs::write(&meta_path, serde_json::to_string_pretty(&meta)?)
-        .with_context(|| format!("writing {}", meta_path.display()))?;
-    println!(
-        "{}: {} episodes ({} degraded, {} successful), {} frames, {} data file(s)",
-        summary.root.display(),
-        summary.episodes,
-        degraded_count,
-        successes,
-        summary.frames,
-        summary.data_files
-    );
-    for (what, views) in &video_note {
-        println!("videos ({}): {what}", views.join(", "));
-    }
-    if let Some(p) = summary.stage_proportions {
-        let s: Vec<String> = p.iter().map(|(n, a)| format!("{n} {a:.3}")).collect();
-        println!("stage proportions: {}", s.join(", "));
-    }
-    Ok(())
+        .with_context(|| format!("writing {}", meta_path.display()))
 }
 
 /// Mixed into an episode's seed for its `--policy-noise` stream, so that the noise is not the same random stream

@@ -3,8 +3,9 @@
 //! training record, with validation metrics and a progress bar.
 //!
 //! This side reads the dataset (stagewise-dataset: PNG or MP4 cameras, LeRobot's timestamp rule), picks the
-//! views and the proprioception by name, computes the targets from the annotations (DESIGN.md:
-//! stage `k` of frame `t` and `tau = clip((t - s_k) / (e_k - s_k), 0, 1)`) and writes them as numpy arrays; the
+//! views and the proprioception by name, computes the targets from the annotations (stagewise-core's
+//! `targets`, DESIGN.md: stage `k` of frame `t` and `tau = clip((t - s_k) / (e_k - s_k), 0, 1)`) and writes them
+//! as numpy arrays (stagewise-dataset's `arrays`); the
 //! PyTorch pipeline in `models/training` (`train_dataset.py`, on train.py's network, augmentation, loss and export)
 //! trains and exports the model. No simulator column is read. Datasets without any stage annotation are refused
 //! with an error that says what to add.
@@ -17,9 +18,10 @@
 
 use anyhow::{bail, Context};
 use rayon::prelude::*;
-use stagewise_core::StageProportions;
-use stagewise_dataset::{Dataset, Images, StageAnnotation};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use stagewise_core::{targets, StageProportions};
+use stagewise_dataset::arrays::TrainingArrays;
+use stagewise_dataset::{Dataset, Episode, EpisodeMeta, Images, StageAnnotation};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -111,86 +113,18 @@ fn privileged(name: &str) -> bool {
         })
 }
 
-/// Stage `k` and `tau` of every frame of an episode of `len` frames (module doc).
-pub fn frame_targets(
-    ann: &StageAnnotation,
-    len: usize,
-    success: Option<bool>,
-) -> (Vec<i64>, Vec<f32>) {
-    let k = ann.names.len();
-    let mut stage = vec![0i64; len];
-    let mut tau = vec![0f32; len];
-    for t in 0..len {
-        let ti = t as i64;
-        let (s, tt) = match ann.stage_at(ti) {
-            Some(s) => {
-                let (a, b) = (ann.start_frames[s], ann.end_frames[s]);
-                (s, ((ti - a) as f64 / (b - a).max(1) as f64).clamp(0.0, 1.0))
-            }
-            None => match (0..k).rev().find(|&s| ann.end_frames[s] <= ti) {
-                Some(s) => (s, 1.0),
-                None => (0, 0.0),
-            },
-        };
-        stage[t] = s as i64;
-        tau[t] = tt as f32;
-    }
-    if len > 0 && success != Some(false) && ann.end_frames.last() == Some(&(len as i64)) {
-        tau[len - 1] = 1.0;
-    }
-    (stage, tau)
-}
-
 /// Stage boundaries at `proportions` of an episode of `len` frames (time-linear progress).
 pub fn annotation_from_proportions(
     names: &[String],
     proportions: &[f64],
     len: usize,
 ) -> StageAnnotation {
-    let total: f64 = proportions.iter().sum::<f64>().max(1e-12);
-    let mut acc = 0.0;
-    let mut starts = Vec::with_capacity(names.len());
-    let mut ends = Vec::with_capacity(names.len());
-    for (i, p) in proportions.iter().enumerate() {
-        let s = (acc / total * len as f64).round() as i64;
-        acc += p;
-        let e = if i + 1 == proportions.len() {
-            len as i64
-        } else {
-            (acc / total * len as f64).round() as i64
-        };
-        starts.push(s);
-        ends.push(e.max(s));
-    }
+    let (start_frames, end_frames) = targets::stages_from_proportions(proportions, len);
     StageAnnotation {
         names: names.to_vec(),
-        start_frames: starts,
-        end_frames: ends,
+        start_frames,
+        end_frames,
     }
-}
-
-fn check_annotation(ann: &StageAnnotation, len: usize) -> Result<(), String> {
-    let k = ann.names.len();
-    if k == 0 || ann.start_frames.len() != k || ann.end_frames.len() != k {
-        return Err(format!(
-            "{k} stage names, {} start frames, {} end frames",
-            ann.start_frames.len(),
-            ann.end_frames.len()
-        ));
-    }
-    let mut prev = 0;
-    for i in 0..k {
-        let (s, e) = (ann.start_frames[i], ann.end_frames[i]);
-        if s < prev || e < s || e > len as i64 {
-            return Err(format!(
-                "stage {i} ({:?}) spans frames {s}..{e}: stages must be ordered, non-overlapping and within \
-                 0..{len}",
-                ann.names[i]
-            ));
-        }
-        prev = e;
-    }
-    Ok(())
 }
 
 /// One episode that goes into the training set.
@@ -203,36 +137,6 @@ struct Use {
     from_proportions: bool,
     success: Option<bool>,
     val: bool,
-}
-
-/// The `.npy` header (format 1.0) of a C-order array.
-fn npy_header(descr: &str, shape: &[usize]) -> Vec<u8> {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape = if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
-    let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
-    // magic (6) + version (2) + length (2) + header, padded with spaces to a multiple of 64, ending in '\n'.
-    while (10 + h.len() + 1) % 64 != 0 {
-        h.push(' ');
-    }
-    h.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-    out.extend_from_slice(h.as_bytes());
-    out
-}
-
-fn write_npy(path: &Path, descr: &str, shape: &[usize], bytes: &[u8]) -> anyhow::Result<()> {
-    let mut f = BufWriter::new(
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
-    );
-    f.write_all(&npy_header(descr, shape))?;
-    f.write_all(bytes)?;
-    f.flush()
-        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
@@ -483,208 +387,19 @@ pub fn parse_selection(p: &Path) -> anyhow::Result<(PathBuf, Option<Vec<usize>>)
 /// Reads the datasets, picks views and state by name, computes the targets and writes the arrays of
 /// `models/training/train_dataset.py` to `spec.data_dir` (module doc).
 pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
-    let t_start = spec.t_start;
-    // Open every dataset; resolve views and state fields by name.
-    let all: Vec<(PathBuf, bool)> = spec
-        .datasets
-        .iter()
-        .map(|(d, _, v)| (d.clone(), *v))
-        .collect();
-    let mut opened = Vec::with_capacity(all.len());
-    for (dir, _) in &all {
-        opened.push(
-            Dataset::open(dir).with_context(|| format!("opening dataset {}", dir.display()))?,
-        );
-    }
-    let mut keys: Vec<Vec<String>> = Vec::new();
-    let mut state_cols: Vec<Vec<usize>> = Vec::new();
-    let mut size: Option<(u32, u32)> = None;
-    for (ds, (dir, _)) in opened.iter().zip(&all) {
-        let k: Vec<String> = spec
-            .views
-            .iter()
-            .map(|v| {
-                ds.camera_key(v)
-                    .with_context(|| format!("--views {v}: dataset {}", dir.display()))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        for key in &k {
-            let ft = ds
-                .info()
-                .features
-                .get(key)
-                .with_context(|| format!("{}: no feature {key}", dir.display()))?;
-            let (h, w, _) = ft
-                .image_hwc()
-                .with_context(|| format!("{}: feature {key} is not [h, w, 3]", dir.display()))?;
-            if spec.image_size.is_none() {
-                match size {
-                    None => size = Some((w, h)),
-                    Some(s) if s != (w, h) => bail!(
-                        "camera {key} of {} is {w}x{h}, another camera is {}x{}: pass --image-size WxH",
-                        dir.display(),
-                        s.0,
-                        s.1
-                    ),
-                    Some(_) => {}
-                }
-            }
-        }
-        let names = ds.state_names().with_context(|| {
-            format!(
-                "{}/meta/info.json: `observation.state` has no names; --state picks fields by name",
-                dir.display()
-            )
-        })?;
-        let cols: Vec<usize> = spec
-            .state
-            .iter()
-            .map(|s| {
-                names.iter().position(|n| n == s).with_context(|| {
-                    format!(
-                        "--state {s}: {}/meta/info.json `observation.state` has no such field (it has: {})",
-                        dir.display(),
-                        names.join(", ")
-                    )
-                })
-            })
-            .collect::<anyhow::Result<_>>()?;
-        keys.push(k);
-        state_cols.push(cols);
-    }
-    let (width, height) = match spec.image_size {
-        Some(s) => s,
-        None => size.context("no camera")?,
-    };
+    let sources = open_sources(spec)?;
+    let (width, height) = sources.size;
     if width * height > 96 * 96 {
         tracing::warn!(
             "the model will read {width}x{height} frames: training on the CPU is slow at that size; \
              --image-size 64x64 (or smaller) resizes them"
         );
     }
-
-    // Stage names and proportions: the first dataset's temporal_proportions_sparse.json, else its first
-    // annotation.
-    let first = &opened[0];
-    let file_props: Option<Vec<(String, f64)>> =
-        first.temporal_proportions_sparse().map(<[_]>::to_vec);
-    let stage_names: Vec<String> = match (
-        &spec.stages,
-        &file_props,
-        first.episodes().iter().find_map(|e| e.stages.as_ref()),
-    ) {
-        (Some((names, _)), _, _) => names.clone(),
-        (None, Some(p), _) => p.iter().map(|(n, _)| n.clone()).collect(),
-        (None, None, Some(a)) => a.names.clone(),
-        (None, None, None) => bail!(
-            "{} has no stage annotation: SARM progress targets need stages. Add per-episode SARM columns \
-             `sparse_subtask_names`, `sparse_subtask_start_frames`, `sparse_subtask_end_frames` to \
-             meta/episodes/*.parquet (`stagewise annotate --dataset DIR --from stages.json` writes them from a JSON \
-             file; LeRobot's subtask_annotation.py does with a VLM), or meta/temporal_proportions_sparse.json \
-             ({{\"stage name\": proportion, ...}}) for demonstrations whose stages take those shares of each \
-             episode (docs/own-task.md)",
-            all[0].0.display()
-        ),
-    };
-    let mut uses: Vec<Use> = Vec::new();
-    let mut skipped: Vec<String> = Vec::new();
-    for (d, (ds, (dir, is_val))) in opened.iter().zip(&all).enumerate() {
-        let props = ds.temporal_proportions_sparse();
-        if let Some(p) = props {
-            let names: Vec<&String> = p.iter().map(|(n, _)| n).collect();
-            if names
-                .iter()
-                .map(|n| n.as_str())
-                .ne(stage_names.iter().map(|n| n.as_str()))
-            {
-                bail!(
-                    "{}/meta/temporal_proportions_sparse.json names stages {names:?}, the model's stages are {stage_names:?}",
-                    dir.display()
-                );
-            }
-        }
-        let selection = spec.datasets[d].1.as_deref();
-        if let Some(sel) = selection {
-            if let Some(&bad) = sel.iter().find(|&&e| e >= ds.num_episodes()) {
-                bail!(
-                    "{}: episode {bad} asked for, the dataset has {} episodes",
-                    dir.display(),
-                    ds.num_episodes()
-                );
-            }
-        }
-        let skipped_before = skipped.len();
-        for e in ds.episodes() {
-            if selection.is_some_and(|sel| !sel.contains(&e.episode_index)) {
-                continue;
-            }
-            let (ann, from_props) = match (&e.stages, props) {
-                (Some(a), _) => (a.clone(), false),
-                (None, Some(p)) if e.success != Some(false) => {
-                    let w: Vec<f64> = p.iter().map(|(_, a)| *a).collect();
-                    (
-                        annotation_from_proportions(&stage_names, &w, e.length),
-                        true,
-                    )
-                }
-                (None, Some(_)) => {
-                    skipped.push(format!(
-                        "{} episode {}: not annotated, marked unsuccessful",
-                        dir.display(),
-                        e.episode_index
-                    ));
-                    continue;
-                }
-                (None, None) => {
-                    skipped.push(format!(
-                        "{} episode {}: not annotated",
-                        dir.display(),
-                        e.episode_index
-                    ));
-                    continue;
-                }
-            };
-            if ann.names != stage_names {
-                bail!(
-                    "{} episode {}: stages {:?}, the model's stages are {stage_names:?} (every annotated episode \
-                     needs the same stages in the same order)",
-                    dir.display(),
-                    e.episode_index,
-                    ann.names
-                );
-            }
-            check_annotation(&ann, e.length).map_err(|r| {
-                anyhow::anyhow!(
-                    "{} episode {}: bad SARM annotation: {r}",
-                    dir.display(),
-                    e.episode_index
-                )
-            })?;
-            if e.length == 0 {
-                skipped.push(format!(
-                    "{} episode {}: no frames",
-                    dir.display(),
-                    e.episode_index
-                ));
-                continue;
-            }
-            uses.push(Use {
-                ds: d,
-                episode: e.episode_index,
-                len: e.length,
-                ann,
-                from_proportions: from_props,
-                success: e.success,
-                val: *is_val,
-            });
-        }
-        if selection.is_some() && skipped.len() > skipped_before {
-            bail!(
-                "episodes asked for by number cannot be used: {}",
-                skipped[skipped_before..].join("; ")
-            );
-        }
-    }
+    let file_props: Option<Vec<(String, f64)>> = sources.opened[0]
+        .temporal_proportions_sparse()
+        .map(<[_]>::to_vec);
+    let stage_names = stage_names(spec, &sources.opened[0], file_props.as_deref())?;
+    let (mut uses, skipped) = select_episodes(spec, &sources.opened, &stage_names)?;
     if spec.val_every > 0 {
         let n = uses.len();
         let mut i = 0;
@@ -703,7 +418,277 @@ pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
             skipped.join("; ")
         );
     }
-    let proportions: Vec<f64> = match (&spec.stages, &file_props) {
+    let proportions = stage_proportions(spec, file_props.as_deref(), &uses)?;
+    print_training_set(&uses, &stage_names, &proportions, skipped.len());
+
+    let (arrays, episodes_json) = read_into_arrays(spec, &sources, &uses)?;
+    let command: Vec<String> = std::env::args().collect();
+    let meta = serde_json::json!({
+        "datasets": spec.datasets.iter().map(|(d, _, _)| d.display().to_string()).collect::<Vec<_>>(),
+        "views": spec.views,
+        "view_keys": sources.keys[0],
+        "state_names": spec.state,
+        "stage_names": stage_names,
+        "proportions": proportions,
+        "width": width,
+        "height": height,
+        "episodes": episodes_json,
+        "skipped": skipped,
+        "command": command,
+    });
+    arrays
+        .finish(&meta)
+        .with_context(|| format!("writing the training arrays to {}", spec.data_dir.display()))?;
+    println!(
+        "prepared {} frames of {} views at {width}x{height} in {:.1} s ({})",
+        uses.iter().map(|u| u.len).sum::<usize>(),
+        spec.views.len(),
+        spec.t_start.elapsed().as_secs_f64(),
+        spec.data_dir.display()
+    );
+    Ok(())
+}
+
+/// The opened datasets, each one's camera keys of `spec.views` and columns of `spec.state`, and the frame size
+/// the model reads.
+struct Sources {
+    opened: Vec<Dataset>,
+    keys: Vec<Vec<String>>,
+    state_cols: Vec<Vec<usize>>,
+    size: (u32, u32),
+}
+
+/// Opens every dataset and resolves views and state fields by name.
+fn open_sources(spec: &PrepareSpec) -> anyhow::Result<Sources> {
+    let mut opened = Vec::with_capacity(spec.datasets.len());
+    for (dir, _, _) in &spec.datasets {
+        opened.push(
+            Dataset::open(dir).with_context(|| format!("opening dataset {}", dir.display()))?,
+        );
+    }
+    let mut keys: Vec<Vec<String>> = Vec::new();
+    let mut state_cols: Vec<Vec<usize>> = Vec::new();
+    let mut size: Option<(u32, u32)> = None;
+    for (ds, (dir, _, _)) in opened.iter().zip(&spec.datasets) {
+        keys.push(view_keys(spec, ds, dir, &mut size)?);
+        state_cols.push(state_columns(spec, ds, dir)?);
+    }
+    let size = match spec.image_size {
+        Some(s) => s,
+        None => size.context("no camera")?,
+    };
+    Ok(Sources {
+        opened,
+        keys,
+        state_cols,
+        size,
+    })
+}
+
+/// The camera keys of `spec.views` in `ds`; without `--image-size`, every camera must have the size in `size`
+/// (set by the first one seen).
+fn view_keys(
+    spec: &PrepareSpec,
+    ds: &Dataset,
+    dir: &Path,
+    size: &mut Option<(u32, u32)>,
+) -> anyhow::Result<Vec<String>> {
+    let k: Vec<String> = spec
+        .views
+        .iter()
+        .map(|v| {
+            ds.camera_key(v)
+                .with_context(|| format!("--views {v}: dataset {}", dir.display()))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    for key in &k {
+        let ft = ds
+            .info()
+            .features
+            .get(key)
+            .with_context(|| format!("{}: no feature {key}", dir.display()))?;
+        let (h, w, _) = ft
+            .image_hwc()
+            .with_context(|| format!("{}: feature {key} is not [h, w, 3]", dir.display()))?;
+        if spec.image_size.is_none() {
+            match *size {
+                None => *size = Some((w, h)),
+                Some(s) if s != (w, h) => bail!(
+                    "camera {key} of {} is {w}x{h}, another camera is {}x{}: pass --image-size WxH",
+                    dir.display(),
+                    s.0,
+                    s.1
+                ),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(k)
+}
+
+/// The columns of `spec.state` in `ds`'s `observation.state`, by name.
+fn state_columns(spec: &PrepareSpec, ds: &Dataset, dir: &Path) -> anyhow::Result<Vec<usize>> {
+    let names = ds.state_names().with_context(|| {
+        format!(
+            "{}/meta/info.json: `observation.state` has no names; --state picks fields by name",
+            dir.display()
+        )
+    })?;
+    spec.state
+        .iter()
+        .map(|s| {
+            names.iter().position(|n| n == s).with_context(|| {
+                format!(
+                    "--state {s}: {}/meta/info.json `observation.state` has no such field (it has: {})",
+                    dir.display(),
+                    names.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// Stage names: the model's (`spec.stages`), else the first dataset's temporal_proportions_sparse.json, else its
+/// first annotation.
+fn stage_names(
+    spec: &PrepareSpec,
+    first: &Dataset,
+    file_props: Option<&[(String, f64)]>,
+) -> anyhow::Result<Vec<String>> {
+    Ok(match (
+        &spec.stages,
+        file_props,
+        first.episodes().iter().find_map(|e| e.stages.as_ref()),
+    ) {
+        (Some((names, _)), _, _) => names.clone(),
+        (None, Some(p), _) => p.iter().map(|(n, _)| n.clone()).collect(),
+        (None, None, Some(a)) => a.names.clone(),
+        (None, None, None) => bail!(
+            "{} has no stage annotation: SARM progress targets need stages. Add per-episode SARM columns \
+             `sparse_subtask_names`, `sparse_subtask_start_frames`, `sparse_subtask_end_frames` to \
+             meta/episodes/*.parquet (`stagewise annotate --dataset DIR --from stages.json` writes them from a JSON \
+             file; LeRobot's subtask_annotation.py does with a VLM), or meta/temporal_proportions_sparse.json \
+             ({{\"stage name\": proportion, ...}}) for demonstrations whose stages take those shares of each \
+             episode (docs/own-task.md)",
+            spec.datasets[0].0.display()
+        ),
+    })
+}
+
+/// The episodes of every dataset that go into the training set, and why the others were skipped.
+fn select_episodes(
+    spec: &PrepareSpec,
+    opened: &[Dataset],
+    stage_names: &[String],
+) -> anyhow::Result<(Vec<Use>, Vec<String>)> {
+    let mut uses: Vec<Use> = Vec::new();
+    let mut skipped: Vec<String> = Vec::new();
+    for (d, (ds, (dir, selection, is_val))) in opened.iter().zip(&spec.datasets).enumerate() {
+        let props = ds.temporal_proportions_sparse();
+        if let Some(p) = props {
+            let names: Vec<&String> = p.iter().map(|(n, _)| n).collect();
+            if names
+                .iter()
+                .map(|n| n.as_str())
+                .ne(stage_names.iter().map(|n| n.as_str()))
+            {
+                bail!(
+                    "{}/meta/temporal_proportions_sparse.json names stages {names:?}, the model's stages are {stage_names:?}",
+                    dir.display()
+                );
+            }
+        }
+        let selection = selection.as_deref();
+        if let Some(sel) = selection {
+            if let Some(&bad) = sel.iter().find(|&&e| e >= ds.num_episodes()) {
+                bail!(
+                    "{}: episode {bad} asked for, the dataset has {} episodes",
+                    dir.display(),
+                    ds.num_episodes()
+                );
+            }
+        }
+        let skipped_before = skipped.len();
+        for e in ds.episodes() {
+            if selection.is_some_and(|sel| !sel.contains(&e.episode_index)) {
+                continue;
+            }
+            match episode_use(dir, e, props, stage_names)? {
+                Ok((ann, from_proportions)) => uses.push(Use {
+                    ds: d,
+                    episode: e.episode_index,
+                    len: e.length,
+                    ann,
+                    from_proportions,
+                    success: e.success,
+                    val: *is_val,
+                }),
+                Err(why) => skipped.push(format!(
+                    "{} episode {}: {why}",
+                    dir.display(),
+                    e.episode_index
+                )),
+            }
+        }
+        if selection.is_some() && skipped.len() > skipped_before {
+            bail!(
+                "episodes asked for by number cannot be used: {}",
+                skipped[skipped_before..].join("; ")
+            );
+        }
+    }
+    Ok((uses, skipped))
+}
+
+/// An episode's stage annotation (its own, or one at the dataset's proportions: then `true`), or why it is
+/// skipped; an error when its annotation disagrees with the model's stages or is malformed.
+fn episode_use(
+    dir: &Path,
+    e: &EpisodeMeta,
+    props: Option<&[(String, f64)]>,
+    stage_names: &[String],
+) -> anyhow::Result<Result<(StageAnnotation, bool), &'static str>> {
+    let (ann, from_props) = match (&e.stages, props) {
+        (Some(a), _) => (a.clone(), false),
+        (None, Some(p)) if e.success != Some(false) => {
+            let w: Vec<f64> = p.iter().map(|(_, a)| *a).collect();
+            (annotation_from_proportions(stage_names, &w, e.length), true)
+        }
+        (None, Some(_)) => return Ok(Err("not annotated, marked unsuccessful")),
+        (None, None) => return Ok(Err("not annotated")),
+    };
+    if ann.names != stage_names {
+        bail!(
+            "{} episode {}: stages {:?}, the model's stages are {stage_names:?} (every annotated episode \
+             needs the same stages in the same order)",
+            dir.display(),
+            e.episode_index,
+            ann.names
+        );
+    }
+    targets::check_stages(&ann.names, &ann.start_frames, &ann.end_frames, e.length).map_err(
+        |r| {
+            anyhow::anyhow!(
+                "{} episode {}: bad SARM annotation: {r}",
+                dir.display(),
+                e.episode_index
+            )
+        },
+    )?;
+    if e.length == 0 {
+        return Ok(Err("no frames"));
+    }
+    Ok(Ok((ann, from_props)))
+}
+
+/// Stage proportions: the model's, else the first dataset's file's, else from the training episodes'
+/// annotations.
+fn stage_proportions(
+    spec: &PrepareSpec,
+    file_props: Option<&[(String, f64)]>,
+    uses: &[Use],
+) -> anyhow::Result<Vec<f64>> {
+    Ok(match (&spec.stages, file_props) {
         (Some((_, p)), _) => p.clone(),
         (None, Some(p)) => p.iter().map(|(_, a)| *a).collect(),
         (None, None) => {
@@ -717,7 +702,11 @@ pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
                 .proportions()
                 .to_vec()
         }
-    };
+    })
+}
+
+fn print_training_set(uses: &[Use], stage_names: &[String], proportions: &[f64], skipped: usize) {
+    let n_train = uses.iter().filter(|u| !u.val).count();
     let from_props = uses.iter().filter(|u| u.from_proportions).count();
     println!(
         "training set: {} episodes ({} for validation), {} frames; stages {} (proportions {}){}{}",
@@ -735,37 +724,36 @@ pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
         } else {
             String::new()
         },
-        if skipped.is_empty() {
+        if skipped == 0 {
             String::new()
         } else {
-            format!("; {} episodes skipped (not annotated)", skipped.len())
+            format!("; {skipped} episodes skipped (not annotated)")
         }
     );
+}
 
-    // Read, pick and resize, write the arrays (episodes decoded in parallel, written in order).
-    let data_dir = &spec.data_dir;
-    if data_dir.exists() {
-        std::fs::remove_dir_all(data_dir)
-            .with_context(|| format!("removing {}", data_dir.display()))?;
-    }
-    std::fs::create_dir_all(data_dir)
-        .with_context(|| format!("creating {}", data_dir.display()))?;
+/// Reads, picks and resizes the episodes' frames and state into new training arrays with their targets
+/// (episodes decoded in parallel, written in order); returns the arrays to finish and each episode's entry of
+/// meta.json.
+fn read_into_arrays(
+    spec: &PrepareSpec,
+    sources: &Sources,
+    uses: &[Use],
+) -> anyhow::Result<(TrainingArrays, Vec<serde_json::Value>)> {
     let total: usize = uses.iter().map(|u| u.len).sum();
-    let nv = spec.views.len();
-    let ns = spec.state.len();
-    let frame_bytes = (width * height * 3) as usize;
-    let frames_path = data_dir.join("frames.npy");
-    let mut frames_out = BufWriter::new(
-        std::fs::File::create(&frames_path)
-            .with_context(|| format!("creating {}", frames_path.display()))?,
-    );
-    frames_out.write_all(&npy_header(
-        "|u1",
-        &[total, nv, height as usize, width as usize, 3],
-    ))?;
-    let mut state_all: Vec<f32> = Vec::with_capacity(total * ns);
-    let mut stage_all: Vec<i64> = Vec::with_capacity(total);
-    let mut tau_all: Vec<f32> = Vec::with_capacity(total);
+    let mut arrays = TrainingArrays::create(
+        &spec.data_dir,
+        total,
+        spec.views.len(),
+        sources.size,
+        spec.state.len(),
+    )
+    .with_context(|| {
+        format!(
+            "creating the training arrays in {}",
+            spec.data_dir.display()
+        )
+    })?;
     let mut episodes_json = Vec::with_capacity(uses.len());
     let bar = crate::cli::progress_bar(Some(uses.len() as u64), "reading", "episodes");
     let pool = rayon::ThreadPoolBuilder::new()
@@ -785,82 +773,17 @@ pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
     }
     let mut offset = 0usize;
     for chunk in chunks {
-        let ds = &opened[chunk[0].ds];
-        let dir = &all[chunk[0].ds].0;
-        let eps: Vec<usize> = chunk.iter().map(|u| u.episode).collect();
-        let episodes = pool
-            .install(|| ds.read_episodes(&eps, Images::Decode))
-            .with_context(|| format!("{} episodes {eps:?}", dir.display()))?;
-        let read: Vec<anyhow::Result<(Vec<u8>, Vec<f32>)>> = pool.install(|| {
-            chunk
-                .par_iter()
-                .zip(episodes.par_iter())
-                .map(|(u, ep)| {
-                    if ep.len() != u.len {
-                        bail!(
-                            "{} episode {}: {} rows, metadata says {}",
-                            dir.display(),
-                            u.episode,
-                            ep.len(),
-                            u.len
-                        );
-                    }
-                    let cams: Vec<&[image::RgbImage]> = keys[u.ds]
-                        .iter()
-                        .map(|k| {
-                            ep.images(k).with_context(|| {
-                                format!(
-                                    "{} episode {}: camera {k} not decoded",
-                                    dir.display(),
-                                    u.episode
-                                )
-                            })
-                        })
-                        .collect::<anyhow::Result<_>>()?;
-                    let mut px = Vec::with_capacity(u.len * nv * frame_bytes);
-                    for t in 0..u.len {
-                        for cam in &cams {
-                            let im = &cam[t];
-                            if im.dimensions() == (width, height) {
-                                px.extend_from_slice(im.as_raw());
-                            } else {
-                                let r = image::imageops::resize(
-                                    im,
-                                    width,
-                                    height,
-                                    image::imageops::FilterType::Triangle,
-                                );
-                                px.extend_from_slice(r.as_raw());
-                            }
-                        }
-                    }
-                    if ep.state_dim == 0 || ep.state.len() != u.len * ep.state_dim {
-                        bail!(
-                            "{} episode {}: no observation.state values",
-                            dir.display(),
-                            u.episode
-                        );
-                    }
-                    let mut st = Vec::with_capacity(u.len * ns);
-                    for t in 0..u.len {
-                        let row = ep.state(t);
-                        st.extend(state_cols[u.ds].iter().map(|&c| row[c]));
-                    }
-                    bar.inc(1);
-                    Ok((px, st))
-                })
-                .collect()
-        });
-        drop(episodes);
+        let dir = &spec.datasets[chunk[0].ds].0;
+        let read = read_chunk(&pool, sources, dir, chunk, &bar)?;
         for (u, r) in chunk.iter().zip(read) {
             let (px, st) = r?;
-            frames_out.write_all(&px)?;
-            state_all.extend(st);
-            let (stage, tau) = frame_targets(&u.ann, u.len, u.success);
-            stage_all.extend(stage);
-            tau_all.extend(tau);
+            let (stage, tau) =
+                targets::frame_targets(&u.ann.start_frames, &u.ann.end_frames, u.len, u.success);
+            arrays
+                .push(&px, &st, &stage, &tau)
+                .with_context(|| format!("{} episode {}", dir.display(), u.episode))?;
             episodes_json.push(serde_json::json!({
-                "dataset": all[u.ds].0.display().to_string(),
+                "dataset": dir.display().to_string(),
                 "episode_index": u.episode,
                 "offset": offset,
                 "length": u.len,
@@ -871,59 +794,102 @@ pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
             offset += u.len;
         }
     }
-    frames_out
-        .flush()
-        .with_context(|| format!("writing {}", frames_path.display()))?;
-    drop(frames_out);
     bar.finish_and_clear();
-    let as_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    write_npy(
-        &data_dir.join("state.npy"),
-        "<f4",
-        &[total, ns],
-        &as_bytes(&state_all),
-    )?;
-    write_npy(
-        &data_dir.join("tau.npy"),
-        "<f4",
-        &[total],
-        &as_bytes(&tau_all),
-    )?;
-    write_npy(
-        &data_dir.join("stage.npy"),
-        "<i8",
-        &[total],
-        &stage_all
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect::<Vec<u8>>(),
-    )?;
-    let command: Vec<String> = std::env::args().collect();
-    let meta = serde_json::json!({
-        "datasets": all.iter().map(|(d, _)| d.display().to_string()).collect::<Vec<_>>(),
-        "views": spec.views,
-        "view_keys": keys[0],
-        "state_names": spec.state,
-        "stage_names": stage_names,
-        "proportions": proportions,
-        "width": width,
-        "height": height,
-        "episodes": episodes_json,
-        "skipped": skipped,
-        "command": command,
-    });
-    std::fs::write(
-        data_dir.join("meta.json"),
-        serde_json::to_string_pretty(&meta)?,
-    )
-    .context("writing meta.json")?;
-    println!(
-        "prepared {total} frames of {nv} views at {width}x{height} in {:.1} s ({})",
-        t_start.elapsed().as_secs_f64(),
-        data_dir.display()
-    );
+    Ok((arrays, episodes_json))
+}
 
-    Ok(())
+/// An episode's pixels and state ([`pick_episode`]), or why they cannot be used.
+type Picked = anyhow::Result<(Vec<u8>, Vec<f32>)>;
+
+/// Pixels and state of each episode of `chunk` (consecutive episodes of one dataset), read together and
+/// picked in parallel.
+fn read_chunk(
+    pool: &rayon::ThreadPool,
+    sources: &Sources,
+    dir: &Path,
+    chunk: &[Use],
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Vec<Picked>> {
+    let ds = &sources.opened[chunk[0].ds];
+    let eps: Vec<usize> = chunk.iter().map(|u| u.episode).collect();
+    let episodes = pool
+        .install(|| ds.read_episodes(&eps, Images::Decode))
+        .with_context(|| format!("{} episodes {eps:?}", dir.display()))?;
+    Ok(pool.install(|| {
+        chunk
+            .par_iter()
+            .zip(episodes.par_iter())
+            .map(|(u, ep)| {
+                let picked = pick_episode(sources, dir, u, ep)?;
+                bar.inc(1);
+                Ok(picked)
+            })
+            .collect()
+    }))
+}
+
+/// An episode's frames of the model's views at its size (resized with a triangle filter, as the runtime
+/// does), views interleaved per frame, and its state fields.
+fn pick_episode(
+    sources: &Sources,
+    dir: &Path,
+    u: &Use,
+    ep: &Episode,
+) -> anyhow::Result<(Vec<u8>, Vec<f32>)> {
+    if ep.len() != u.len {
+        bail!(
+            "{} episode {}: {} rows, metadata says {}",
+            dir.display(),
+            u.episode,
+            ep.len(),
+            u.len
+        );
+    }
+    let keys = &sources.keys[u.ds];
+    let cams: Vec<&[image::RgbImage]> = keys
+        .iter()
+        .map(|k| {
+            ep.images(k).with_context(|| {
+                format!(
+                    "{} episode {}: camera {k} not decoded",
+                    dir.display(),
+                    u.episode
+                )
+            })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let (width, height) = sources.size;
+    let mut px = Vec::with_capacity(u.len * keys.len() * (width * height * 3) as usize);
+    for t in 0..u.len {
+        for cam in &cams {
+            let im = &cam[t];
+            if im.dimensions() == (width, height) {
+                px.extend_from_slice(im.as_raw());
+            } else {
+                let r = image::imageops::resize(
+                    im,
+                    width,
+                    height,
+                    image::imageops::FilterType::Triangle,
+                );
+                px.extend_from_slice(r.as_raw());
+            }
+        }
+    }
+    if ep.state_dim == 0 || ep.state.len() != u.len * ep.state_dim {
+        bail!(
+            "{} episode {}: no observation.state values",
+            dir.display(),
+            u.episode
+        );
+    }
+    let cols = &sources.state_cols[u.ds];
+    let mut st = Vec::with_capacity(u.len * cols.len());
+    for t in 0..u.len {
+        let row = ep.state(t);
+        st.extend(cols.iter().map(|&c| row[c]));
+    }
+    Ok((px, st))
 }
 
 /// Runs a models/training script, drawing its `@progress <step> <steps> <loss>` lines as a progress bar and
@@ -1022,34 +988,6 @@ pub fn report_model(
 mod tests {
     use super::*;
 
-    fn ann(starts: &[i64], ends: &[i64]) -> StageAnnotation {
-        StageAnnotation {
-            names: (0..starts.len()).map(|i| format!("s{i}")).collect(),
-            start_frames: starts.to_vec(),
-            end_frames: ends.to_vec(),
-        }
-    }
-
-    #[test]
-    fn targets_follow_design_formula() {
-        let (k, tau) = frame_targets(&ann(&[0, 4], &[4, 8]), 8, Some(true));
-        assert_eq!(k, vec![0, 0, 0, 0, 1, 1, 1, 1]);
-        assert_eq!(tau, vec![0.0, 0.25, 0.5, 0.75, 0.0, 0.25, 0.5, 1.0]);
-        // A gap between stages keeps the earlier stage at tau 1; before the first stage, stage 0 at 0.
-        let (k, tau) = frame_targets(&ann(&[2, 6], &[4, 8]), 8, Some(false));
-        assert_eq!(k, vec![0, 0, 0, 0, 0, 0, 1, 1]);
-        assert_eq!(tau, vec![0.0, 0.0, 0.0, 0.5, 1.0, 1.0, 0.0, 0.5]);
-    }
-
-    #[test]
-    fn proportions_give_time_linear_stages() {
-        let names: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
-        let a = annotation_from_proportions(&names, &[0.25, 0.25, 0.5], 100);
-        assert_eq!(a.start_frames, vec![0, 25, 50]);
-        assert_eq!(a.end_frames, vec![25, 50, 100]);
-        check_annotation(&a, 100).unwrap();
-    }
-
     #[test]
     fn sim_only_state_is_privileged() {
         for n in ["grasped", "block0_x", "block12_qw", "target_y"] {
@@ -1058,14 +996,5 @@ mod tests {
         for n in ["ee_x", "gripper_width", "blocky", "joint_0"] {
             assert!(!privileged(n), "{n}");
         }
-    }
-
-    #[test]
-    fn npy_headers_are_aligned() {
-        let h = npy_header("|u1", &[10, 3, 32, 32, 3]);
-        assert_eq!(h.len() % 64, 0);
-        assert!(h.starts_with(b"\x93NUMPY\x01\x00"));
-        assert!(String::from_utf8_lossy(&h).contains("'shape': (10, 3, 32, 32, 3)"));
-        assert!(String::from_utf8_lossy(&npy_header("<f4", &[7])).contains("(7,)"));
     }
 }

@@ -1,6 +1,6 @@
 //! stagewise-core: the types every other Stagewise crate speaks (observations, progress, transitions, the
 //! `Env` trait) and the pure math (stage-aware progress, potential-based shaping, reward-model metrics and their
-//! reports over a dataset with ablations, RA-BC).
+//! reports over a dataset with ablations, RA-BC, training targets from stage annotations).
 //!
 //! Must not depend on ort, zenoh, tokio, rapier or any other Stagewise crate: it stays cheap to build, cheap
 //! to test and easy to reason about. No IO, no async.
@@ -14,6 +14,7 @@ pub mod rabc;
 pub mod report;
 pub mod reward_modes;
 pub mod shaping;
+pub mod targets;
 pub mod types;
 
 pub use env::{BoxSpec, Env, EnvError, EnvSpec, StepInfo, StepResult, ViewSpec};

@@ -6,6 +6,7 @@
 //! - [`Dataset`] reads LeRobot v3 datasets (ours or LeRobot's), episode by episode, image columns (PNG) and video
 //!   features (MP4, AV1 or H.264, decoded by an `ffmpeg` subprocess with LeRobot's timestamp rule: [`video`]).
 //! - [`write_annotations`] sets the SARM stage annotations of an existing dataset's episodes.
+//! - [`arrays::TrainingArrays`] writes the numpy arrays a progress model is trained on (`stagewise train`).
 //! - [`SarmProgress`] reads and writes `sarm_progress.parquet`, the per-frame progress file LeRobot's RA-BC loads.
 //! - Every file is written under a temporary name, fsynced, renamed into place and its directory fsynced
 //!   ([`durable`]): a crash or a power cut leaves the previous file or the whole new one, never half a file.
@@ -17,6 +18,7 @@
 //! wires episodes from those into the writer's plain input types). See README.md for the layout and its sources.
 
 pub mod annotations;
+pub mod arrays;
 mod columns;
 pub mod durable;
 pub mod error;

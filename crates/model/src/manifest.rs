@@ -227,6 +227,11 @@ pub const MAX_SIDE: u32 = 4096;
 /// Largest window ring of one env (2 x views x frames x stride frames of f32 RGB), bytes.
 pub const MAX_WINDOW_BYTES: u64 = 4 << 30;
 
+/// A sha256 as manifests write it: 64 hexadecimal digits.
+fn is_sha256(s: &str) -> bool {
+    s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit())
+}
+
 /// `state_size` left out of the TOML: resolved after parsing (TOML integers are i64, so no manifest can write
 /// this value itself).
 const STATE_SIZE_UNSET: usize = usize::MAX;
@@ -332,52 +337,62 @@ impl Manifest {
         }
     }
 
+    /// Checks the fields against each other and against the runtime's bounds; the first problem found is the
+    /// error (in this order: checksums, parts, sizes, inputs, what the kind needs).
     fn check_fields(&self) -> Result<(), ModelError> {
-        let is_sha256 = |s: &str| s.len() == 64 && s.chars().all(|c| c.is_ascii_hexdigit());
         if !is_sha256(&self.sha256) {
             return Err(self.field_err("sha256", "must be 64 hexadecimal digits"));
         }
         if let Some(p) = &self.parts {
-            if self.kind != ModelKind::StageProgress {
-                return Err(self.field_err("parts", "only stage_progress models have parts"));
+            self.check_parts(p)?;
+        }
+        self.check_sizes()?;
+        self.check_inputs()?;
+        self.check_kind()
+    }
+
+    /// A two-part model's checksums, step graph and embedding size.
+    fn check_parts(&self, p: &Parts) -> Result<(), ModelError> {
+        if self.kind != ModelKind::StageProgress {
+            return Err(self.field_err("parts", "only stage_progress models have parts"));
+        }
+        if !is_sha256(&p.encoder_sha256) {
+            return Err(self.field_err("parts.encoder_sha256", "must be 64 hexadecimal digits"));
+        }
+        if !is_sha256(&p.head_sha256) {
+            return Err(self.field_err("parts.head_sha256", "must be 64 hexadecimal digits"));
+        }
+        match (&p.step, &p.step_sha256) {
+            (Some(_), Some(sha)) if !is_sha256(sha) => {
+                return Err(self.field_err("parts.step_sha256", "must be 64 hexadecimal digits"));
             }
-            if !is_sha256(&p.encoder_sha256) {
-                return Err(self.field_err("parts.encoder_sha256", "must be 64 hexadecimal digits"));
+            (Some(_), None) => {
+                return Err(
+                    self.field_err("parts.step_sha256", "missing (parts.step names a file)")
+                );
             }
-            if !is_sha256(&p.head_sha256) {
-                return Err(self.field_err("parts.head_sha256", "must be 64 hexadecimal digits"));
+            (None, Some(_)) => {
+                return Err(self.field_err("parts.step", "missing (parts.step_sha256 is given)"));
             }
-            match (&p.step, &p.step_sha256) {
-                (Some(_), Some(sha)) if !is_sha256(sha) => {
-                    return Err(
-                        self.field_err("parts.step_sha256", "must be 64 hexadecimal digits")
-                    );
-                }
-                (Some(_), None) => {
-                    return Err(
-                        self.field_err("parts.step_sha256", "missing (parts.step names a file)")
-                    );
-                }
-                (None, Some(_)) => {
-                    return Err(
-                        self.field_err("parts.step", "missing (parts.step_sha256 is given)")
-                    );
-                }
-                (Some(_), Some(_)) if self.frames < 2 => {
-                    return Err(self.field_err(
-                        "parts.step",
-                        format!("a step graph needs frames >= 2 (frames is {})", self.frames),
-                    ));
-                }
-                _ => {}
-            }
-            if p.embedding == 0 || p.embedding > MAX_EMBEDDING {
+            (Some(_), Some(_)) if self.frames < 2 => {
                 return Err(self.field_err(
-                    "parts.embedding",
-                    format!("{} is not in 1..={MAX_EMBEDDING}", p.embedding),
+                    "parts.step",
+                    format!("a step graph needs frames >= 2 (frames is {})", self.frames),
                 ));
             }
+            _ => {}
         }
+        if p.embedding == 0 || p.embedding > MAX_EMBEDDING {
+            return Err(self.field_err(
+                "parts.embedding",
+                format!("{} is not in 1..={MAX_EMBEDDING}", p.embedding),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Frames, stride, state, views and image sizes: at least 1 where needed, and bounded.
+    fn check_sizes(&self) -> Result<(), ModelError> {
         if self.frames == 0 {
             return Err(self.field_err("frames", "must be >= 1"));
         }
@@ -433,6 +448,11 @@ impl Manifest {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// State tensor against state size, view names, image normalisation, stage proportions.
+    fn check_inputs(&self) -> Result<(), ModelError> {
         if self.state_size > 0 && self.inputs.state.is_none() {
             return Err(self.field_err(
                 "inputs.state",
@@ -482,6 +502,11 @@ impl Manifest {
                 }
             })?;
         }
+        Ok(())
+    }
+
+    /// The inputs and outputs the model's kind needs.
+    fn check_kind(&self) -> Result<(), ModelError> {
         match self.kind {
             ModelKind::StageProgress => {
                 if self.views.is_empty() {

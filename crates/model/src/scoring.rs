@@ -378,24 +378,21 @@ impl EpisodeScorer {
         self.score(ep, &frames)
     }
 
-    /// Scores the windows of `frames` (frame indices of `ep`, in the order the results come back) of `ep`.
-    /// Refuses an empty episode, frames out of range, states of the wrong size and non-finite values the
-    /// model reads, before any model run.
-    pub fn score(
-        &mut self,
+    /// Refuses an empty episode, frames out of range, states of the wrong size and non-finite values the model
+    /// reads; returns the source's state length.
+    fn check_episode(
+        &self,
         ep: &impl FrameSource,
         frames: &[usize],
-    ) -> Result<Vec<Progress>, ScoringError> {
-        let t0 = Instant::now();
-        let mut model_time = Duration::ZERO;
+    ) -> Result<usize, ScoringError> {
         let len = ep.len();
+        let state_len = self.source_state_len();
         if len == 0 {
             return Err(ScoringError::Empty);
         }
         if let Some(&frame) = frames.iter().find(|&&t| t >= len) {
             return Err(ScoringError::FrameOutOfRange { frame, len });
         }
-        let state_len = self.source_state_len();
         for t in 0..len {
             let s = ep.state(t);
             if s.len() != state_len {
@@ -416,6 +413,21 @@ impl EpisodeScorer {
                 });
             }
         }
+        Ok(state_len)
+    }
+
+    /// Scores the windows of `frames` (frame indices of `ep`, in the order the results come back) of `ep`.
+    /// Refuses an empty episode, frames out of range, states of the wrong size and non-finite values the
+    /// model reads, before any model run.
+    pub fn score(
+        &mut self,
+        ep: &impl FrameSource,
+        frames: &[usize],
+    ) -> Result<Vec<Progress>, ScoringError> {
+        let t0 = Instant::now();
+        let mut model_time = Duration::ZERO;
+        let len = ep.len();
+        let state_len = self.check_episode(ep, frames)?;
         let Self {
             manifest,
             graphs,

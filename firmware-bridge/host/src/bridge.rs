@@ -292,6 +292,113 @@ fn nonce() -> u32 {
     }
 }
 
+/// The `Hello` exchange: a `Hello` with a fresh nonce, retried `cfg.retries` times, until the firmware answers
+/// with a session (or refuses: version, busy). On a refusal or no answer, `rx_task` is stopped.
+async fn handshake(
+    link: &Link,
+    replies: &mut broadcast::Receiver<Message>,
+    rx_task: &JoinHandle<()>,
+    cfg: &BridgeConfig,
+    endpoint: &str,
+    shared: &Shared,
+) -> Result<Hello, BridgeError> {
+    let tries = cfg.retries.max(1);
+    let nonce = nonce();
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        role: Role::Host,
+        nonce,
+        session: 0,
+        capabilities: Capabilities(
+            Capabilities::JOINT_POSITION | Capabilities::EE_VELOCITY | Capabilities::GRIPPER,
+        ),
+        n_joints: 0,
+        control_hz: 0,
+    };
+    let fail = |e: BridgeError| {
+        rx_task.abort();
+        Err(e)
+    };
+    let mut firmware = None;
+    'tries: for _ in 0..tries {
+        link.send(0, &Message::Hello(hello)).await?;
+        let deadline = tokio::time::Instant::now() + cfg.reply_timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, replies.recv()).await {
+                Err(_) => break,
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
+                Ok(Err(broadcast::error::RecvError::Closed)) => break 'tries,
+                Ok(Ok(Message::Hello(h))) if h.role == Role::Firmware && h.nonce == nonce => {
+                    if let Err(e) = check_hello(&h) {
+                        return fail(BridgeError::Handshake(e));
+                    }
+                    if h.session != 0 {
+                        firmware = Some(h);
+                        break 'tries;
+                    }
+                }
+                Ok(Ok(Message::Ack(Ack {
+                    seq,
+                    kind: MessageKind::Hello,
+                    status,
+                }))) if seq == nonce => match status {
+                    AckStatus::VersionMismatch { ours } => {
+                        return fail(BridgeError::FirmwareRefusedVersion {
+                            endpoint: endpoint.to_string(),
+                            ours: PROTOCOL_VERSION,
+                            theirs: ours,
+                        })
+                    }
+                    AckStatus::SessionBusy => {
+                        return fail(BridgeError::SessionBusy {
+                            endpoint: endpoint.to_string(),
+                        })
+                    }
+                    _ => {}
+                },
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+    let Some(firmware) = firmware else {
+        let forged = lock(&shared.stats).auth_failures;
+        if forged > 0 {
+            let fp = cfg.key.fingerprint_hex();
+            return fail(BridgeError::WrongKey {
+                endpoint: endpoint.to_string(),
+                frames: forged,
+                fingerprint: String::from_utf8_lossy(&fp).into_owned(),
+            });
+        }
+        return fail(BridgeError::NoAnswer {
+            endpoint: endpoint.to_string(),
+            what: "Hello",
+            tries,
+        });
+    };
+    Ok(firmware)
+}
+
+/// The state the bridge's tasks share, before the handshake.
+fn new_shared(endpoint: &str) -> Arc<Shared> {
+    let now = Instant::now();
+    Arc::new(Shared {
+        endpoint: endpoint.to_string(),
+        fault: Mutex::new(None),
+        stats: Mutex::new(BridgeStats::default()),
+        limiter: Mutex::new((LimitState::default(), None)),
+        last_rx: Mutex::new(now),
+        session: AtomicU32::new(0),
+        armed: AtomicBool::new(false),
+        seen_armed: AtomicBool::new(false),
+        not_armed_ack: AtomicBool::new(false),
+        arm_floor: AtomicU32::new(0),
+        firmware_stop: Mutex::new(None),
+        stop_pending: Mutex::new(None),
+        actor_step: AtomicU32::new(0),
+    })
+}
+
 impl Bridge {
     /// Opens `endpoint` and performs the handshake. Must be called inside a tokio runtime.
     pub async fn connect(endpoint: &Endpoint, cfg: BridgeConfig) -> Result<Self, BridgeError> {
@@ -312,22 +419,7 @@ impl Bridge {
         });
         let (tel_tx, tel_rx) = watch::channel(None);
         let (rep_tx, _) = broadcast::channel(256);
-        let now = Instant::now();
-        let shared = Arc::new(Shared {
-            endpoint: endpoint.clone(),
-            fault: Mutex::new(None),
-            stats: Mutex::new(BridgeStats::default()),
-            limiter: Mutex::new((LimitState::default(), None)),
-            last_rx: Mutex::new(now),
-            session: AtomicU32::new(0),
-            armed: AtomicBool::new(false),
-            seen_armed: AtomicBool::new(false),
-            not_armed_ack: AtomicBool::new(false),
-            arm_floor: AtomicU32::new(0),
-            firmware_stop: Mutex::new(None),
-            stop_pending: Mutex::new(None),
-            actor_step: AtomicU32::new(0),
-        });
+        let shared = new_shared(&endpoint);
         let mut replies = rep_tx.subscribe();
         let rx_task = tokio::spawn(rx_loop(
             link.clone(),
@@ -336,82 +428,13 @@ impl Bridge {
             rep_tx.clone(),
             shared.clone(),
         ));
-        let nonce = nonce();
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            role: Role::Host,
-            nonce,
-            session: 0,
-            capabilities: Capabilities(
-                Capabilities::JOINT_POSITION | Capabilities::EE_VELOCITY | Capabilities::GRIPPER,
-            ),
-            n_joints: 0,
-            control_hz: 0,
-        };
         let tries = cfg.retries.max(1);
-        let fail = |e: BridgeError| {
-            rx_task.abort();
-            Err(e)
-        };
-        let mut firmware = None;
-        'tries: for _ in 0..tries {
-            link.send(0, &Message::Hello(hello)).await?;
-            let deadline = tokio::time::Instant::now() + cfg.reply_timeout;
-            loop {
-                match tokio::time::timeout_at(deadline, replies.recv()).await {
-                    Err(_) => break,
-                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
-                    Ok(Err(broadcast::error::RecvError::Closed)) => break 'tries,
-                    Ok(Ok(Message::Hello(h))) if h.role == Role::Firmware && h.nonce == nonce => {
-                        if let Err(e) = check_hello(&h) {
-                            return fail(BridgeError::Handshake(e));
-                        }
-                        if h.session != 0 {
-                            firmware = Some(h);
-                            break 'tries;
-                        }
-                    }
-                    Ok(Ok(Message::Ack(Ack {
-                        seq,
-                        kind: MessageKind::Hello,
-                        status,
-                    }))) if seq == nonce => match status {
-                        AckStatus::VersionMismatch { ours } => {
-                            return fail(BridgeError::FirmwareRefusedVersion {
-                                endpoint,
-                                ours: PROTOCOL_VERSION,
-                                theirs: ours,
-                            })
-                        }
-                        AckStatus::SessionBusy => {
-                            return fail(BridgeError::SessionBusy { endpoint })
-                        }
-                        _ => {}
-                    },
-                    Ok(Ok(_)) => {}
-                }
-            }
-        }
-        let Some(firmware) = firmware else {
-            let forged = lock(&shared.stats).auth_failures;
-            if forged > 0 {
-                let fp = cfg.key.fingerprint_hex();
-                return fail(BridgeError::WrongKey {
-                    endpoint,
-                    frames: forged,
-                    fingerprint: String::from_utf8_lossy(&fp).into_owned(),
-                });
-            }
-            return fail(BridgeError::NoAnswer {
-                endpoint,
-                what: "Hello",
-                tries,
-            });
-        };
+        let firmware = handshake(&link, &mut replies, &rx_task, &cfg, &endpoint, &shared).await?;
         if firmware.capabilities.has(Capabilities::JOINT_POSITION)
             && usize::from(firmware.n_joints) != cfg.limits.pos_min.len()
         {
-            return fail(BridgeError::JointMismatch {
+            rx_task.abort();
+            return Err(BridgeError::JointMismatch {
                 firmware: firmware.n_joints,
                 host: cfg.limits.pos_min.len(),
             });
@@ -435,7 +458,7 @@ impl Bridge {
             cfg.estop_burst,
         ));
         let bridge = Self {
-            endpoint: endpoint.clone(),
+            endpoint,
             link,
             cfg,
             firmware,
@@ -448,28 +471,36 @@ impl Bridge {
             started,
         };
         // The first heartbeat opens the session; its first telemetry confirms it.
-        let wait = bridge.cfg.reply_timeout * tries;
+        bridge.first_telemetry(tries).await?;
+        Ok(bridge)
+    }
+
+    /// Waits for the session's first telemetry: the first heartbeat opens the session, its first telemetry
+    /// confirms it.
+    async fn first_telemetry(&self, tries: u32) -> Result<(), BridgeError> {
+        let wait = self.cfg.reply_timeout * tries;
         let deadline = Instant::now() + wait;
         loop {
-            if bridge
+            if self
                 .next_telemetry(0, Duration::from_millis(20))
                 .await
                 .is_ok()
             {
-                break;
+                return Ok(());
             }
-            if bridge.fault() == Some(HostFault::SessionLost) {
-                return Err(BridgeError::SessionBusy { endpoint });
+            if self.fault() == Some(HostFault::SessionLost) {
+                return Err(BridgeError::SessionBusy {
+                    endpoint: self.endpoint.clone(),
+                });
             }
             if Instant::now() > deadline {
                 return Err(BridgeError::NoAnswer {
-                    endpoint,
+                    endpoint: self.endpoint.clone(),
                     what: "the first telemetry of the session",
                     tries,
                 });
             }
         }
-        Ok(bridge)
     }
 
     /// The firmware's `Hello`.

@@ -162,143 +162,9 @@ impl Limits {
             });
         }
         let out = match setpoint {
-            Setpoint::Joints(q) => {
-                if let Some((i, v)) = q.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-                    return Err(LimitError::NotFinite {
-                        index: i,
-                        value: *v,
-                    });
-                }
-                let n = self.pos_min.len();
-                if q.len() != n
-                    || self.pos_max.len() != n
-                    || self.vel_max.len() != n
-                    || self.acc_max.len() != n
-                {
-                    return Err(LimitError::JointCount {
-                        expected: n,
-                        got: q.len(),
-                    });
-                }
-                let reference: Vec<f32> = match (&state.last_joint_target, telemetry) {
-                    (Some(t), _) => t.clone(),
-                    (None, Some(t)) if t.positions.len() == n => t.positions.to_vec(),
-                    _ => q.to_vec(),
-                };
-                if state.last_joint_vel.len() != n {
-                    state.last_joint_vel = vec![0.0; n];
-                }
-                // Position, then velocity per joint (and for Cartesian joints the tool tip's speed as a vector),
-                // then acceleration per joint (and as a vector).
-                let mut vels = Vec::with_capacity(n);
-                for i in 0..n {
-                    let mut lo = self.pos_min[i];
-                    let mut hi = self.pos_max[i];
-                    if let (true, Some(ws)) = (self.cartesian_joints && i < 3, self.workspace) {
-                        lo = lo.max(ws.min[i]);
-                        hi = hi.min(ws.max[i]);
-                    }
-                    let p = clamp_hit(&mut hits, LimitKind::Position, i, q[i], lo, hi);
-                    let v_req = (p - reference[i]) / dt;
-                    vels.push(clamp_hit(
-                        &mut hits,
-                        LimitKind::Velocity,
-                        i,
-                        v_req,
-                        -self.vel_max[i],
-                        self.vel_max[i],
-                    ));
-                }
-                let cart = self.cartesian_joints && n >= 3;
-                if cart {
-                    norm_hit(
-                        &mut hits,
-                        LimitKind::Velocity,
-                        &mut vels[..3],
-                        None,
-                        self.ee_vel_max,
-                    );
-                }
-                for (i, v) in vels.iter_mut().enumerate() {
-                    let prev = state.last_joint_vel[i];
-                    let dv = self.acc_max[i] * dt;
-                    *v = clamp_hit(
-                        &mut hits,
-                        LimitKind::Acceleration,
-                        i,
-                        *v,
-                        prev - dv,
-                        prev + dv,
-                    );
-                }
-                if cart {
-                    let prev = [
-                        state.last_joint_vel[0],
-                        state.last_joint_vel[1],
-                        state.last_joint_vel[2],
-                    ];
-                    norm_hit(
-                        &mut hits,
-                        LimitKind::Acceleration,
-                        &mut vels[..3],
-                        Some(&prev),
-                        self.ee_acc_max * dt,
-                    );
-                }
-                if cart {
-                    // The speed limit is the hard one: per-joint acceleration clamps can turn the vector.
-                    norm_hit(
-                        &mut hits,
-                        LimitKind::Velocity,
-                        &mut vels[..3],
-                        None,
-                        self.ee_vel_max,
-                    );
-                }
-                let target: Vec<f32> = (0..n).map(|i| reference[i] + vels[i] * dt).collect();
-                state.last_joint_vel = vels;
-                state.last_joint_target = Some(target.clone());
-                // n == pos_min.len() and the Setpoint came in with n <= MAX_JOINTS values.
-                Setpoint::Joints(joints(&target).ok_or(LimitError::JointCount {
-                    expected: n,
-                    got: target.len(),
-                })?)
-            }
+            Setpoint::Joints(q) => self.limit_joints(state, q, telemetry, dt, &mut hits)?,
             Setpoint::EeVelocity(v) => {
-                if let Some((i, x)) = v.iter().enumerate().find(|(_, x)| !x.is_finite()) {
-                    return Err(LimitError::NotFinite {
-                        index: i,
-                        value: *x,
-                    });
-                }
-                // The tool tip's speed and acceleration as vectors (direction kept), then the workspace per axis.
-                let mut out = *v;
-                norm_hit(
-                    &mut hits,
-                    LimitKind::Velocity,
-                    &mut out,
-                    None,
-                    self.ee_vel_max,
-                );
-                let prev = state.last_ee_vel;
-                norm_hit(
-                    &mut hits,
-                    LimitKind::Acceleration,
-                    &mut out,
-                    Some(&prev),
-                    self.ee_acc_max * dt,
-                );
-                if let (Some(ws), Some(t)) = (self.workspace, telemetry) {
-                    for (i, x) in out.iter_mut().enumerate() {
-                        // Never command a velocity that leaves the box within this period.
-                        let p = t.ee[i];
-                        let lo = ((ws.min[i] - p) / dt).min(0.0);
-                        let hi = ((ws.max[i] - p) / dt).max(0.0);
-                        *x = clamp_hit(&mut hits, LimitKind::Workspace, i, *x, lo, hi);
-                    }
-                }
-                state.last_ee_vel = out;
-                Setpoint::EeVelocity(out)
+                self.limit_ee_velocity(state, v, telemetry, dt, &mut hits)?
             }
         };
         if self.mode == LimitMode::Reject {
@@ -309,6 +175,153 @@ impl Limits {
         }
         *state_out = scratch;
         Ok((out, g, hits))
+    }
+
+    /// [`Self::apply`] for joint targets: position, then velocity per joint (and for Cartesian joints the tool
+    /// tip's speed as a vector), then acceleration per joint (and as a vector), from the last target.
+    fn limit_joints(
+        &self,
+        state: &mut LimitState,
+        q: &[f32],
+        telemetry: Option<&Telemetry>,
+        dt: f32,
+        hits: &mut Vec<LimitHit>,
+    ) -> Result<Setpoint, LimitError> {
+        if let Some((i, v)) = q.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(LimitError::NotFinite {
+                index: i,
+                value: *v,
+            });
+        }
+        let n = self.pos_min.len();
+        if q.len() != n
+            || self.pos_max.len() != n
+            || self.vel_max.len() != n
+            || self.acc_max.len() != n
+        {
+            return Err(LimitError::JointCount {
+                expected: n,
+                got: q.len(),
+            });
+        }
+        let reference: Vec<f32> = match (&state.last_joint_target, telemetry) {
+            (Some(t), _) => t.clone(),
+            (None, Some(t)) if t.positions.len() == n => t.positions.to_vec(),
+            _ => q.to_vec(),
+        };
+        if state.last_joint_vel.len() != n {
+            state.last_joint_vel = vec![0.0; n];
+        }
+        // Position, then velocity per joint (and for Cartesian joints the tool tip's speed as a vector),
+        // then acceleration per joint (and as a vector).
+        let mut vels = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut lo = self.pos_min[i];
+            let mut hi = self.pos_max[i];
+            if let (true, Some(ws)) = (self.cartesian_joints && i < 3, self.workspace) {
+                lo = lo.max(ws.min[i]);
+                hi = hi.min(ws.max[i]);
+            }
+            let p = clamp_hit(hits, LimitKind::Position, i, q[i], lo, hi);
+            let v_req = (p - reference[i]) / dt;
+            vels.push(clamp_hit(
+                hits,
+                LimitKind::Velocity,
+                i,
+                v_req,
+                -self.vel_max[i],
+                self.vel_max[i],
+            ));
+        }
+        let cart = self.cartesian_joints && n >= 3;
+        if cart {
+            norm_hit(
+                hits,
+                LimitKind::Velocity,
+                &mut vels[..3],
+                None,
+                self.ee_vel_max,
+            );
+        }
+        for (i, v) in vels.iter_mut().enumerate() {
+            let prev = state.last_joint_vel[i];
+            let dv = self.acc_max[i] * dt;
+            *v = clamp_hit(hits, LimitKind::Acceleration, i, *v, prev - dv, prev + dv);
+        }
+        if cart {
+            let prev = [
+                state.last_joint_vel[0],
+                state.last_joint_vel[1],
+                state.last_joint_vel[2],
+            ];
+            norm_hit(
+                hits,
+                LimitKind::Acceleration,
+                &mut vels[..3],
+                Some(&prev),
+                self.ee_acc_max * dt,
+            );
+        }
+        if cart {
+            // The speed limit is the hard one: per-joint acceleration clamps can turn the vector.
+            norm_hit(
+                hits,
+                LimitKind::Velocity,
+                &mut vels[..3],
+                None,
+                self.ee_vel_max,
+            );
+        }
+        let target: Vec<f32> = (0..n).map(|i| reference[i] + vels[i] * dt).collect();
+        state.last_joint_vel = vels;
+        state.last_joint_target = Some(target.clone());
+        // n == pos_min.len() and the Setpoint came in with n <= MAX_JOINTS values.
+        Ok(Setpoint::Joints(joints(&target).ok_or(
+            LimitError::JointCount {
+                expected: n,
+                got: target.len(),
+            },
+        )?))
+    }
+
+    /// [`Self::apply`] for an end-effector velocity: the tool tip's speed and acceleration as vectors (direction
+    /// kept), then the workspace per axis.
+    fn limit_ee_velocity(
+        &self,
+        state: &mut LimitState,
+        v: &[f32; 3],
+        telemetry: Option<&Telemetry>,
+        dt: f32,
+        hits: &mut Vec<LimitHit>,
+    ) -> Result<Setpoint, LimitError> {
+        if let Some((i, x)) = v.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+            return Err(LimitError::NotFinite {
+                index: i,
+                value: *x,
+            });
+        }
+        // The tool tip's speed and acceleration as vectors (direction kept), then the workspace per axis.
+        let mut out = *v;
+        norm_hit(hits, LimitKind::Velocity, &mut out, None, self.ee_vel_max);
+        let prev = state.last_ee_vel;
+        norm_hit(
+            hits,
+            LimitKind::Acceleration,
+            &mut out,
+            Some(&prev),
+            self.ee_acc_max * dt,
+        );
+        if let (Some(ws), Some(t)) = (self.workspace, telemetry) {
+            for (i, x) in out.iter_mut().enumerate() {
+                // Never command a velocity that leaves the box within this period.
+                let p = t.ee[i];
+                let lo = ((ws.min[i] - p) / dt).min(0.0);
+                let hi = ((ws.max[i] - p) / dt).max(0.0);
+                *x = clamp_hit(hits, LimitKind::Workspace, i, *x, lo, hi);
+            }
+        }
+        state.last_ee_vel = out;
+        Ok(Setpoint::EeVelocity(out))
     }
 }
 
