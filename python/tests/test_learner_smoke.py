@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
 
 import numpy as np
 import pytest
@@ -136,6 +137,11 @@ def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
     (y,) = sess.run(["action"], {"state": x})
     assert y.shape == (7, 4) and np.all(np.abs(y) <= 1.0)
     assert sess.get_modelmeta().custom_metadata_map["stagewise.action_repeat"] == "4"
+    # the runtime takes the policy directory as it is
+    report = tmp_path / "eval.json"
+    subprocess.run([binary, "--log", "warn", "eval", "policy", "--policy", run["last"], "--task", "push-target",
+                    "--episodes", "2", "--json", str(report)], check=True, capture_output=True, timeout=300)
+    assert json.loads(report.read_text())["action_repeat"] == 4
 
 
 def test_symmetry_maps_keep_distances_yaw_and_the_action_box():

@@ -17,6 +17,10 @@ def main(argv=None) -> int:
     except (LearnError, ServeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: `python -m stagewise.rl --resume {args['out']}` continues from the last checkpoint",
+              file=sys.stderr)
+        return 130
     return 0
 
 
