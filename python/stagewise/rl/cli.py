@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -136,8 +137,8 @@ def parse(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ns = vars(ap.parse_args(argv))
     overrides: Dict[str, Any] = dict(SMOKE) if ns.pop("smoke") else {}
     out = {k: ns.pop(k) for k in ("task", "reward", "seeds", "out", "resume")}
-    if ns.get("model") is not None:
-        overrides["model"] = ns["model"]
+    if ns.get("model") is not None:  # absolute: the servers run in the checkout, not in this directory
+        overrides["model"] = os.path.abspath(ns["model"])
     ns.pop("model", None)
     for k, v in ns.items():
         overrides[k.replace("__", ".")] = v
