@@ -16,7 +16,7 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-SMOKE = ["--smoke", "--task", "push-target", "--reward", "oracle", "--shaping", "potential", "--seeds", "0"]
+SMOKE = ["--smoke", "--task", "push-target", "--reward", "oracle", "--seeds", "0"]
 
 
 def _learn(*args, **kw):

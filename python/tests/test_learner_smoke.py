@@ -65,6 +65,26 @@ def test_the_reward_form_is_asked_of_the_server_with_the_runtime_flags():
         rl.build("push-target", {"reward_form.phi_offset": 1.0})
 
 
+def test_a_server_serving_another_reward_than_asked_is_named():
+    from stagewise.rl.envs import reward_mismatch
+
+    cfg = rl.build("pick-place", {"reward": "model"})
+    served = {"source": "model", "gamma": 0.99, "shaping_scale": 10.0, "shaping": "progress", "potential_scale": 0.1,
+              "success_progress_one": True}
+    assert reward_mismatch(cfg, served) == []
+    assert reward_mismatch(cfg, {**served, "potential_scale": 1.0}) == ["potential_scale: serves 1.0, asked 0.1"]
+    # an older server (no `shaping`) shaped with the potential form, offset 0
+    old = {"source": "oracle", "gamma": 0.99, "shaping_scale": 10.0}
+    pot = rl.build("push-target", {"reward": "oracle", "reward_form.shaping": "potential"})
+    assert reward_mismatch(pot, old) == []
+    assert reward_mismatch(rl.build("push-target", {"reward": "oracle"}), old) == [
+        "shaping: serves 'potential', asked 'progress'", "potential_scale: serves None, asked 1.0",
+        "success_progress_one: serves None, asked False"]
+    assert reward_mismatch(dataclasses.replace(pot, reward="sparse"), {"source": "sparse"}) == []
+    assert reward_mismatch(pot, {"source": "sparse"}) == ["source: serves 'sparse', asked 'oracle'",
+                                                         "shaping_scale: serves None, asked 10.0"]
+
+
 def test_task_defaults_are_the_shipped_set_ups_and_flags_win():
     pick = rl.build("pick-place", {"reward": "model"})
     assert (pick.max_steps, pick.gripper_flip, pick.gripper_flip_hold, pick.gripper_flip_rise) == (300, 0.02, 8, True)
@@ -104,7 +124,7 @@ def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
     import onnxruntime as ort
 
     out = tmp_path / "run"
-    runs = runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--seeds", "3", "--shaping", "potential",
+    runs = runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--seeds", "3",
                                    "--eval-repeat", "2", "--out", str(out)]))
     assert len(runs) == 1
     run = runs[0]
@@ -359,3 +379,41 @@ def test_merged_runs_of_different_gripper_set_ups_are_labelled_apart():
                                         "potential_scale": 0.1, "success_progress_one": True}}, run()]
     run_label(old)
     assert old[0]["label"] == "model, c=10 (potential part x0.1), 0 demos, flip 0.02 x8 rise, binary gripper, success phi 1"
+
+
+def _served(serve, *flags, gamma):
+    from stagewise import StagewiseEnv
+
+    p = serve("--task", "push-target", "--reward", "oracle", "--gamma", str(gamma), "--max-steps", "40", *flags)
+    return StagewiseEnv(connect=p.endpoint, connect_timeout=30, gamma=gamma)
+
+
+@pytest.mark.parametrize("form", ["progress", "potential"])
+def test_the_served_reward_is_the_formula_the_shipped_results_learned_from(serve, form):
+    """The learner no longer re-shapes the reward: the forms of the shipped results are served by the runtime with
+    the flags the learner passes (rl.shaping_args). Checked against the bench script's formulas, step by step, from
+    the served phi and task reward: progress r_task + S c (gamma phi' - phi) + c (1 - gamma) phi' (terminated:
+    r_task - S c phi + c phi*); potential with offset X r_task + c (gamma (phi' - X) - (phi - X)) (terminated:
+    r_task - c (phi - X))."""
+    c, s, x, g = 10.0, 0.3, 1.0, 0.97
+    cfg = rl.build("push-target", {"reward": "oracle", "reward_form.gamma": g, "reward_form.shaping": form,
+                                   **({"reward_form.potential_scale": s} if form == "progress" else
+                                      {"reward_form.phi_offset": x})})
+    env = _served(serve, "--shaping-scale", str(c), *rl.shaping_args(cfg), gamma=g)
+    _, info = env.reset(seed=5)
+    phi, rng, moved = info["phi"], np.random.default_rng(0), 0
+    for _ in range(120):
+        _, r, term, trunc, info = env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+        phi2, task = info["phi"], info["task_reward"]
+        if form == "progress":
+            want = (task - s * c * phi + c * phi2) if term else task + s * c * (g * phi2 - phi) + c * (1 - g) * phi2
+        else:
+            want = (task - c * (phi - x)) if term else task + c * (g * (phi2 - x) - (phi - x))
+        assert r == pytest.approx(want, abs=1e-4), (phi, phi2, task, term)
+        moved += abs(phi2 - phi) > 1e-4
+        if term or trunc:
+            _, info = env.reset()
+            phi2 = info["phi"]
+        phi = phi2
+    assert moved > 10  # the random arm moved the oracle's progress: the potential terms were checked, not only 0
+    env.close()

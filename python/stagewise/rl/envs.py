@@ -138,6 +138,28 @@ def shaping_args(cfg: LearnConfig) -> List[str]:
     return out + (["--success-progress-one"] if r.success_progress_one else [])
 
 
+def reward_mismatch(cfg: LearnConfig, spec: Optional[dict]) -> List[str]:
+    """How the reward a training server says it serves (its reset reply's `reward` map, docs/wire.md) differs from
+    the one asked for ([] when it is the same): the learner takes the served reward as it is, so it checks."""
+    r, spec = cfg.reward_form, spec or {"source": "sparse"}
+    want = {"source": cfg.reward}
+    if cfg.reward != "sparse":
+        want.update(shaping_scale=r.shaping_scale, shaping=r.shaping)
+        if r.shaping == "progress":
+            want.update(potential_scale=r.potential_scale, success_progress_one=r.success_progress_one)
+        else:
+            want.update(phi_offset=r.phi_offset)
+    # a server older than the reward forms sends no `shaping`: it shaped with the potential, offset 0
+    got = {"shaping": "potential", "phi_offset": 0.0, **spec}
+    out = []
+    for k, v in want.items():
+        g = got.get(k)
+        same = abs(float(g) - float(v)) <= 1e-9 if isinstance(v, float) and g is not None else g == v
+        if not same:
+            out.append(f"{k}: serves {g!r}, asked {v!r}")
+    return out
+
+
 def serve_args(cfg: LearnConfig, reward: str, robot: str, envs: int, max_steps: int) -> List[str]:
     args = ["--task", cfg.task, "--reward", reward, "--envs", str(envs), "--robot-name", robot,
             "--gamma", repr(cfg.reward_form.gamma), "--shaping-scale", repr(cfg.reward_form.shaping_scale)]

@@ -39,7 +39,8 @@ class Progress:
             return
         self.last_draw, self.last_frac = now, frac
         rate = (step - self.start) / max(now - self.t0, 1e-9)
-        eta = _fmt((self.total - step) / rate) if rate > 0 else "?"
+        # no ETA from the first few steps (the evaluation at step 0 would make it hours)
+        eta = _fmt((self.total - step) / rate) if rate > 0 and step - self.start >= 0.02 * self.total else "?"
         width = 24
         bar = "#" * int(frac * width) + "." * (width - int(frac * width))
         text = f"{self.label} [{bar}] {step}/{self.total} steps  eval {ev}  {_fmt(now - self.t0)} ETA {eta}"

@@ -21,7 +21,7 @@ from .. import launch
 from . import checkpoint as ckpt
 from .agent import Agent, GripperFlip, NStep, Replay, Symmetry, export_policy, sample
 from .config import LearnConfig
-from .envs import Envs, evaluate, reset, serve_args, step_all
+from .envs import Envs, ServeError, evaluate, reset, reward_mismatch, serve_args, step_all
 
 
 def train_seed_base(seed: int) -> int:
@@ -125,6 +125,9 @@ class SeedRun:
             self.train = Envs(srv.endpoint, self.robot, cfg.envs, cfg.reward_form.gamma, srv)
             self.evals = Envs(esrv.endpoint, self.robot + "-eval", cfg.eval_envs, None, esrv)
             try:
+                wrong = reward_mismatch(cfg, self.train.envs[0].reward_spec)
+                if wrong:
+                    raise ServeError(f"the training server ({srv.log}) serves another reward: " + "; ".join(wrong))
                 self._build(self.train.envs[0].spec_msg)
                 if resume and (self.dir / "checkpoint.pt").exists():
                     self.load_state_dict(ckpt.load(self.dir / "checkpoint.pt"))
