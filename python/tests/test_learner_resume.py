@@ -46,8 +46,9 @@ def test_a_run_killed_after_a_checkpoint_resumes_without_losing_or_repeating_a_t
     out = tmp_path / "run"
     ck = out / "seed-0" / "checkpoint.pt"
     log = open(tmp_path / "first.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "stagewise.rl", *SMOKE, "--checkpoint-every", "800", "--out",
-                             str(out)], stdout=log, stderr=subprocess.STDOUT)
+    # with 2 replayed expert demonstrations: their buffer is part of the checkpoint too
+    proc = subprocess.Popen([sys.executable, "-m", "stagewise.rl", *SMOKE, "--demos", "2", "--checkpoint-every", "800",
+                             "--out", str(out)], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     while not ck.exists():
         assert proc.poll() is None, (tmp_path / "first.log").read_text()
@@ -68,11 +69,15 @@ def test_a_run_killed_after_a_checkpoint_resumes_without_losing_or_repeating_a_t
     # what the checkpoint holds is consistent: every decision is in the replay or in an n-step window
     assert before["replay_added"] + before["nstep_pending"] == before["decisions"]
     assert state["replay"]["added"] == before["replay_added"] and len(state["log"]) >= 1
+    demo_added = state["demo_replay"]["added"]
+    assert before["demos"]["episodes"] == 2 and demo_added >= 2 * 20  # 2 expert episodes of 4-step decisions
 
     done = _learn("--resume", str(out), timeout=900)
     assert done.returncode == 0, done.stderr
     run = json.loads((out / "curves.json").read_text())["runs"][0]
     assert run["done"] and run["resumed_from"] == [before["env_steps"]]
+    assert run["demos"] == before["demos"]  # restored, not replayed again
+    assert torch.load(ck, weights_only=False)["demo_replay"]["added"] == demo_added
     # the env steps planned (3000; decisions of 4 envs x 4 steps overshoot by < 16), each counted once
     assert 3000 <= run["env_steps"] < 3016
     assert run["replay_added"] + run["nstep_pending"] == run["decisions"]
