@@ -19,7 +19,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learner_shaping import Envs, evaluate  # noqa: E402
+from stagewise.rl import Envs, evaluate  # noqa: E402
 from stagewise import launch  # noqa: E402
 
 

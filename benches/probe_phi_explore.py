@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learner_shaping import one_model_env, reset  # noqa: E402
+from stagewise.rl.envs import one_model_env, reset  # noqa: E402
 from probe_release import policy  # noqa: E402
 
 BANDS = (0.0, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 1.01)  # oracle progress bands of the per-band table

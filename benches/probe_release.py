@@ -22,7 +22,7 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from learner_shaping import one_model_env, reset  # noqa: E402
+from stagewise.rl.envs import one_model_env, reset  # noqa: E402
 
 PLACE = 4  # the oracle's pick-place stage index of `place` (sim/src/oracle.rs)
 

@@ -4,13 +4,14 @@
 //!
 //! One word, one meaning: `--reward` is where the reward's progress comes from (`sparse`, `model`, `oracle`) in
 //! `run` and `serve` alike, `--model` is a reward-model manifest, `--shaping` is how progress becomes a reward
-//! (`potential`, `naive`, `rank:W`), `--robot-name` is the robot's name on the stream and `--bridge` the URL of
-//! its firmware bridge.
+//! (`potential`, `progress`, `rank:W`, with `--potential-scale`, `--success-progress-one` and `--phi-offset`:
+//! [`ShapingArgs`], the same flags in `run` and `serve`), `--robot-name` is the robot's name on the stream and
+//! `--bridge` the URL of its firmware bridge.
 
 use clap::builder::{EnumValueParser, TypedValueParser};
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
-use stagewise_core::RewardMode;
+use stagewise_core::{RewardMode, ShapingConfig};
 use stagewise_model::Provider;
 use stagewise_sim::{Randomization, Task};
 
@@ -97,61 +98,109 @@ impl std::fmt::Display for RewardSource {
     }
 }
 
-/// The `--shaping` values: `potential` (policy-invariant), `naive` (phi' - phi: rewards stalling), `rank:W`
-/// (windowed Spearman over the last W potentials). See docs/shaping.md.
-pub fn parse_shaping(s: &str) -> Result<RewardMode, String> {
+/// The `--shaping` names; their parameters are flags of their own ([`ShapingArgs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShapingName {
+    /// Potential-based (policy-invariant), `--phi-offset X` optional.
+    Potential,
+    /// The progress form (NOT policy-invariant), `--potential-scale S` and `--success-progress-one` optional.
+    Progress,
+    /// Windowed Spearman over the last W potentials (NOT policy-invariant).
+    Rank(usize),
+}
+
+/// The `--shaping` values: `potential`, `progress`, `rank:W`. See docs/shaping.md.
+pub fn parse_shaping(s: &str) -> Result<ShapingName, String> {
     match s {
-        "potential" => Ok(RewardMode::Potential),
-        "naive" => Ok(RewardMode::NaiveDelta),
+        "potential" => Ok(ShapingName::Potential),
+        "progress" => Ok(ShapingName::Progress),
         _ => match s.strip_prefix("rank:").map(str::parse) {
-            Some(Ok(window)) => Ok(RewardMode::WindowedRank { window }),
+            Some(Ok(window)) => Ok(ShapingName::Rank(window)),
             _ => Err(format!(
-                "unknown shaping {s:?}: potential, naive or rank:W (W a window length in steps)"
+                "unknown shaping {s:?}: potential, progress or rank:W (W a window length in steps)"
             )),
         },
     }
 }
 
-/// `run --reward`: a [`RewardSource`], or (the old spelling, when `--reward` was run's shaping) a shaping mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RewardArg {
-    Source(RewardSource),
-    /// `--reward potential|naive|rank:W`: the old spelling of `--shaping`.
-    OldShaping(RewardMode),
+/// How progress becomes a reward: the same flags, names, defaults and checks in `run` and `serve`
+/// (docs/shaping.md has the formulas).
+#[derive(clap::Args, Debug, Clone, PartialEq)]
+pub struct ShapingArgs {
+    /// Discount for shaping: must equal the learner's (potential-based shaping is policy-invariant only then).
+    #[arg(long, default_value_t = 0.99)]
+    pub gamma: f64,
+    /// Shaping scale c in r = r_task + c (gamma phi' - phi).
+    #[arg(long, default_value_t = 1.0)]
+    pub shaping_scale: f64,
+    /// How progress becomes a reward: `potential` (r_task + c (gamma phi' - phi), terminal potential 0;
+    /// policy-invariant), `progress` (adds the level c (1 - gamma) phi', c phi' at the end: NOT policy-invariant;
+    /// with S = 1 it is r_task + c (phi' - phi)), `rank:W` (windowed Spearman; NOT policy-invariant).
+    /// Default: potential.
+    #[arg(long, value_name = "potential|progress|rank:W", value_parser = parse_shaping)]
+    pub shaping: Option<ShapingName>,
+    /// `--shaping progress` only: scale S of its potential part, r_task + S c (gamma phi' - phi) + c (1 - gamma)
+    /// phi' (the same optimal policy for every S). Default 1.
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    pub potential_scale: Option<f64>,
+    /// `--shaping progress` only: a terminated success counts as progress 1 (phi* = 1), not the model's reading.
+    #[arg(long)]
+    pub success_progress_one: bool,
+    /// `--shaping potential` only: the potential is phi - X (terminal potential 0; still policy-invariant). Adds
+    /// c X (1 - gamma) to a non-terminal step and c X to a terminated one. Default 0.
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub phi_offset: Option<f64>,
 }
 
-/// Parser of `run --reward`: the [`RewardSource`] names (listed by `--help` and in the error), and the old
-/// shaping spellings.
-#[derive(Clone, Debug, Default)]
-pub struct RunRewardParser;
-
-impl TypedValueParser for RunRewardParser {
-    type Value = RewardArg;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<RewardArg, clap::Error> {
-        match EnumValueParser::<RewardSource>::new().parse_ref(cmd, arg, value) {
-            Ok(s) => Ok(RewardArg::Source(s)),
-            Err(e) => value
-                .to_str()
-                .and_then(|v| parse_shaping(v).ok())
-                .map(RewardArg::OldShaping)
-                .ok_or(e),
+impl ShapingArgs {
+    /// The reward mode the flags name; a parameter of another form is refused, naming both.
+    pub fn mode(&self) -> anyhow::Result<RewardMode> {
+        let name = self.shaping.unwrap_or(ShapingName::Potential);
+        let spelled = match name {
+            ShapingName::Potential => "potential".to_string(),
+            ShapingName::Progress => "progress".to_string(),
+            ShapingName::Rank(w) => format!("rank:{w}"),
+        };
+        if let (Some(s), false) = (self.potential_scale, name == ShapingName::Progress) {
+            anyhow::bail!(
+                "--potential-scale {s} needs --shaping progress (this is --shaping {spelled})"
+            );
         }
+        if self.success_progress_one && name != ShapingName::Progress {
+            anyhow::bail!(
+                "--success-progress-one needs --shaping progress (this is --shaping {spelled})"
+            );
+        }
+        if let (Some(x), false) = (self.phi_offset, name == ShapingName::Potential) {
+            anyhow::bail!(
+                "--phi-offset {x} needs --shaping potential (this is --shaping {spelled})"
+            );
+        }
+        Ok(match name {
+            ShapingName::Potential => RewardMode::Potential {
+                offset: self.phi_offset.unwrap_or(0.0),
+            },
+            ShapingName::Progress => RewardMode::Progress {
+                potential_scale: self.potential_scale.unwrap_or(1.0),
+                success_progress_one: self.success_progress_one,
+            },
+            ShapingName::Rank(window) => RewardMode::WindowedRank { window },
+        })
     }
 
-    fn possible_values(
-        &self,
-    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        Some(Box::new(
-            RewardSource::value_variants()
-                .iter()
-                .filter_map(|v| v.to_possible_value()),
-        ))
+    /// The checked configuration: gamma, c and the mode (core refuses a bad value and names it).
+    pub fn config(&self) -> anyhow::Result<ShapingConfig> {
+        let config = ShapingConfig::new(self.gamma, self.shaping_scale)?.with_mode(self.mode()?);
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Whether any flag that chooses or parameterises the shaping form was given (a sparse reward refuses them).
+    pub fn names_a_form(&self) -> bool {
+        self.shaping.is_some()
+            || self.potential_scale.is_some()
+            || self.success_progress_one
+            || self.phi_offset.is_some()
     }
 }
 
@@ -265,6 +314,92 @@ mod tests {
         let msg = parse(&["--provider", "rocm"]).unwrap_err().to_string();
         for p in ["auto", "tensorrt", "cuda", "cpu"] {
             assert!(msg.contains(p), "{msg}");
+        }
+    }
+
+    #[derive(Parser, Debug)]
+    struct S {
+        #[command(flatten)]
+        shaping: ShapingArgs,
+    }
+
+    fn shaping(args: &[&str]) -> anyhow::Result<ShapingConfig> {
+        S::try_parse_from(std::iter::once("t").chain(args.iter().copied()))?
+            .shaping
+            .config()
+    }
+
+    #[test]
+    fn every_shaping_form_and_its_parameters_parse() {
+        let c = shaping(&[]).unwrap();
+        assert_eq!((c.gamma, c.scale), (0.99, 1.0));
+        assert_eq!(c.mode, RewardMode::Potential { offset: 0.0 });
+        let c = shaping(&["--shaping", "potential", "--phi-offset", "0.5"]).unwrap();
+        assert_eq!(c.mode, RewardMode::Potential { offset: 0.5 });
+        assert_eq!(
+            shaping(&["--phi-offset", "-1"]).unwrap().mode,
+            RewardMode::Potential { offset: -1.0 }
+        );
+        assert_eq!(
+            shaping(&["--shaping", "progress"]).unwrap().mode,
+            RewardMode::PLAIN_PROGRESS
+        );
+        let c = shaping(&[
+            "--shaping",
+            "progress",
+            "--potential-scale",
+            "0.1",
+            "--success-progress-one",
+            "--gamma",
+            "0.98",
+            "--shaping-scale",
+            "10",
+        ])
+        .unwrap();
+        assert_eq!((c.gamma, c.scale), (0.98, 10.0));
+        assert_eq!(
+            c.mode,
+            RewardMode::Progress {
+                potential_scale: 0.1,
+                success_progress_one: true
+            }
+        );
+        assert_eq!(
+            shaping(&["--shaping", "rank:8"]).unwrap().mode,
+            RewardMode::WindowedRank { window: 8 }
+        );
+    }
+
+    #[test]
+    fn a_parameter_of_another_form_or_a_bad_value_is_refused_by_name() {
+        for (args, want) in [
+            (
+                &["--potential-scale", "0.1"][..],
+                "--potential-scale 0.1 needs --shaping progress (this is --shaping potential)",
+            ),
+            (
+                &["--shaping", "rank:4", "--success-progress-one"],
+                "--success-progress-one needs --shaping progress (this is --shaping rank:4)",
+            ),
+            (
+                &["--shaping", "progress", "--phi-offset", "0.2"],
+                "--phi-offset 0.2 needs --shaping potential (this is --shaping progress)",
+            ),
+            (
+                &["--shaping", "naive"],
+                "unknown shaping \"naive\": potential, progress or rank:W",
+            ),
+            (&["--shaping", "rank:x"], "potential, progress or rank:W"),
+            (
+                &["--shaping", "progress", "--potential-scale", "inf"],
+                "potential scale S is inf",
+            ),
+            (&["--phi-offset", "NaN"], "potential offset X is NaN"),
+            (&["--shaping", "rank:1"], "rank window is 1"),
+            (&["--gamma", "1.5"], "gamma is 1.5"),
+        ] {
+            let e = shaping(args).unwrap_err();
+            assert!(format!("{e:#}").contains(want), "{args:?}: {e:#}");
         }
     }
 

@@ -334,7 +334,7 @@ mod tests {
     /// `--reward` is the reward source in `run` and `serve` alike; a wrong one is refused with the valid ones.
     #[test]
     fn reward_is_one_typed_vocabulary() {
-        use cli::{RewardArg, RewardSource};
+        use cli::RewardSource;
         for (s, want) in [
             ("sparse", RewardSource::Sparse),
             ("model", RewardSource::Model),
@@ -345,7 +345,7 @@ mod tests {
                 _ => unreachable!(),
             }
             match command(&["run", "--reward", s]) {
-                Command::Run(a) => assert_eq!(a.reward, Some(RewardArg::Source(want))),
+                Command::Run(a) => assert_eq!(a.reward, Some(want)),
                 _ => unreachable!(),
             }
         }
@@ -360,19 +360,36 @@ mod tests {
                 assert!(e.to_string().contains(v), "{sub}: {e}");
             }
         }
-        // run's old `--reward MODE` (now --shaping) still parses; serve never had it.
-        match command(&["run", "--reward", "rank:8"]) {
-            Command::Run(a) => assert_eq!(
-                a.reward,
-                Some(RewardArg::OldShaping(
-                    stagewise_core::RewardMode::WindowedRank { window: 8 }
-                ))
-            ),
-            _ => unreachable!(),
-        }
+        // `--reward` names a source only (the shaping is --shaping); both take the same --shaping flags.
+        refused(&["stagewise", "run", "--reward", "rank:8"]);
         refused(&["stagewise", "serve", "--reward", "potential"]);
+        for sub in ["run", "serve"] {
+            let args = [
+                "--shaping",
+                "progress",
+                "--potential-scale",
+                "0.1",
+                "--success-progress-one",
+            ];
+            let shaping = match command(&[&[sub][..], &args].concat()) {
+                Command::Run(a) => a.shaping,
+                Command::Serve(a) => a.shaping,
+                _ => unreachable!(),
+            };
+            assert_eq!(
+                shaping.mode().unwrap(),
+                stagewise_core::RewardMode::Progress {
+                    potential_scale: 0.1,
+                    success_progress_one: true
+                },
+                "{sub}"
+            );
+        }
         let e = refused(&["stagewise", "run", "--shaping", "rank:x"]);
-        assert!(e.to_string().contains("potential, naive or rank:W"), "{e}");
+        assert!(
+            e.to_string().contains("potential, progress or rank:W"),
+            "{e}"
+        );
     }
 
     /// `eval model` and `eval policy` are the two jobs; the old spelling without a subcommand still works.

@@ -1100,3 +1100,74 @@ fn record_with_a_policy_rolls_out_the_policy_and_labels_its_states() {
         "a refused policy left an output directory"
     );
 }
+
+/// The transitions `run` logs with the given shaping flags (oracle progress, the scripted expert, one env).
+fn shaped_transitions(shaping: &[&str]) -> Vec<TransitionMsg> {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("run.swlog");
+    let out = Command::new(exe())
+        .current_dir(root())
+        .args(["--log", "warn", "run", "--reward", "oracle", "--envs", "1"])
+        .args(["--episodes", "2", "--width", "32", "--height", "32"])
+        .args(["--gamma", "0.95", "--shaping-scale", "2", "--no-stream"])
+        .args(shaping)
+        .arg("--log-file")
+        .arg(&log)
+        .output()
+        .expect("stagewise run");
+    assert!(out.status.success(), "{}", text(&out));
+    log_payloads(&log, &Keys::new("sim0").unwrap().transition())
+        .iter()
+        .map(|p| decode::<TransitionMsg>(p).expect("transition"))
+        .collect()
+}
+
+/// `--shaping progress --potential-scale S --success-progress-one` and `--phi-offset X` reach the streamed
+/// reward: every logged transition's reward is its form's formula (docs/shaping.md) of the phi it carries.
+#[test]
+fn run_streams_the_reward_form_its_flags_name() {
+    let (g, c, s) = (0.95, 2.0, 0.1);
+    let progress = shaped_transitions(&[
+        "--shaping",
+        "progress",
+        "--potential-scale",
+        "0.1",
+        "--success-progress-one",
+    ]);
+    let successes = progress
+        .iter()
+        .filter(|t| t.terminated && t.success)
+        .count();
+    assert!(successes > 0, "the expert should succeed at least once");
+    for t in &progress {
+        assert_eq!((t.gamma, t.shaping_scale), (g, c));
+        let want = if t.terminated {
+            // phi* = 1 on a success, whatever the oracle read
+            assert!(!t.success || t.phi_next == 1.0, "{t:?}");
+            t.task_reward - s * c * t.phi + c * t.phi_next
+        } else {
+            t.task_reward + s * c * (g * t.phi_next - t.phi) + c * (1.0 - g) * t.phi_next
+        };
+        assert!(
+            (t.reward - want).abs() < 1e-9,
+            "{} != {want}: {t:?}",
+            t.reward
+        );
+    }
+    let x = 0.5;
+    let offset = shaped_transitions(&["--phi-offset", "0.5"]);
+    assert!(!offset.is_empty());
+    for t in &offset {
+        let want = if t.terminated {
+            assert_eq!(t.phi_next, 0.0, "{t:?}");
+            t.task_reward - c * t.phi + c * x
+        } else {
+            t.task_reward + c * (g * t.phi_next - t.phi) + c * x * (1.0 - g)
+        };
+        assert!(
+            (t.reward - want).abs() < 1e-9,
+            "{} != {want}: {t:?}",
+            t.reward
+        );
+    }
+}

@@ -113,9 +113,16 @@ def _toml_value(key: str, v: Any) -> str:
     raise ValueError(f"manifest key {key}: cannot write {type(v).__name__} {v!r} (str, number, bool or a list)")
 
 
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+def atomic_write(path, data: bytes) -> None:
+    """Writes `path` crash-safe: a temporary file beside it, flushed and fsynced, renamed over it, the directory
+    fsynced; a crash leaves the old file or the new one, never a torn one. Mode as `open` would give (umask)."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -124,6 +131,11 @@ def _write_atomic(path: pathlib.Path, data: bytes) -> None:
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)  # the rename survives a crash only once the directory is on disk
+    finally:
+        os.close(dfd)
 
 
 def write_policy(out_dir, name: str, onnx_bytes: bytes, *, task: str, state_size: int, action_size: int,
@@ -160,9 +172,9 @@ def write_policy(out_dir, name: str, onnx_bytes: bytes, *, task: str, state_size
     ]
     lines += [f"{k} = {_toml_value(k, v)}" for k, v in extra.items()]
     lines += ["", "[inputs]", 'state = "state"', "", "[outputs]", 'action = "action"', ""]
-    _write_atomic(out / f"{name}.onnx", onnx_bytes)
+    atomic_write(out / f"{name}.onnx", onnx_bytes)
     manifest = out / f"{name}.toml"
-    _write_atomic(manifest, "\n".join(lines).encode())
+    atomic_write(manifest, "\n".join(lines).encode())
     return manifest
 
 

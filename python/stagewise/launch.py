@@ -39,11 +39,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the parent dies, even by SIGKILL, so that a learner's servers
+    do not outlive it (elsewhere: nothing; the servers then stop only when killed)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Process:
     """A stagewise subcommand listening on `tcp/127.0.0.1:<port>` with multicast scouting off; killed on
     :meth:`stop` (or leaving the `with` block). Its output goes to `log` (a file path) when given."""
 
-    def __init__(self, subcommand: str, args: Sequence[str] = (), *, log: Optional[str] = None, cwd=None):
+    def __init__(self, subcommand: str, args: Sequence[str] = (), *, log: Optional[str] = None, cwd=None,
+                 die_with_parent: bool = False):
         self.port = free_port()
         self.endpoint = f"tcp/127.0.0.1:{self.port}"
         self.argv: List[str] = [
@@ -58,7 +72,8 @@ class Process:
         self._out = open(log, "wb") if log else subprocess.DEVNULL
         repo = Path(__file__).resolve().parents[2]
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._out, stderr=subprocess.STDOUT, cwd=cwd or (repo if (repo / "models").is_dir() else None)
+            self.argv, stdout=self._out, stderr=subprocess.STDOUT, cwd=cwd or (repo if (repo / "models").is_dir() else None),
+            preexec_fn=_die_with_parent if die_with_parent else None,
         )
 
     def alive(self) -> bool:
@@ -89,9 +104,10 @@ class Process:
         self.stop()
 
 
-def serve(*args: str, log: Optional[str] = None) -> Process:
-    """`stagewise serve ARGS --listen tcp/127.0.0.1:PORT --no-multicast`; connect to `.endpoint`."""
-    return Process("serve", args, log=log)
+def serve(*args: str, log: Optional[str] = None, die_with_parent: bool = False) -> Process:
+    """`stagewise serve ARGS --listen tcp/127.0.0.1:PORT --no-multicast`; connect to `.endpoint`.
+    `die_with_parent`: the server gets SIGTERM when this process dies, however it dies (Linux)."""
+    return Process("serve", args, log=log, die_with_parent=die_with_parent)
 
 
 def run(*args: str, log: Optional[str] = None) -> Process:

@@ -120,6 +120,36 @@ def test_shaped_rewards_are_potential_based(serve, source):
         env.close()
 
 
+@pytest.mark.parametrize("form", ["progress", "offset"])
+def test_served_rewards_follow_the_shaping_flags(serve, form):
+    """`serve --shaping progress --potential-scale S` and `--phi-offset X` serve their formulas (docs/shaping.md),
+    and the reset reply says which form and parameters it serves."""
+    gamma, c, s, x = 0.97, 2.0, 0.5, 0.25
+    flags = ["--shaping", "progress", "--potential-scale", str(s)] if form == "progress" else ["--phi-offset", str(x)]
+    p = serve("--task", "pick-place", "--reward", "oracle", "--gamma", str(gamma), "--shaping-scale", str(c), *flags)
+    env = StagewiseEnv(connect=p.endpoint, connect_timeout=60, gamma=gamma)
+    try:
+        if form == "progress":
+            assert env.reward_spec["shaping"] == "progress" and env.reward_spec["potential_scale"] == s
+            assert env.reward_spec["success_progress_one"] is False and "phi_offset" not in env.reward_spec
+        else:
+            assert env.reward_spec["shaping"] == "potential" and env.reward_spec["phi_offset"] == x
+        info0, steps = _directed_rollout(env, 30)
+        phi = info0["phi"]
+        for r, info in steps:
+            nxt, task, end = info["phi"], info["task_reward"], info["terminated"]
+            if form == "progress":
+                level = c * nxt * (1.0 if end else 1.0 - gamma)
+                expected = task + s * c * (gamma * (0.0 if end else nxt) - phi) + level
+            else:
+                expected = task + c * (gamma * (0.0 if end else nxt) - phi) + c * x * (1.0 if end else 1.0 - gamma)
+            assert math.isclose(r, expected, rel_tol=1e-9, abs_tol=1e-9), (r, expected, info)
+            phi = nxt
+        assert any(i["phi"] > 0 for _, i in steps), "progress never moved"
+    finally:
+        env.close()
+
+
 def test_gamma_mismatch_is_refused(serve):
     p = serve("--task", "pick-place", "--reward", "oracle", "--gamma", "0.9")
     with pytest.raises(ValueError, match=r"stagewise/sim0/env/reset.*gamma 0\.9.*0\.99"):

@@ -1,39 +1,40 @@
-"""The learning benchmark's path, seeded and CI-sized: benches/learner_shaping.py --smoke starts `stagewise serve`
-(training: the shipped push-target reward model; evaluation: a second, sparse server), trains its SAC for 3000
-env steps, evaluates on held-out seeds, and writes its curve files and ONNX policies. The learning targets
-themselves are benchmark figures (benches/learner_shaping.md), not tests."""
+"""The learner package `stagewise.rl`, seeded and CI-sized: `python -m stagewise.rl --smoke` starts `stagewise
+serve` (training: the shipped push-target reward model; evaluation: a second, sparse server), trains its TD3 for
+3000 env steps, evaluates on held-out seeds, and writes its curve files and ONNX policies; plus the learner's parts
+(n-step returns, export, symmetry maps, gripper options). The learning targets themselves are benchmark figures
+(docs/lab, benches/learner_shaping.md), not tests. Crash-safety and bad inputs: test_learner_resume.py."""
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import json
 import math
-from pathlib import Path
+import subprocess
 
 import numpy as np
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
+from stagewise import rl
+from stagewise.rl import AgentConfig, cli, runner
+from stagewise.rl.plot import run_label
+
+TD3 = AgentConfig()
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("learner_shaping", REPO / "benches" / "learner_shaping.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _agent_cfg(**kw) -> AgentConfig:
+    return dataclasses.replace(TD3, **kw)
 
 
 def test_nstep_returns_and_bootstrap_factors():
-    ls = _script()
-    buf = ls.Replay(16, 1, 1)
+    buf = rl.Replay(16, 1, 1)
     g = 0.9
-    ns = ls.NStep(3, g)
+    ns = rl.NStep(3, g)
     rewards = [1.0, 2.0, 3.0, 4.0]
     for t, r in enumerate(rewards):
         last = t == len(rewards) - 1
         ns.push(np.array([t]), np.array([0.0]), r, np.array([t + 1]), terminated=last, done=last, out=buf)
-    assert buf.n == 4
+    assert buf.n == 4 and buf.added == 4
     # s0: r0 + g r1 + g^2 r2, bootstrapped from s3 with g^3; s1 the same from s4 (the terminal step: factor 0).
     np.testing.assert_allclose(buf.r[:4].numpy(), [1 + g * 2 + g * g * 3, 2 + g * 3 + g * g * 4, 3 + g * 4, 4],
                                rtol=1e-6)
@@ -41,113 +42,90 @@ def test_nstep_returns_and_bootstrap_factors():
     np.testing.assert_array_equal(buf.s2[:4, 0].numpy(), [3, 4, 4, 4])
 
 
-def test_offset_potential_keeps_the_discounted_return_up_to_a_constant():
-    """With Phi = phi - 1 the discounted shaped return of an episode that terminates differs from the one with
-    Phi = phi by the same constant c for every trajectory (the offset is still potential-based)."""
-    ls = _script()
-    a = ls.parse(["--gamma", "0.95", "--shaping-scale", "7", "--phi-offset", "1"])
-    rng = np.random.default_rng(0)
-    diffs = []
-    for _ in range(5):
-        phis = np.concatenate([[rng.uniform()], rng.uniform(size=int(rng.integers(2, 30)))])
-        served, offset, disc = 0.0, 0.0, 1.0
-        for t in range(len(phis) - 1):
-            term = t == len(phis) - 2
-            nxt = 0.0 if term else phis[t + 1]
-            r = (1.0 if term else 0.0) + a.shaping_scale * (a.gamma * nxt - phis[t])
-            served += disc * r
-            offset += disc * ls.offset_reward(r, term, a, "model")
-            disc *= a.gamma
-        diffs.append(offset - served)
-    np.testing.assert_allclose(diffs, a.shaping_scale, rtol=1e-9)
+def test_the_reward_form_is_asked_of_the_server_with_the_runtime_flags():
+    """The learner re-shapes nothing: its reward form becomes the training server's flags (the runtime's contract),
+    the evaluation server stays sparse, and options of the other form are refused before anything starts."""
+    prog = rl.build("push-target", {"reward": "model", "reward_form.potential_scale": 0.1,
+                                    "reward_form.success_progress_one": True})
+    train = rl.serve_args(prog, "model", "r", 4, 200)
+    assert train[train.index("--shaping"):] == ["--shaping", "progress", "--potential-scale", "0.1",
+                                                "--success-progress-one"]
+    assert train[train.index("--shaping-scale") + 1] == "10.0" and train[train.index("--gamma") + 1] == "0.99"
+    assert "--shaping" not in rl.serve_args(prog, "sparse", "r-eval", 10, 0)
+    assert rl.shaping_args(dataclasses.replace(prog, reward="sparse")) == []
+    pot = rl.build("push-target", {"reward": "oracle", "reward_form.shaping": "potential"})
+    assert rl.shaping_args(pot) == []  # the served default: works with any runtime
+    off = rl.build("push-target", {"reward": "oracle", "reward_form.shaping": "potential",
+                                   "reward_form.phi_offset": 1.0})
+    assert rl.shaping_args(off) == ["--shaping", "potential", "--phi-offset", "1.0"]
+    for bad in ({"reward_form.success_progress_one": True}, {"reward_form.potential_scale": 0.5}):
+        with pytest.raises(ValueError, match="progress-shaping option"):
+            rl.build("push-target", {"reward_form.shaping": "potential", **bad})
+    with pytest.raises(ValueError, match="phi_offset"):
+        rl.build("push-target", {"reward_form.phi_offset": 1.0})
 
 
-def test_success_progress_one_pays_the_finishing_step_as_progress_one():
-    """--success-progress-one: in the progress form a step that ends in success reads phi' = 1 whatever the model
-    read on its frame; a terminal step without success, a non-terminal one, and the sparse reward are unchanged."""
-    ls = _script()
-    base = ["--reward-form", "progress", "--shaping-scale", "10", "--gamma", "0.99"]
+def test_a_server_serving_another_reward_than_asked_is_named():
+    from stagewise.rl.envs import reward_mismatch
 
-    def finishing(flag, reward="model", success=True, terminated=True, phi_next=0.3):
-        a = ls.parse(base + (["--success-progress-one"] if flag else []))
-        lr = ls.LearnReward(a, reward)
-        lr.reset({"phi": 0.9})
-        task = 1.0 if success else 0.0
-        served = task + 10 * (0.99 * (0.0 if terminated else phi_next) - 0.9)
-        info = {"phi": phi_next, "task_reward": task, "success": success}
-        return lr(served, terminated, info)
-
-    assert finishing(False) == pytest.approx(1 + 10 * (0.3 - 0.9))  # the model's low reading bills the release
-    assert finishing(True) == pytest.approx(1 + 10 * (1.0 - 0.9))
-    assert finishing(True, success=False) == pytest.approx(10 * (0.3 - 0.9))
-    mid_episode = dict(success=False, terminated=False)
-    assert finishing(True, **mid_episode) == pytest.approx(finishing(False, **mid_episode))
-    assert finishing(True, reward="sparse") == finishing(False, reward="sparse")
-    with pytest.raises(SystemExit):  # the potential forms end at potential 0: the option would do nothing there
-        ls.parse(["--success-progress-one"])
+    cfg = rl.build("pick-place", {"reward": "model"})
+    served = {"source": "model", "gamma": 0.99, "shaping_scale": 10.0, "shaping": "progress", "potential_scale": 0.1,
+              "success_progress_one": True}
+    assert reward_mismatch(cfg, served) == []
+    assert reward_mismatch(cfg, {**served, "potential_scale": 1.0}) == ["potential_scale: serves 1.0, asked 0.1"]
+    # an older server (no `shaping`) shaped with the potential form, offset 0
+    old = {"source": "oracle", "gamma": 0.99, "shaping_scale": 10.0}
+    pot = rl.build("push-target", {"reward": "oracle", "reward_form.shaping": "potential"})
+    assert reward_mismatch(pot, old) == []
+    assert reward_mismatch(rl.build("push-target", {"reward": "oracle"}), old) == [
+        "shaping: serves 'potential', asked 'progress'", "potential_scale: serves None, asked 1.0",
+        "success_progress_one: serves None, asked False"]
+    assert reward_mismatch(dataclasses.replace(pot, reward="sparse"), {"source": "sparse"}) == []
+    assert reward_mismatch(pot, {"source": "sparse"}) == ["source: serves 'sparse', asked 'oracle'",
+                                                         "shaping_scale: serves None, asked 10.0"]
 
 
-def test_potential_scale_moves_the_return_by_a_start_constant_only():
-    """--potential-scale S scales the progress form's potential part: the discounted return of any episode that
-    terminates differs from the plain form's (S = 1) by (1 - S) c phi_0, the same for every trajectory from a start
-    (so the optimal policy is unchanged), and each step's model term is S c (gamma phi' - phi) + the level."""
-    ls = _script()
-    base = ["--reward-form", "progress", "--shaping-scale", "10", "--gamma", "0.97"]
-    rng = np.random.default_rng(3)
-    for scale in (1.0, 0.3, 0.0):
-        a = ls.parse(base + ["--potential-scale", str(scale)])
-        a1 = ls.parse(base)
-        diffs = []
-        for _ in range(5):
-            phis = np.concatenate([[0.2], rng.uniform(size=int(rng.integers(2, 30)))])
-            lr, lr1 = ls.LearnReward(a, "model"), ls.LearnReward(a1, "model")
-            lr.reset({"phi": phis[0]})
-            lr1.reset({"phi": phis[0]})
-            ret, ret1, disc = 0.0, 0.0, 1.0
-            for t in range(len(phis) - 1):
-                term = t == len(phis) - 2
-                task = 1.0 if term else 0.0
-                served = task + 10 * (0.97 * (0.0 if term else phis[t + 1]) - phis[t])
-                info = {"phi": phis[t + 1], "task_reward": task, "success": term}
-                out = lr(served, term, info)
-                out1 = lr1(served, term, info)
-                level = 10 * phis[t + 1] * (1.0 if term else 0.03)
-                assert out == pytest.approx(task + scale * (served - task) + level)
-                ret, ret1, disc = ret + disc * out, ret1 + disc * out1, disc * 0.97
-            diffs.append(ret - ret1)
-        np.testing.assert_allclose(diffs, (1 - scale) * 10 * 0.2, atol=1e-9)
-    with pytest.raises(SystemExit):  # the potential forms have no separate potential part to scale
-        ls.parse(["--potential-scale", "0.5"])
+def test_task_defaults_are_the_shipped_set_ups_and_flags_win():
+    pick = rl.build("pick-place", {"reward": "model"})
+    assert (pick.max_steps, pick.gripper_flip, pick.gripper_flip_hold, pick.gripper_flip_rise) == (300, 0.02, 8, True)
+    assert pick.agent.gripper_binary and pick.reward_form.potential_scale == 0.1
+    assert pick.reward_form.success_progress_one
+    push = rl.build("push-target", {"reward": "model"})
+    assert (push.reward_form.shaping, push.reward_form.shaping_scale, push.max_steps) == ("progress", 10.0, 200)
+    args = cli.parse(["--task", "pick-place", "--reward", "model", "--out", "x", "--no-gripper-binary",
+                      "--potential-scale", "1"])
+    given = runner.resolve(args)[0]
+    assert not given.agent.gripper_binary and given.reward_form.potential_scale == 1.0 and given.max_steps == 300
 
 
 def test_exported_policy_is_the_deterministic_actor(tmp_path):
     import onnxruntime as ort
 
-    ls = _script()
     names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped"] + [f"block0_{f}" for f in
                                                                       ["x", "y", "z", "qw", "qx", "qy", "qz"]]
     names += ["target_x", "target_y"]
-    agent = ls.SAC(names, 4, ls.parse(["--net", "32,16"]), seed=1)
-    paths = ls.export_onnx(agent, str(tmp_path / "p.onnx"), len(names), "test")
-    assert Path(paths["manifest"]).read_text().count('state = "state"') == 1
+    agent = rl.Agent(names, 4, _agent_cfg(net=(32, 16)), seed=1)
+    manifest = rl.export_policy(agent, tmp_path, "p", task="push-target", state_names=names, description="test")
+    text = manifest.read_text()
+    assert text.count('state = "state"') == 1 and 'task = "push-target"' in text and "state_size = 14" in text
     x = np.random.default_rng(2).normal(scale=0.2, size=(9, len(names))).astype(np.float32)
-    sess = ort.InferenceSession(paths["onnx"])
+    sess = ort.InferenceSession(str(tmp_path / "p.onnx"))
     (y,) = sess.run(["action"], {"state": x})
     np.testing.assert_allclose(y, agent.act(x, deterministic=True), atol=1e-5)
     assert "stagewise.action_repeat" not in sess.get_modelmeta().custom_metadata_map
     # trained with each action held 4 steps: the graph says so, and the runtime holds them as long
-    held = ls.export_onnx(agent, str(tmp_path / "p4.onnx"), len(names), "test", action_repeat=4)
-    meta = ort.InferenceSession(held["onnx"]).get_modelmeta().custom_metadata_map
+    rl.export_policy(agent, tmp_path, "p4", task="push-target", state_names=names, description="test",
+                     action_repeat=4)
+    meta = ort.InferenceSession(str(tmp_path / "p4.onnx")).get_modelmeta().custom_metadata_map
     assert meta["stagewise.action_repeat"] == "4"
 
 
 def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
     import onnxruntime as ort
 
-    ls = _script()
     out = tmp_path / "run"
-    runs = ls.main(["--smoke", "--task", "push-target", "--rewards", "model", "--seeds", "3", "--eval-repeat", "2",
-                    "--out", str(out)])
+    runs = runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--seeds", "3",
+                                   "--eval-repeat", "2", "--out", str(out)]))
     assert len(runs) == 1
     run = runs[0]
     steps = [c["steps"] for c in run["checkpoints"]]
@@ -160,19 +138,30 @@ def test_smoke_run_trains_evaluates_and_writes_curves(tmp_path, binary):
     # after learning-starts at which the buffer holds a batch (256 3-step transitions: 4 per vec step, less the 2
     # each env's n-step window still holds: vec step 66, env step 1056) to the last (188, env step 3008)
     assert run["updates"] == (188 - 66 + 1) * 2
+    # every decision is one transition: 188 vec steps x 4 envs, less the 2 each env's n-step window still holds
+    # (the 100-step episodes are 25 decisions: the last one, decision 188, is mid-episode)
+    assert (run["env_steps"], run["decisions"], run["replay_added"]) == (3008, 188 * 4, 188 * 4 - 4 * 2)
     assert run["train_episodes"] >= 3000 // 100 - 4  # 100-step episodes, 4 envs (their last ones unfinished)
-    assert math.isfinite(run["checkpoints"][-1]["q"])
+    assert math.isfinite(run["checkpoints"][-1]["q"]) and run["done"] and run["resumed_from"] == []
     saved = json.loads((out / "curves.json").read_text())
     assert [(c["steps"], c["success"]) for c in saved["runs"][0]["checkpoints"]] == \
         [(c["steps"], c["success"]) for c in run["checkpoints"]]
+    assert saved["config"]["task"] == "push-target" and "--smoke" in saved["argv"]
     assert (out / "curves.png").stat().st_size > 10_000
     # The exported policy: state in, action out, the deterministic action in [-1, 1].
-    manifest = (out / "policies" / "push-target-model-3-last.toml").read_text()
+    manifest = (out / "seed-3" / "policy" / "push-target-model-3.toml").read_text()
     assert 'kind = "policy"' in manifest and "state_size = 14" in manifest
-    sess = ort.InferenceSession(str(out / "policies" / "push-target-model-3-last.onnx"))
+    assert run["last"] == str(out / "seed-3" / "policy" / "push-target-model-3.toml")
+    sess = ort.InferenceSession(str(out / "seed-3" / "policy" / "push-target-model-3.onnx"))
     x = np.random.default_rng(0).normal(size=(7, 14)).astype(np.float32)
     (y,) = sess.run(["action"], {"state": x})
     assert y.shape == (7, 4) and np.all(np.abs(y) <= 1.0)
+    assert sess.get_modelmeta().custom_metadata_map["stagewise.action_repeat"] == "4"
+    # the runtime takes the policy directory as it is
+    report = tmp_path / "eval.json"
+    subprocess.run([binary, "--log", "warn", "eval", "policy", "--policy", run["last"], "--task", "push-target",
+                    "--episodes", "2", "--json", str(report)], check=True, capture_output=True, timeout=300)
+    assert json.loads(report.read_text())["action_repeat"] == 4
 
 
 def test_symmetry_maps_keep_distances_yaw_and_the_action_box():
@@ -180,7 +169,6 @@ def test_symmetry_maps_keep_distances_yaw_and_the_action_box():
     yaw by the map's angle (or mirrors it), keeps a free-moving gripper's displacement equal to its mapped action's,
     and takes the action box onto itself; P = 0 changes nothing."""
 
-    ls = _script()
     names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped", "block0_x", "block0_y", "block0_z", "block0_qw",
              "block0_qx", "block0_qy", "block0_qz", "target_x", "target_y"]
     n = 256
@@ -193,7 +181,7 @@ def test_symmetry_maps_keep_distances_yaw_and_the_action_box():
     s2 = s.clone()
     s2[:, 0:2] += 0.024 * a[:, 0:2]  # the gripper moved freely: 4 steps of 6 mm at full command
     r, disc = torch.rand(n, generator=g), torch.rand(n, generator=g)
-    sym = ls.Symmetry(names, 1.0)
+    sym = rl.Symmetry(names, 1.0)
     ms, ma, mr, ms2, md = sym((s, a, r, s2, disc), torch.Generator().manual_seed(1))
     assert torch.equal(mr, r) and torch.equal(md, disc)
 
@@ -217,29 +205,27 @@ def test_symmetry_maps_keep_distances_yaw_and_the_action_box():
     turned = (probe[:, 0:2] - probe[:, 5:7]) / 0.05
     cross = turned[:, 0] * torch.sin(new_yaw) - turned[:, 1] * torch.cos(new_yaw)
     assert cross.abs().max() < 1e-5  # the block's new x axis lies along the turned probe (up to its sign)
-    same = ls.Symmetry(names, 0.0)((s, a, r, s2, disc), torch.Generator().manual_seed(1))
+    same = rl.Symmetry(names, 0.0)((s, a, r, s2, disc), torch.Generator().manual_seed(1))
     assert all(torch.equal(x, y) for x, y in zip(same, (s, a, r, s2, disc)))
 
 
 def test_gripper_flip_sets_the_other_extreme_in_a_share_of_rows_and_nothing_else():
-    ls = _script()
     rng = np.random.default_rng(1)
     acts = rng.uniform(-1, 1, (20000, 4)).astype(np.float32)
     before = acts.copy()
-    ls.GripperFlip(len(acts), 3, 0.05)(acts, np.random.default_rng(2))
+    rl.GripperFlip(len(acts), 3, 0.05)(acts, np.random.default_rng(2))
     changed = acts[:, 3] != before[:, 3]
     assert 0.04 < changed.mean() < 0.06
     assert np.array_equal(acts[:, :3], before[:, :3])
     assert np.all(acts[changed, 3] == np.where(before[changed, 3] > 0, -1.0, 1.0))
     # a shut gripper (the saturated actor's -0.93) is flipped wide open: past the release threshold
     shut = np.full((1000, 4), -0.93, np.float32)
-    ls.GripperFlip(len(shut), 3, 1.0)(shut, rng)
+    rl.GripperFlip(len(shut), 3, 1.0)(shut, rng)
     assert np.all(shut[:, 3] == 1.0)
 
 
 def test_a_held_gripper_flip_lasts_its_decisions_then_the_actor_has_the_gripper_again():
-    ls = _script()
-    flip = ls.GripperFlip(1, 3, 1.0, hold=3)
+    flip = rl.GripperFlip(1, 3, 1.0, hold=3)
     draws = np.random.default_rng(0)  # p = 1: the first draw starts a flip
     seen = []
     for t in range(4):
@@ -250,14 +236,14 @@ def test_a_held_gripper_flip_lasts_its_decisions_then_the_actor_has_the_gripper_
     # at t = 3 the hold is over and no new flip is drawn
     assert seen == [1.0, 1.0, 1.0, float(np.float32(0.7))]
     # a hold ends with the episode
-    flip = ls.GripperFlip(1, 3, 1.0, hold=3)
+    flip = rl.GripperFlip(1, 3, 1.0, hold=3)
     flip(np.array([[0, 0, 0, -0.9]], np.float32), draws)
     flip.end_episode(0)
     acts = np.array([[0, 0, 0, -0.9]], np.float32)
     flip(acts, _NoDraw())
     assert float(acts[0, 3]) == float(np.float32(-0.9))
     # --gripper-flip-rise: an opening flip also lifts the hand (column 2, dz) while it holds; a shutting one does not
-    flip = ls.GripperFlip(2, 3, 1.0, hold=2, rise=2)
+    flip = rl.GripperFlip(2, 3, 1.0, hold=2, rise=2)
     acts = np.array([[0.1, 0.2, -0.5, -0.9], [0.1, 0.2, -0.5, 0.9]], np.float32)
     flip(acts, np.random.default_rng(0))
     assert acts[0].tolist() == [np.float32(0.1), np.float32(0.2), 1.0, 1.0]
@@ -294,10 +280,8 @@ def _on_fixed_critic(agents, critic, seed):
 
 
 def test_a_binary_gripper_takes_the_better_choice_in_the_target_and_teaches_the_actor_it():
-    ls = _script()
-    args = ls.parse(["--net", "32,32", "--gripper-binary", "--lr", "3e-3"])
-    agent = ls.SAC(_NAMES, 4, args, seed=0, grip=3)
-    plain = ls.SAC(_NAMES, 4, ls.parse(["--net", "32,32"]), seed=0, grip=3)
+    agent = rl.Agent(_NAMES, 4, _agent_cfg(net=(32, 32), gripper_binary=True, lr=3e-3), seed=0, grip=3)
+    plain = rl.Agent(_NAMES, 4, _agent_cfg(net=(32, 32)), seed=0, grip=3)
     assert plain.grip is None  # the gripper column alone does not make it binary
     s, f, k, a2 = _on_fixed_critic((agent, plain), _GripCritic, seed=3)
     # target: the better of shut (0) and open (k); the plain learner values the actor's own shut gripper
@@ -327,10 +311,9 @@ class _FinishCritic(_GripCritic):
 
 
 def test_with_rise_the_binary_open_choice_is_valued_as_the_finishing_move():
-    ls = _script()
-    args = ls.parse(["--net", "32,32", "--gripper-binary", "--gripper-flip-rise", "--lr", "3e-3"])
-    agent = ls.SAC(_NAMES, 4, args, seed=0, grip=3, rise=2)
-    no_rise = ls.SAC(_NAMES, 4, ls.parse(["--net", "32,32", "--gripper-binary", "--lr", "3e-3"]), seed=0, grip=3)
+    binary = _agent_cfg(net=(32, 32), gripper_binary=True, lr=3e-3)
+    agent = rl.Agent(_NAMES, 4, binary, seed=0, grip=3, rise=2)
+    no_rise = rl.Agent(_NAMES, 4, binary, seed=0, grip=3)
     assert no_rise.rise is None
     s, f, k, a2 = _on_fixed_critic((agent, no_rise), _FinishCritic, seed=4)
     # only the finishing move reaches the value of opening; opening at the actor's own dz is worth nothing
@@ -346,23 +329,22 @@ def test_with_rise_the_binary_open_choice_is_valued_as_the_finishing_move():
 
 
 def test_a_binary_gripper_is_a_td3_option():
-    ls = _script()
-    with pytest.raises(SystemExit):
-        ls.parse(["--gripper-binary", "--algo", "sac"])
+    with pytest.raises(ValueError, match="gripper_binary: is a td3 option"):
+        rl.build("push-target", {"agent.gripper_binary": True, "agent.algo": "sac"})
 
 
-def test_a_run_whose_training_seeds_cover_the_eval_seeds_is_refused(capsys):
-    ls = _script()
+def test_a_run_whose_training_seeds_cover_the_eval_seeds_is_refused(tmp_path):
     # seed 6 trains from simulator seed 7000000 on, the default eval seeds are 7000000..7000049
-    with pytest.raises(SystemExit):
-        ls.parse(["--seeds", "0,6", "--steps", "300000"])
-    assert "7000000..7000049" in capsys.readouterr().err
-    assert not ls.eval_seed_clash(6, ls.parse(["--seeds", "0", "--eval-seed", "9000000"]))
+    cfg, seeds, out = runner.resolve(cli.parse(["--task", "push-target", "--reward", "sparse", "--seeds", "0,6",
+                                                "--steps", "300000", "--out", str(tmp_path / "o")]))
+    with pytest.raises(runner.LearnError, match="7000000..7000049"):
+        runner.preflight(cfg, seeds, out)
+    assert not (tmp_path / "o").exists()
+    assert not rl.eval_seed_clash(6, dataclasses.replace(cfg, eval_seed=9_000_000))
     for seed in (0, 5, 7):
-        assert not ls.eval_seed_clash(seed, ls.parse(["--seeds", str(seed), "--steps", "300000"]))
+        assert not rl.eval_seed_clash(seed, cfg)
     # the bound is the run's length: seed 5 starts 6000000 and would reach 7000000 after a million steps
-    with pytest.raises(SystemExit):
-        ls.parse(["--seeds", "5", "--steps", "1000000"])
+    assert rl.eval_seed_clash(5, dataclasses.replace(cfg, steps=1_000_000))
 
 
 class _NoDraw:
@@ -373,19 +355,65 @@ class _NoDraw:
 
 
 def test_merged_runs_of_different_gripper_set_ups_are_labelled_apart():
-    ls = _script()
-    base = ["benches/learner_shaping.py", "--task", "pick-place", "--rewards", "model", "--shaping-scale", "10"]
-    runs = [{"reward": "model", "argv": base}, {"reward": "model", "argv": base + ["--gripper-flip", "0.05"]},
-            {"reward": "model", "argv": base + ["--gripper-binary"]},
-            {"reward": "model", "argv": base + ["--reward-form", "progress", "--success-progress-one"]}]
-    ls.run_label(runs)
+    def run(reward="model", **kw):
+        return {"reward": reward, "config": rl.build("pick-place", {
+            "reward": reward, "agent.gripper_binary": False, "gripper_flip": 0.0, "gripper_flip_hold": 1,
+            "gripper_flip_rise": False, "reward_form.potential_scale": 1.0,
+            "reward_form.success_progress_one": False, **kw}).to_dict()}
+
+    runs = [run(), run(gripper_flip=0.05), run(**{"agent.gripper_binary": True}),
+            run(**{"reward_form.success_progress_one": True})]
+    run_label(runs)
     assert runs[0]["label"] == "model, c=10, 0 demos"
     assert runs[1]["label"] == "model, c=10, 0 demos, flip 0.05"
     assert runs[2]["label"] == "model, c=10, 0 demos, binary gripper"
     assert runs[3]["label"] == "model, c=10, 0 demos, success phi 1"
     # runs of one set-up with different reward models: named by the manifest's folder (the oracle run keeps its name)
-    runs = [{"reward": "model", "argv": base}, {"reward": "model", "argv": base + ["--model", "data/r5/m.toml"]},
-            {"reward": "oracle", "argv": base[:-4] + ["--rewards", "oracle", "--shaping-scale", "10"]}]
-    ls.run_label(runs)
+    runs = [run(), run(model="data/r5/m.toml"), run("oracle")]
+    run_label(runs)
     assert [r.get("label") for r in runs] == ["model, c=10, 0 demos, shipped model", "model, c=10, 0 demos, data/r5",
                                               "oracle, c=10, 0 demos"]
+    # runs of the bench script before the package (their flat argument dicts) label the same way
+    old = [{"reward": "model", "args": {"demos": 0, "shaping_scale": 10.0, "gripper_flip": 0.02,
+                                        "gripper_flip_hold": 8, "gripper_flip_rise": True, "gripper_binary": True,
+                                        "potential_scale": 0.1, "success_progress_one": True}}, run()]
+    run_label(old)
+    assert old[0]["label"] == "model, c=10 (potential part x0.1), 0 demos, flip 0.02 x8 rise, binary gripper, success phi 1"
+
+
+def _served(serve, *flags, gamma):
+    from stagewise import StagewiseEnv
+
+    p = serve("--task", "push-target", "--reward", "oracle", "--gamma", str(gamma), "--max-steps", "40", *flags)
+    return StagewiseEnv(connect=p.endpoint, connect_timeout=30, gamma=gamma)
+
+
+@pytest.mark.parametrize("form", ["progress", "potential"])
+def test_the_served_reward_is_the_formula_the_shipped_results_learned_from(serve, form):
+    """The learner no longer re-shapes the reward: the forms of the shipped results are served by the runtime with
+    the flags the learner passes (rl.shaping_args). Checked against the bench script's formulas, step by step, from
+    the served phi and task reward: progress r_task + S c (gamma phi' - phi) + c (1 - gamma) phi' (terminated:
+    r_task - S c phi + c phi*); potential with offset X r_task + c (gamma (phi' - X) - (phi - X)) (terminated:
+    r_task - c (phi - X))."""
+    c, s, x, g = 10.0, 0.3, 1.0, 0.97
+    cfg = rl.build("push-target", {"reward": "oracle", "reward_form.gamma": g, "reward_form.shaping": form,
+                                   **({"reward_form.potential_scale": s} if form == "progress" else
+                                      {"reward_form.phi_offset": x})})
+    env = _served(serve, "--shaping-scale", str(c), *rl.shaping_args(cfg), gamma=g)
+    _, info = env.reset(seed=5)
+    phi, rng, moved = info["phi"], np.random.default_rng(0), 0
+    for _ in range(120):
+        _, r, term, trunc, info = env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+        phi2, task = info["phi"], info["task_reward"]
+        if form == "progress":
+            want = (task - s * c * phi + c * phi2) if term else task + s * c * (g * phi2 - phi) + c * (1 - g) * phi2
+        else:
+            want = (task - c * (phi - x)) if term else task + c * (g * (phi2 - x) - (phi - x))
+        assert r == pytest.approx(want, abs=1e-4), (phi, phi2, task, term)
+        moved += abs(phi2 - phi) > 1e-4
+        if term or trunc:
+            _, info = env.reset()
+            phi2 = info["phi"]
+        phi = phi2
+    assert moved > 10  # the random arm moved the oracle's progress: the potential terms were checked, not only 0
+    env.close()

@@ -7,7 +7,7 @@ use super::ort_args::OrtArgs;
 use super::robot::LinkKeyArgs;
 use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
 use super::zenoh_args::{Role, ZenohArgs};
-use crate::cli::{RewardArg, RewardSource, RunRewardParser};
+use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
 use stagewise_bridge::{
     CameraSource, Endpoint, ImageDirCamera, RobotEnv, RobotEnvConfig, SceneClient, V4l2Camera,
@@ -32,16 +32,14 @@ pub struct RunArgs {
     /// Where the reward's progress comes from: `model` (a reward model: --model, by default the task's shipped
     /// one), `oracle` (the simulator's ground-truth progress: the upper bound), `sparse` (none: the task reward
     /// alone). The same values as `serve --reward`. Default: model.
-    #[arg(long, value_parser = RunRewardParser)]
-    pub reward: Option<RewardArg>,
+    #[arg(long, value_enum)]
+    pub reward: Option<RewardSource>,
     /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml). The old
     /// spellings `--model auto` and `--model oracle` still mean `--reward model` and `--reward oracle`.
     #[arg(long, value_name = "MANIFEST")]
     pub model: Option<String>,
-    /// How progress becomes a reward: potential (policy-invariant), naive (phi' - phi: rewards stalling),
-    /// rank:W (windowed Spearman). See docs/shaping.md. Default: potential.
-    #[arg(long, value_name = "potential|naive|rank:W", value_parser = crate::cli::parse_shaping)]
-    pub shaping: Option<RewardMode>,
+    #[command(flatten)]
+    pub shaping: ShapingArgs,
     /// Policy: `expert` (scripted), `random`, or an ONNX policy file (state in, action out).
     #[arg(long, default_value = "expert")]
     pub policy: String,
@@ -72,12 +70,6 @@ pub struct RunArgs {
     /// Seed of the first episode; each reset takes the next one.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Discount: must equal the learner's (potential-based shaping is policy-invariant only then).
-    #[arg(long, default_value_t = 0.99)]
-    pub gamma: f64,
-    /// Shaping scale c in r = r_task + c (gamma phi' - phi).
-    #[arg(long, default_value_t = 1.0)]
-    pub shaping_scale: f64,
     /// Success detection: terminate with r_task = 1 once phi >= 1 - delta for --success-steps steps.
     #[arg(long)]
     pub success_delta: Option<f64>,
@@ -133,26 +125,8 @@ struct RewardChoice {
 }
 
 fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
-    let (source, old_mode) = match a.reward {
-        Some(RewardArg::Source(s)) => (Some(s), None),
-        Some(RewardArg::OldShaping(m)) => (None, Some(m)),
-        None => (None, None),
-    };
-    let mode = match (a.shaping, old_mode) {
-        (Some(_), Some(_)) => bail!(
-            "--shaping and --reward {} both set the shaping (`--reward potential|naive|rank:W` is the old spelling of --shaping): pass --shaping alone",
-            a.reward_text()
-        ),
-        (Some(m), None) => m,
-        (None, Some(m)) => {
-            tracing::warn!(
-                "--reward {0} is the old spelling of --shaping {0} (--reward now names the reward source: sparse, model or oracle)",
-                a.reward_text()
-            );
-            m
-        }
-        (None, None) => RewardMode::Potential,
-    };
+    let source = a.reward;
+    let mode = a.shaping.mode()?;
     // The old `--model auto|oracle`: a source spelled as a manifest.
     let (old_source, manifest) = match a.model.as_deref() {
         Some("oracle") => (Some(RewardSource::Oracle), None),
@@ -179,10 +153,8 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
     }
     // The sparse reward has no progress: shaping and progress-based success detection would do nothing (or,
     // with --success-delta 1, "succeed" at every first step).
-    if source == RewardSource::Sparse
-        && (a.shaping.is_some() || old_mode.is_some() || a.success_delta.is_some())
-    {
-        bail!("--reward sparse has no progress to shape or detect success from: drop --shaping and --success-delta");
+    if source == RewardSource::Sparse && (a.shaping.names_a_form() || a.success_delta.is_some()) {
+        bail!("--reward sparse has no progress to shape or detect success from: drop --shaping (and its parameters) and --success-delta");
     }
     let manifest = match (source, manifest) {
         (RewardSource::Model, Some(m)) => Some(m),
@@ -202,21 +174,6 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
         mode,
         spelled,
     })
-}
-
-impl RunArgs {
-    /// The `--reward` value as given, for messages.
-    fn reward_text(&self) -> String {
-        match self.reward {
-            Some(RewardArg::Source(s)) => s.to_string(),
-            Some(RewardArg::OldShaping(RewardMode::Potential)) => "potential".into(),
-            Some(RewardArg::OldShaping(RewardMode::NaiveDelta)) => "naive".into(),
-            Some(RewardArg::OldShaping(RewardMode::WindowedRank { window })) => {
-                format!("rank:{window}")
-            }
-            None => String::new(),
-        }
-    }
 }
 
 /// What a robot's reward model may read, for errors: its proprioception.
@@ -465,7 +422,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             Box::new(OnnxPolicy::new(m, path, 0))
         }
     };
-    let mut shaping = ShapingConfig::new(a.gamma, a.shaping_scale)?.with_mode(reward.mode);
+    let mut shaping =
+        ShapingConfig::new(a.shaping.gamma, a.shaping.shaping_scale)?.with_mode(reward.mode);
     if let Some(delta) = a.success_delta {
         shaping = shaping.with_success(SuccessDetection {
             delta,
@@ -619,15 +577,15 @@ mod tests {
         }
     }
 
-    /// `--reward` (source), `--model` (manifest) and `--shaping` (mode); the old `--model auto|oracle` and
-    /// `--reward MODE` still mean what they meant.
+    /// `--reward` (source), `--model` (manifest) and `--shaping` (mode); the old `--model auto|oracle` still
+    /// means what it meant.
     #[test]
     fn reward_source_manifest_and_shaping_resolve_as_before() {
         let shipped = Some(PathBuf::from("models/pick-place/pick-place-progress.toml"));
         let c = choice(&[]).unwrap();
         assert_eq!(
             (c.source, &c.manifest, c.mode),
-            (RewardSource::Model, &shipped, RewardMode::Potential)
+            (RewardSource::Model, &shipped, RewardMode::default())
         );
         for old_or_new in [&["--model", "auto"][..], &["--reward", "model"]] {
             let c = choice(old_or_new).unwrap();
@@ -635,17 +593,29 @@ mod tests {
         }
         let c = choice(&["--model", "m.toml"]).unwrap();
         assert_eq!(c.manifest, Some(PathBuf::from("m.toml")));
-        let c = choice(&["--reward", "oracle", "--shaping", "naive"]).unwrap();
+        let c = choice(&[
+            "--reward",
+            "oracle",
+            "--shaping",
+            "progress",
+            "--potential-scale",
+            "0.1",
+            "--success-progress-one",
+        ])
+        .unwrap();
         assert_eq!(
             (c.source, &c.manifest, c.mode, c.spelled.as_str()),
             (
                 RewardSource::Oracle,
                 &None,
-                RewardMode::NaiveDelta,
+                RewardMode::Progress {
+                    potential_scale: 0.1,
+                    success_progress_one: true
+                },
                 "--reward oracle"
             )
         );
-        let c = choice(&["--model", "oracle", "--reward", "rank:12"]).unwrap();
+        let c = choice(&["--model", "oracle", "--shaping", "rank:12"]).unwrap();
         assert_eq!(
             (c.source, c.mode, c.spelled.as_str()),
             (
@@ -657,8 +627,6 @@ mod tests {
         let c = choice(&["--reward", "sparse"]).unwrap();
         assert_eq!((c.source, &c.manifest), (RewardSource::Sparse, &None));
         // Contradictions are refused with the new spelling.
-        let e = choice(&["--reward", "naive", "--shaping", "potential"]).unwrap_err();
-        assert!(e.to_string().contains("pass --shaping alone"), "{e}");
         let e = choice(&["--reward", "model", "--model", "oracle"]).unwrap_err();
         assert!(e.to_string().contains("pass --reward alone"), "{e}");
         let e = choice(&["--reward", "oracle", "--model", "m.toml"]).unwrap_err();
@@ -666,7 +634,13 @@ mod tests {
             e.to_string().contains("--model needs --reward model"),
             "{e}"
         );
-        for extra in [&["--shaping", "naive"][..], &["--success-delta", "1"]] {
+        let e = choice(&["--shaping", "potential", "--potential-scale", "2"]).unwrap_err();
+        assert!(e.to_string().contains("needs --shaping progress"), "{e}");
+        for extra in [
+            &["--shaping", "progress"][..],
+            &["--phi-offset", "0.5"],
+            &["--success-delta", "1"],
+        ] {
             let mut args = vec!["--reward", "sparse"];
             args.extend(extra);
             let e = choice(&args).unwrap_err();

@@ -1,8 +1,9 @@
 //! `stagewise serve`: simulated envs behind zenoh queryables (`stagewise/<robot>/env/reset` and
 //! `.../env/step`), for remote learners such as the Python gymnasium adapter (`python/`).
 //!
-//! The reward a learner gets is chosen here (`--reward`): the env's sparse task reward, or potential-based
-//! shaping with progress from the task's reward model or from the simulator's oracle. Each served env is a
+//! The reward a learner gets is chosen here (`--reward`): the env's sparse task reward, or progress from the
+//! task's reward model or from the simulator's oracle, shaped as `--shaping` says (the same flags as `run`;
+//! potential-based by default). The learner takes the served reward as it is. Each served env is a
 //! one-env `stagewise_runtime::ShapedEnv`, the reward path of `stagewise run` too; this file parses arguments
 //! and answers the queryables. `--envs N` serves N independent envs, each on its own thread (and, with a
 //! reward model, its own ONNX Runtime session), under the robot names `<robot>-0 .. <robot>-(N-1)` (`<robot>` is
@@ -11,9 +12,9 @@
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
 use super::zenoh_args::{Role, ZenohArgs};
-use crate::cli::RewardSource;
+use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
-use stagewise_core::{Env, EnvSpec, Observation, ShapingConfig};
+use stagewise_core::{Env, EnvSpec, Observation};
 use stagewise_model::StateMap;
 use stagewise_runtime::clock::{Clock, Ticker};
 use stagewise_runtime::{ProgressSource, RuntimeError, ShapedEnv};
@@ -33,18 +34,15 @@ pub struct ServeArgs {
     pub sim: SimEnvArgs,
     /// Where the served reward's progress comes from: `sparse` (none: the task reward), `model` (shaped with the
     /// task's shipped reward model, or the manifest given by --model), `oracle` (shaped with the simulator's
-    /// ground-truth progress: the upper bound). The same values as `run --reward`; the shaping is potential-based.
+    /// ground-truth progress: the upper bound). The same values as `run --reward`; --shaping says how progress
+    /// becomes the reward.
     #[arg(long, value_enum, default_value_t = RewardSource::Sparse)]
     pub reward: RewardSource,
     /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml).
     #[arg(long, value_name = "MANIFEST")]
     pub model: Option<PathBuf>,
-    /// Discount for shaping: must equal the learner's (potential-based shaping is policy-invariant only then).
-    #[arg(long, default_value_t = 0.99)]
-    pub gamma: f64,
-    /// Shaping scale c in r = r_task + c (gamma phi' - phi).
-    #[arg(long, default_value_t = 1.0)]
-    pub shaping_scale: f64,
+    #[command(flatten)]
+    pub shaping: ShapingArgs,
     /// Environments served, each on its own thread; with N > 1 env i answers as robot `<robot-name>-<i>`.
     #[arg(long, default_value_t = 1)]
     pub envs: usize,
@@ -154,8 +152,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     if a.envs == 0 {
         bail!("--envs must be >= 1");
     }
-    // The shaper checks gamma and the scale (sparse serves the task reward but keeps the same checks).
-    let shaping = ShapingConfig::new(a.gamma, a.shaping_scale)?;
+    // The shaper checks gamma, the scale and the form (sparse serves the task reward but keeps the same checks).
+    let shaping = a.shaping.config()?;
+    if a.reward == RewardSource::Sparse && a.shaping.names_a_form() {
+        bail!("--reward sparse has no progress to shape: drop --shaping and its parameters (or pass --reward model|oracle)");
+    }
     let mut cfg = a.sim.config();
     // Render only when someone reads the frames; depth is never served.
     cfg.render = a.images || a.reward == RewardSource::Model;
@@ -176,16 +177,17 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         (_, Some(_)) => bail!("--model needs --reward model"),
         _ => None,
     };
-    let reward = RewardSpecMsg {
+    let mut reward = RewardSpecMsg {
         source: a.reward.name().to_string(),
         model: manifest.as_ref().map(|m| m.display().to_string()),
-        gamma: a.gamma,
-        shaping_scale: if a.reward == RewardSource::Sparse {
-            0.0
-        } else {
-            a.shaping_scale
-        },
+        gamma: shaping.gamma,
+        shaping_scale: 0.0,
+        ..RewardSpecMsg::default()
     };
+    if a.reward != RewardSource::Sparse {
+        reward.shaping_scale = shaping.scale;
+        reward = reward.with_mode(&shaping.mode);
+    }
     let base = Keys::new(a.zenoh.robot_name()?)?;
     let node = a.zenoh.open(Role::Listen, None)?;
     let mut servers = Vec::with_capacity(a.envs);
@@ -221,9 +223,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         };
         servers.push(node.serve_env(&keys, handler)?);
         println!(
-            "serving {} ({} reward) on {} and {}",
+            "serving {} ({} reward{}) on {} and {}",
             a.sim.task,
             a.reward,
+            reward
+                .shaping
+                .as_deref()
+                .map(|s| format!(", {s} shaping"))
+                .unwrap_or_default(),
             keys.env_reset(),
             keys.env_step()
         );

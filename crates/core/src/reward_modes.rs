@@ -1,22 +1,63 @@
-//! Reward modes other than potential-based shaping. Each is an explicit choice with a caveat: **none of them is
-//! policy-invariant.** The default, and the only mode whose optimal policy provably equals the task's, is
-//! [`RewardMode::Potential`](crate::shaping::RewardMode::Potential) (see `docs/shaping.md`).
+//! The formulas of every reward form, one function each; [`crate::shaping`] picks one per
+//! [`RewardMode`](crate::shaping::RewardMode) and `docs/shaping.md` says where each comes from. `c` is the shaping
+//! scale, `gamma` the learner's discount, `phi` / `phi'` the cached potentials of the state and the next state.
 //!
-//! - [`naive_delta_reward`]: `r_task + c * (phi' - phi)`. With a discount `gamma < 1` it is potential-based
-//!   shaping with the *wrong* discount (1 instead of the learner's) and it keeps the terminal potential, so the
-//!   return no longer telescopes: it pays for reaching high progress early and for postponing the drops, which
-//!   rewards stalling near the goal instead of finishing (Robo-Dopamine's "semantic trap"). A test in
-//!   `tests/invariance.rs` builds an MDP where it changes the optimal policy.
-//! - [`windowed_rank_reward`]: the Rank-Then-Act signal, Spearman's rho of the last `W` progress values against
-//!   their time indices, in [-1, 1]. It rewards monotone progress regardless of its size, is blind to how far the
-//!   task is from done and pays the same for a tiny steady creep as for a decisive move. Not potential-based.
+//! - [`potential_reward`] (policy-invariant): the potential `phi - X` (`X` the offset), terminal potential 0:
+//!   `r_task + c (gamma phi' - phi) + c X (1 - gamma)` on a non-terminal step, `r_task - c phi + c X` on a
+//!   terminated one. `X = 0` is Ng et al.'s form with the terminal rule; `X` moves the shaping's `-c phi(s_0)`
+//!   "bill" from the end of an episode to its start without moving the optimal policy.
+//! - [`progress_reward`] (NOT policy-invariant): `r_task + S c (gamma phi' - phi) + c (1 - gamma) phi'` on a
+//!   non-terminal step, `r_task - S c phi + c phi*` on a terminated one (`phi*` is `phi'`, or 1 for a success when
+//!   the mode says so). With `S = 1` it is the plain delta `r_task + c (phi' - phi)` with the terminal potential
+//!   kept, which rewards stalling near the goal (Robo-Dopamine's "semantic trap"; `tests/invariance.rs` builds an
+//!   MDP where it changes the optimal policy). The level `c (1 - gamma) phi'` (`c phi*` at the end) is what moves
+//!   the optimal policy; the part `S` scales is potential-based, so every `S` has the same optimal policy.
+//! - [`windowed_rank_reward`] (NOT policy-invariant): the Rank-Then-Act signal, Spearman's rho of the last `W`
+//!   progress values against their time indices, in [-1, 1]. It rewards monotone progress regardless of its
+//!   size, is blind to how far the task is from done and pays the same for a tiny steady creep as for a
+//!   decisive move.
+//!
+//! Values must be finite; the caller checks (the shaper does).
 
 use crate::metrics::{spearman, MetricsError};
 
-/// The naive progress delta `r_task + c * (phi_next - phi)`. Not policy-invariant (see the module docs).
-/// Values must be finite; the caller checks (the shaper does).
-pub fn naive_delta_reward(scale: f64, phi: f64, phi_next: f64, task_reward: f64) -> f64 {
-    task_reward + scale * (phi_next - phi)
+/// The potential-based reward with potential `phi - offset` and terminal potential 0 (see the module docs).
+pub fn potential_reward(
+    gamma: f64,
+    scale: f64,
+    offset: f64,
+    phi: f64,
+    phi_next: f64,
+    task_reward: f64,
+    terminated: bool,
+) -> f64 {
+    // (gamma (phi' - X) - (phi - X)) when the episode goes on, (0 - (phi - X)) when it ended.
+    if terminated {
+        task_reward + scale * (offset - phi)
+    } else {
+        task_reward + scale * (gamma * phi_next - phi) + scale * offset * (1.0 - gamma)
+    }
+}
+
+/// The progress form: potential part scaled by `potential_scale` plus the level (see the module docs). When
+/// `terminated`, `phi_end` is `phi*` (the next state's progress, or 1 for a success read as done); otherwise it
+/// is the next state's progress.
+pub fn progress_reward(
+    gamma: f64,
+    scale: f64,
+    potential_scale: f64,
+    phi: f64,
+    phi_end: f64,
+    task_reward: f64,
+    terminated: bool,
+) -> f64 {
+    if terminated {
+        task_reward - potential_scale * scale * phi + scale * phi_end
+    } else {
+        task_reward
+            + potential_scale * scale * (gamma * phi_end - phi)
+            + scale * (1.0 - gamma) * phi_end
+    }
 }
 
 /// Rank-Then-Act windowed rank reward: Spearman's rho of the last `window` values of `history` (oldest first)
@@ -49,6 +90,10 @@ pub fn windowed_rank_reward(history: &[f64], window: usize) -> Result<f64, Metri
 mod tests {
     use super::*;
 
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
     #[test]
     fn rank_reward_uses_only_the_window() {
         // the early drop falls outside a window of 3
@@ -61,7 +106,36 @@ mod tests {
     }
 
     #[test]
-    fn naive_delta_is_the_plain_difference() {
-        assert!((naive_delta_reward(2.0, 0.25, 0.5, 1.0) - 1.5).abs() < 1e-15);
+    fn progress_with_s_one_is_the_plain_difference_with_the_terminal_potential_kept() {
+        for terminated in [false, true] {
+            let r = progress_reward(0.9, 2.0, 1.0, 0.25, 0.5, 1.0, terminated);
+            assert!(close(r, 1.0 + 2.0 * (0.5 - 0.25)), "{terminated}: {r}");
+        }
+    }
+
+    #[test]
+    fn progress_scales_only_the_potential_part() {
+        // gamma 0.9, c 2, S 0.1, phi 0.25 -> 0.5, r_task 0
+        let r = progress_reward(0.9, 2.0, 0.1, 0.25, 0.5, 0.0, false);
+        assert!(
+            close(r, 0.1 * 2.0 * (0.9 * 0.5 - 0.25) + 2.0 * 0.1 * 0.5),
+            "{r}"
+        );
+        let end = progress_reward(0.9, 2.0, 0.1, 0.25, 1.0, 1.0, true);
+        assert!(close(end, 1.0 - 0.1 * 2.0 * 0.25 + 2.0 * 1.0), "{end}");
+    }
+
+    #[test]
+    fn potential_with_an_offset_adds_its_level() {
+        let (g, c, x) = (0.9, 2.0, 0.5);
+        let r = potential_reward(g, c, x, 0.25, 0.5, 0.0, false);
+        // potentials phi - X: c (g (0.5 - X) - (0.25 - X))
+        assert!(close(r, c * (g * (0.5 - x) - (0.25 - x))), "{r}");
+        let end = potential_reward(g, c, x, 0.25, 0.5, 1.0, true);
+        assert!(close(end, 1.0 + c * (0.0 - (0.25 - x))), "{end}");
+        assert!(close(
+            potential_reward(g, c, 0.0, 0.25, 0.5, 0.0, false),
+            c * (g * 0.5 - 0.25)
+        ));
     }
 }

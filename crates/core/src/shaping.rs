@@ -1,5 +1,5 @@
 //! Potential-based reward shaping (Ng, Harada & Russell 1999) with the terminal rule, per-episode potential
-//! caching, success detection, and the non-invariant alternatives as explicit modes.
+//! caching, success detection, and the other reward forms a result used as explicit modes.
 //!
 //! `r = r_task + c * (gamma * Phi(s') - Phi(s))`, `Phi = phi`:
 //!
@@ -11,12 +11,24 @@
 //! - Success detection (optional): `phi >= 1 - delta` for `n` consecutive steps terminates the episode with
 //!   `r_task = 1`.
 //!
-//! `tests/invariance.rs` shows by value iteration that the optimal policy does not change, and that the naive
-//! delta and a kept terminal potential each can change it.
+//! The modes ([`RewardMode`]; formulas in [`crate::reward_modes`] and `docs/shaping.md`):
+//!
+//! - `Potential { offset: X }` (default, `X = 0`), policy-invariant: the potential `phi - X`, terminal potential
+//!   0: `r_task + c (gamma phi' - phi) + c X (1 - gamma)`, terminated `r_task - c phi + c X`.
+//! - `Progress { potential_scale: S, success_progress_one }`, NOT policy-invariant:
+//!   `r_task + S c (gamma phi' - phi) + c (1 - gamma) phi'`, terminated `r_task - S c phi + c phi*` with
+//!   `phi* = 1` on a success when `success_progress_one`, else `phi'`. `S = 1` is the plain delta
+//!   `r_task + c (phi' - phi)` (terminal potential kept). The level `c (1 - gamma) phi'` (`c phi*` at the end)
+//!   moves the optimal policy; `S` scales only the potential part, so every `S` has the same optimal policy.
+//! - `WindowedRank { window }`, NOT policy-invariant: `r_task + c * spearman(last W phi, 0..W)`.
+//!
+//! `tests/invariance.rs` shows by value iteration that the potential form (any offset) keeps the optimal policy,
+//! that the progress form's optimal policy does not depend on `S`, and that the plain delta and a kept terminal
+//! potential each can change the policy.
 
 use serde::{Deserialize, Serialize};
 
-use crate::reward_modes::{naive_delta_reward, windowed_rank_reward};
+use crate::reward_modes::{potential_reward, progress_reward, windowed_rank_reward};
 use crate::types::Transition;
 
 /// What was wrong with a shaping configuration or a step.
@@ -32,6 +44,12 @@ pub enum ShapingError {
     BadSuccessSteps,
     #[error("rank window is {0}: it must be at least 2")]
     BadWindow(usize),
+    #[error("potential scale S is {0}: it must be finite")]
+    BadPotentialScale(f64),
+    #[error("potential offset X is {0}: it must be finite")]
+    BadOffset(f64),
+    #[error("the windowed rank reward (window {window}) depends on the episode's history, not on one transition: use a VecShaper")]
+    NeedsHistory { window: usize },
     #[error("a vectorised shaper needs at least one env")]
     NoEnvs,
     #[error("env {env} is out of range: the shaper has {n_envs} envs")]
@@ -82,17 +100,52 @@ impl Default for SuccessDetection {
     }
 }
 
-/// How the per-step reward is made from progress. Only `Potential` keeps the optimal policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// How the per-step reward is made from progress (module docs, `docs/shaping.md`). Only `Potential` keeps the
+/// optimal policy.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RewardMode {
-    /// `r_task + c * (gamma * Phi(s') - Phi(s))` with the terminal rule. Policy-invariant.
-    #[default]
-    Potential,
-    /// `r_task + c * (phi' - phi)`, terminal potential kept. NOT policy-invariant: rewards stalling.
-    NaiveDelta,
+    /// Potential `phi - offset`, terminal potential 0: `r_task + c (gamma phi' - phi) + c X (1 - gamma)`,
+    /// terminated `r_task - c phi + c X`. Policy-invariant for every offset.
+    Potential {
+        #[serde(default)]
+        offset: f64,
+    },
+    /// `r_task + S c (gamma phi' - phi) + c (1 - gamma) phi'`, terminated `r_task - S c phi + c phi*` (`phi* = 1`
+    /// on a success with `success_progress_one`, else `phi'`). NOT policy-invariant (the level moves it); the
+    /// optimal policy is the same for every `S`. `S = 1`: `r_task + c (phi' - phi)`, the plain delta.
+    Progress {
+        #[serde(default = "one")]
+        potential_scale: f64,
+        #[serde(default)]
+        success_progress_one: bool,
+    },
     /// `r_task + c * spearman(last W phi, their time indices)` (Rank-Then-Act). NOT policy-invariant.
     WindowedRank { window: usize },
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for RewardMode {
+    /// The potential form without an offset.
+    fn default() -> Self {
+        Self::Potential { offset: 0.0 }
+    }
+}
+
+impl RewardMode {
+    /// The plain progress delta `r_task + c (phi' - phi)`, terminal potential kept (`Progress` with `S = 1`).
+    pub const PLAIN_PROGRESS: Self = Self::Progress {
+        potential_scale: 1.0,
+        success_progress_one: false,
+    };
+
+    /// Whether the mode keeps the task's optimal policy.
+    pub fn is_policy_invariant(&self) -> bool {
+        matches!(self, Self::Potential { .. })
+    }
 }
 
 /// Shaping configuration. `gamma` and `scale` (`c`) are copied into every [`ShapedStep`] / [`Transition`].
@@ -112,7 +165,7 @@ impl Default for ShapingConfig {
         Self {
             gamma: 0.99,
             scale: 1.0,
-            mode: RewardMode::Potential,
+            mode: RewardMode::default(),
             success: None,
         }
     }
@@ -140,7 +193,8 @@ impl ShapingConfig {
         self
     }
 
-    /// Checks every field: gamma in (0, 1], finite scale, success delta in [0, 1] with n >= 1, window >= 2.
+    /// Checks every field: gamma in (0, 1], finite scale, success delta in [0, 1] with n >= 1, window >= 2,
+    /// finite potential scale and offset.
     pub fn validate(&self) -> Result<(), ShapingError> {
         if !(self.gamma.is_finite() && self.gamma > 0.0 && self.gamma <= 1.0) {
             return Err(ShapingError::BadGamma(self.gamma));
@@ -156,22 +210,33 @@ impl ShapingConfig {
                 return Err(ShapingError::BadSuccessSteps);
             }
         }
-        if let RewardMode::WindowedRank { window } = self.mode {
-            if window < 2 {
-                return Err(ShapingError::BadWindow(window));
+        match self.mode {
+            RewardMode::WindowedRank { window } if window < 2 => {
+                Err(ShapingError::BadWindow(window))
             }
+            RewardMode::Progress {
+                potential_scale, ..
+            } if !potential_scale.is_finite() => {
+                Err(ShapingError::BadPotentialScale(potential_scale))
+            }
+            RewardMode::Potential { offset } if !offset.is_finite() => {
+                Err(ShapingError::BadOffset(offset))
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
-    /// The potential-based reward for one transition: `r_task + c * (gamma * Phi(s') - Phi(s))` with
-    /// `Phi(s') = 0` when `terminated`. Checks the configuration and that every input is finite.
-    pub fn potential_reward(
+    /// The reward of one transition in the configured mode (`success`: the step is a success, which only
+    /// `Progress { success_progress_one: true }` reads). `terminated` applies the mode's terminal rule. Checks
+    /// the configuration and that every input is finite; the windowed rank mode needs the episode's history and
+    /// is refused ([`ShapingError::NeedsHistory`]).
+    pub fn reward(
         &self,
         phi: f64,
         phi_next: f64,
         task_reward: f64,
         terminated: bool,
+        success: bool,
     ) -> Result<f64, ShapingError> {
         self.validate()?;
         for (index, (what, value)) in [
@@ -186,27 +251,47 @@ impl ShapingConfig {
                 return Err(ShapingError::NotFiniteAt { what, index, value });
             }
         }
-        Ok(potential_unchecked(
-            self.gamma,
-            self.scale,
-            phi,
-            phi_next,
-            task_reward,
-            terminated,
-        ))
+        if let RewardMode::WindowedRank { window } = self.mode {
+            return Err(ShapingError::NeedsHistory { window });
+        }
+        Ok(self
+            .transition_unchecked(phi, phi_next, task_reward, terminated, success)
+            .0)
     }
-}
 
-fn potential_unchecked(
-    gamma: f64,
-    scale: f64,
-    phi: f64,
-    phi_next: f64,
-    task_reward: f64,
-    terminated: bool,
-) -> f64 {
-    let next = if terminated { 0.0 } else { phi_next };
-    task_reward + scale * (gamma * next - phi)
+    /// The reward of one transition in a potential or progress mode, and the next potential it used (0 when
+    /// the potential form terminates, `phi*` when the progress form does). The rank mode is the caller's.
+    fn transition_unchecked(
+        &self,
+        phi: f64,
+        phi_next: f64,
+        task_reward: f64,
+        terminated: bool,
+        success: bool,
+    ) -> (f64, f64) {
+        let (gamma, c) = (self.gamma, self.scale);
+        match self.mode {
+            RewardMode::Potential { offset } => (
+                potential_reward(gamma, c, offset, phi, phi_next, task_reward, terminated),
+                if terminated { 0.0 } else { phi_next },
+            ),
+            RewardMode::Progress {
+                potential_scale,
+                success_progress_one,
+            } => {
+                // A success means the task is done: progress 1 by definition, not the model's reading.
+                let end = if terminated && success && success_progress_one {
+                    1.0
+                } else {
+                    phi_next
+                };
+                let r =
+                    progress_reward(gamma, c, potential_scale, phi, end, task_reward, terminated);
+                (r, end)
+            }
+            RewardMode::WindowedRank { .. } => (task_reward, phi_next),
+        }
+    }
 }
 
 /// One shaped step of one env, ready to become a [`Transition`].
@@ -222,7 +307,8 @@ pub struct ShapedStep {
     pub task_reward: f64,
     /// Cached potential of the state the action was taken in.
     pub phi: f64,
-    /// Potential of the next state as used in the reward: 0 when terminated in `Potential` mode.
+    /// Potential of the next state as used in the reward: 0 when terminated in `Potential` mode, `phi*` (1 for a
+    /// success read as done) when terminated in `Progress` mode, else the observed one.
     pub phi_next: f64,
     /// The model's progress for the next state, as observed (cached for the next step).
     pub phi_next_observed: f64,
@@ -231,7 +317,7 @@ pub struct ShapedStep {
     /// The environment's termination, or success detection's.
     pub terminated: bool,
     pub truncated: bool,
-    /// Success detection fired on this step.
+    /// The step is a success: the env said so, or success detection fired.
     pub success: bool,
 }
 
@@ -361,7 +447,8 @@ impl VecShaper {
     }
 
     /// One step of `env`: `phi_next` is the model's progress for the observation the action led to,
-    /// `task_reward`, `terminated` and `truncated` are the environment's. Nothing changes on error.
+    /// `task_reward`, `terminated` and `truncated` are the environment's, which reports no success of its own
+    /// (success detection may still find one). Nothing changes on error.
     pub fn step(
         &mut self,
         env: usize,
@@ -369,6 +456,20 @@ impl VecShaper {
         task_reward: f64,
         terminated: bool,
         truncated: bool,
+    ) -> Result<ShapedStep, ShapingError> {
+        self.step_with_success(env, phi_next, task_reward, terminated, truncated, false)
+    }
+
+    /// [`Self::step`] for an env that reports whether the step was a success (`info.success`): the progress
+    /// form with `success_progress_one` reads a terminated success as progress 1.
+    pub fn step_with_success(
+        &mut self,
+        env: usize,
+        phi_next: f64,
+        task_reward: f64,
+        terminated: bool,
+        truncated: bool,
+        env_success: bool,
     ) -> Result<ShapedStep, ShapingError> {
         self.check_step(env, phi_next, task_reward)?;
         let config = self.config;
@@ -379,7 +480,7 @@ impl VecShaper {
 
         let mut terminated = terminated;
         let mut task_reward = task_reward;
-        let mut success = false;
+        let mut success = env_success;
         if let Some(detect) = config.success {
             if phi_next >= 1.0 - detect.delta {
                 slot.success_run += 1;
@@ -395,29 +496,12 @@ impl VecShaper {
         slot.potentials.push(phi_next);
 
         let (reward, phi_next_used) = match config.mode {
-            RewardMode::Potential => {
-                let used = if terminated { 0.0 } else { phi_next };
-                (
-                    potential_unchecked(
-                        config.gamma,
-                        config.scale,
-                        phi,
-                        phi_next,
-                        task_reward,
-                        terminated,
-                    ),
-                    used,
-                )
-            }
-            RewardMode::NaiveDelta => (
-                naive_delta_reward(config.scale, phi, phi_next, task_reward),
-                phi_next,
-            ),
             RewardMode::WindowedRank { window } => {
                 // window >= 2 was validated and every cached value is finite, so this cannot fail.
                 let rho = windowed_rank_reward(&slot.potentials, window).unwrap_or(0.0);
                 (task_reward + config.scale * rho, phi_next)
             }
+            _ => config.transition_unchecked(phi, phi_next, task_reward, terminated, success),
         };
         slot.done = terminated || truncated;
         Ok(ShapedStep {

@@ -2,14 +2,14 @@
 //!
 //! - Property tests on random finite episodic MDPs with absorbing terminal states and a time limit (states are
 //!   time-indexed, so the optimal policy may depend on the time left): the shaped reward computed by
-//!   [`ShapingConfig::potential_reward`] (the function the `VecShaper` uses) leads value iteration to the same
-//!   optimal actions as the task reward, for arbitrary (even time-varying) potentials.
-//! - Constructed MDPs where the naive `phi' - phi` delta, and a kept terminal potential, each change the optimal
-//!   policy: the failures the terminal rule and the potential form prevent.
+//!   [`ShapingConfig::reward`] (the formulas the `VecShaper` uses) leads value iteration to the same optimal
+//!   actions as the task reward, for arbitrary (even time-varying) potentials and any potential offset; and the
+//!   progress form's optimal policy is the same for every potential scale `S`.
+//! - Constructed MDPs where the plain `phi' - phi` delta (the progress form, `S = 1`), and a kept terminal
+//!   potential, each change the optimal policy: the failures the terminal rule and the potential form prevent.
 
 use proptest::prelude::*;
-use stagewise_core::reward_modes::naive_delta_reward;
-use stagewise_core::shaping::{shape_episode, ShapingConfig};
+use stagewise_core::shaping::{shape_episode, RewardMode, ShapingConfig};
 
 /// A finite MDP. `p[s][a]` lists `(s', prob)`; entering a terminal state ends the episode (absorbing, value 0).
 #[derive(Debug, Clone)]
@@ -213,16 +213,17 @@ proptest! {
         horizon in 1usize..7,
         gamma in 0.3f64..=1.0,
         scale in -3.0f64..3.0,
+        offset in prop_oneof![Just(0.0), -2.0f64..2.0],
     ) {
         let mdp = random_mdp(seed, n_live, n_term, n_actions);
         let mut rng = SplitMix(seed ^ 0xABCD);
         let phi: Vec<Vec<f64>> = (0..=horizon).map(|_| (0..mdp.n()).map(|_| rng.range(-2.0, 2.0)).collect()).collect();
-        let config = ShapingConfig::new(gamma, scale).unwrap();
+        let config = ShapingConfig::new(gamma, scale).unwrap().with_mode(RewardMode::Potential { offset });
         let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
         let shaped = |s: usize, t: usize, a: usize, s2: usize, term: bool| {
             // at the time limit the episode ends: terminated
             let ends = term || t + 1 == horizon;
-            config.potential_reward(phi[t][s], phi[t + 1][s2], mdp.r[s][a][s2], ends).unwrap()
+            config.reward(phi[t][s], phi[t + 1][s2], mdp.r[s][a][s2], ends, false).unwrap()
         };
         let zeros = vec![0.0; mdp.n()];
         let q = mdp.finite_horizon_q(horizon, gamma, &task, &zeros);
@@ -230,9 +231,9 @@ proptest! {
         for t in 0..horizon {
             for s in 0..n_live {
                 assert_same_policy(&q[t][s], &qs[t][s], &format!("t {t} s {s}"));
-                // Ng et al.: Q_shaped = Q - c * Phi(s)
+                // Ng et al.: Q_shaped = Q - c * Phi(s), Phi = phi - offset
                 for a in 0..n_actions {
-                    prop_assert!((qs[t][s][a] - (q[t][s][a] - scale * phi[t][s])).abs() < 1e-9);
+                    prop_assert!((qs[t][s][a] - (q[t][s][a] - scale * (phi[t][s] - offset))).abs() < 1e-9);
                 }
             }
         }
@@ -258,7 +259,7 @@ proptest! {
         let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
         // truncation is not termination: only entering an absorbing terminal zeroes the next potential
         let shaped = |s: usize, _t: usize, a: usize, s2: usize, term: bool| {
-            config.potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term).unwrap()
+            config.reward(phi[s], phi[s2], mdp.r[s][a][s2], term, false).unwrap()
         };
         let boot = mdp.infinite_horizon_v(gamma, &task);
         let boot_shaped = mdp.infinite_horizon_v(gamma, &shaped);
@@ -267,6 +268,51 @@ proptest! {
         for t in 0..horizon {
             for s in 0..n_live {
                 assert_same_policy(&q[t][s], &qs[t][s], &format!("t {t} s {s}"));
+            }
+        }
+    }
+
+    /// The progress form is not policy-invariant, but its potential scale `S` does not move its optimal policy:
+    /// `Progress { S }` is `Progress { 1 }` plus `(S - 1)` times potential-based shaping with the terminal rule,
+    /// so `Q_S = Q_1 - (S - 1) c phi(s)` at every (t, s, a). A success (a rewarded terminal step) read as
+    /// progress 1 changes the level only, so the same holds with `success_progress_one`.
+    #[test]
+    fn the_progress_form_has_the_same_optimal_policy_for_every_potential_scale(
+        seed in any::<u64>(),
+        n_live in 1usize..6,
+        n_term in 1usize..3,
+        n_actions in 2usize..4,
+        horizon in 1usize..7,
+        gamma in 0.3f64..=1.0,
+        scale in -3.0f64..3.0,
+        potential_scale in -2.0f64..2.0,
+        success_progress_one in any::<bool>(),
+    ) {
+        let mdp = random_mdp(seed, n_live, n_term, n_actions);
+        let mut rng = SplitMix(seed ^ 0x5EED);
+        let phi: Vec<f64> = (0..mdp.n()).map(|_| rng.range(0.0, 1.0)).collect();
+        let form = |s: f64| ShapingConfig::new(gamma, scale).unwrap().with_mode(RewardMode::Progress {
+            potential_scale: s,
+            success_progress_one,
+        });
+        let (one, scaled) = (form(1.0), form(potential_scale));
+        let reward = |config: ShapingConfig, s: usize, t: usize, a: usize, s2: usize, term: bool| {
+            let ends = term || t + 1 == horizon;
+            let r = mdp.r[s][a][s2];
+            config.reward(phi[s], phi[s2], r, ends, term && r > 0.0).unwrap()
+        };
+        let r_one = |s: usize, t: usize, a: usize, s2: usize, term: bool| reward(one, s, t, a, s2, term);
+        let r_scaled = |s: usize, t: usize, a: usize, s2: usize, term: bool| reward(scaled, s, t, a, s2, term);
+        let zeros = vec![0.0; mdp.n()];
+        let q = mdp.finite_horizon_q(horizon, gamma, &r_one, &zeros);
+        let qs = mdp.finite_horizon_q(horizon, gamma, &r_scaled, &zeros);
+        for t in 0..horizon {
+            for s in 0..n_live {
+                assert_same_policy(&q[t][s], &qs[t][s], &format!("t {t} s {s}"));
+                for a in 0..n_actions {
+                    let want = q[t][s][a] - (potential_scale - 1.0) * scale * phi[s];
+                    prop_assert!((qs[t][s][a] - want).abs() < 1e-9);
+                }
             }
         }
     }
@@ -319,7 +365,7 @@ fn deterministic(edges: &[Vec<(usize, f64)>], terminal: &[bool]) -> Mdp {
 }
 
 /// Robo-Dopamine's "semantic trap": near the goal, finishing needs a dip in progress (e.g. letting go before
-/// re-grasping). The naive delta pays for the drop now and the recovery only later, so under discounting the
+/// re-grasping). The plain delta (the progress form with `S = 1`) pays for the drop now and the recovery only later, so under discounting the
 /// agent prefers to hover at high progress forever. Potential-based shaping still finishes.
 #[test]
 fn naive_delta_rewards_stalling_where_potential_shaping_does_not() {
@@ -344,11 +390,17 @@ fn naive_delta_rewards_stalling_where_potential_shaping_does_not() {
     let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
     let potential = |s: usize, _t: usize, a: usize, s2: usize, term: bool| {
         config
-            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term)
+            .reward(phi[s], phi[s2], mdp.r[s][a][s2], term, false)
             .unwrap()
     };
-    let naive = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| {
-        naive_delta_reward(scale, phi[s], phi[s2], mdp.r[s][a][s2])
+    let delta = config.with_mode(RewardMode::PLAIN_PROGRESS);
+    let naive = |s: usize, _t: usize, a: usize, s2: usize, term: bool| {
+        let r = delta
+            .reward(phi[s], phi[s2], mdp.r[s][a][s2], term, false)
+            .unwrap();
+        // the plain delta it is: r_task + c (phi' - phi), the terminal potential kept
+        assert!((r - (mdp.r[s][a][s2] + scale * (phi[s2] - phi[s]))).abs() < 1e-12);
+        r
     };
     assert_eq!(mdp.greedy_infinite(gamma, &task, NEAR), GO);
     assert_eq!(mdp.greedy_infinite(gamma, &potential, NEAR), GO);
@@ -377,12 +429,12 @@ fn a_kept_terminal_potential_changes_the_policy() {
     let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
     let rule = |s: usize, _t: usize, a: usize, s2: usize, term: bool| {
         config
-            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term)
+            .reward(phi[s], phi[s2], mdp.r[s][a][s2], term, false)
             .unwrap()
     };
     let kept = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| {
         config
-            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], false)
+            .reward(phi[s], phi[s2], mdp.r[s][a][s2], false, false)
             .unwrap()
     };
     assert_eq!(mdp.greedy_infinite(gamma, &task, START), SUCCEED);
@@ -419,12 +471,12 @@ fn a_kept_terminal_potential_changes_when_to_finish() {
     let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
     let rule = |s: usize, _t: usize, a: usize, s2: usize, term: bool| {
         config
-            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], term)
+            .reward(phi[s], phi[s2], mdp.r[s][a][s2], term, false)
             .unwrap()
     };
     let kept = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| {
         config
-            .potential_reward(phi[s], phi[s2], mdp.r[s][a][s2], false)
+            .reward(phi[s], phi[s2], mdp.r[s][a][s2], false, false)
             .unwrap()
     };
     assert_eq!(mdp.greedy_infinite(gamma, &task, START), QUICK);

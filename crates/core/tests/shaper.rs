@@ -136,8 +136,8 @@ fn success_detection_needs_n_consecutive_steps() {
 }
 
 #[test]
-fn naive_delta_mode_is_the_plain_difference_and_keeps_the_terminal_potential() {
-    let cfg = config(0.9, 2.0).with_mode(RewardMode::NaiveDelta);
+fn progress_with_s_one_is_the_plain_difference_and_keeps_the_terminal_potential() {
+    let cfg = config(0.9, 2.0).with_mode(RewardMode::PLAIN_PROGRESS);
     let steps = shape_episode(cfg, &[0.1, 0.4, 0.3, 0.8], &[0.0, 0.0, 1.0], true).unwrap();
     let rewards: Vec<f64> = steps.iter().map(|s| s.reward).collect();
     let want = [0.6, -0.2, 1.0 + 1.0];
@@ -145,6 +145,110 @@ fn naive_delta_mode_is_the_plain_difference_and_keeps_the_terminal_potential() {
         assert!(close(*a, b), "{rewards:?}");
     }
     assert_eq!(steps[2].phi_next, 0.8);
+    assert!(!RewardMode::PLAIN_PROGRESS.is_policy_invariant());
+}
+
+/// `r_task + S c (gamma phi' - phi) + c (1 - gamma) phi'`; terminated `r_task - S c phi + c phi*`.
+fn progress_formula(g: f64, c: f64, s: f64, phi: f64, next: f64, r: f64, terminated: bool) -> f64 {
+    if terminated {
+        r - s * c * phi + c * next
+    } else {
+        r + s * c * (g * next - phi) + c * (1.0 - g) * next
+    }
+}
+
+#[test]
+fn progress_follows_its_formula_on_every_kind_of_step() {
+    let (g, c, big_s) = (0.95, 3.0, 0.1);
+    for one in [false, true] {
+        let cfg = config(g, c).with_mode(RewardMode::Progress {
+            potential_scale: big_s,
+            success_progress_one: one,
+        });
+        let mut s = VecShaper::new(1, cfg).unwrap();
+        // going on, then truncated (the level and the kept potential as on any non-terminal step)
+        s.reset(0, 0.2).unwrap();
+        let a = s.step(0, 0.5, 0.0, false, false).unwrap();
+        assert!(close(
+            a.reward,
+            progress_formula(g, c, big_s, 0.2, 0.5, 0.0, false)
+        ));
+        let b = s.step(0, 0.4, 0.0, false, true).unwrap();
+        assert!(close(
+            b.reward,
+            progress_formula(g, c, big_s, 0.5, 0.4, 0.0, false)
+        ));
+        assert_eq!(b.phi_next, 0.4);
+        // terminated without success (a failure): phi* is the model's phi' with or without the flag
+        s.reset(0, 0.2).unwrap();
+        let f = s
+            .step_with_success(0, 0.6, 0.0, true, false, false)
+            .unwrap();
+        assert!(close(
+            f.reward,
+            progress_formula(g, c, big_s, 0.2, 0.6, 0.0, true)
+        ));
+        assert_eq!((f.phi_next, f.success), (0.6, false));
+        // terminated with a success: phi* = 1 only with success_progress_one
+        s.reset(0, 0.2).unwrap();
+        let w = s.step_with_success(0, 0.7, 1.0, true, false, true).unwrap();
+        let star = if one { 1.0 } else { 0.7 };
+        assert!(
+            close(
+                w.reward,
+                progress_formula(g, c, big_s, 0.2, star, 1.0, true)
+            ),
+            "{one}: {w:?}"
+        );
+        assert_eq!(
+            (w.phi_next, w.phi_next_observed, w.success),
+            (star, 0.7, true)
+        );
+        // the single-transition formula agrees with the shaper
+        assert!(close(
+            cfg.reward(0.2, 0.7, 1.0, true, true).unwrap(),
+            w.reward
+        ));
+    }
+}
+
+#[test]
+fn success_detection_counts_as_a_success_for_the_progress_form() {
+    let cfg = config(0.9, 1.0)
+        .with_mode(RewardMode::Progress {
+            potential_scale: 0.5,
+            success_progress_one: true,
+        })
+        .with_success(SuccessDetection::default());
+    let mut s = VecShaper::new(1, cfg).unwrap();
+    s.reset(0, 0.5).unwrap();
+    let d = s.step(0, 0.97, 0.0, false, false).unwrap();
+    assert!(d.success && d.terminated);
+    assert!(close(d.reward, 1.0 - 0.5 * 0.5 + 1.0), "{d:?}");
+}
+
+#[test]
+fn potential_with_an_offset_follows_its_formula() {
+    let (g, c, x) = (0.9, 2.0, 0.3);
+    let cfg = config(g, c).with_mode(RewardMode::Potential { offset: x });
+    assert!(cfg.mode.is_policy_invariant());
+    let mut s = VecShaper::new(1, cfg).unwrap();
+    s.reset(0, 0.2).unwrap();
+    let a = s.step(0, 0.5, 0.0, false, false).unwrap();
+    assert!(close(a.reward, c * (g * 0.5 - 0.2) + c * x * (1.0 - g)));
+    let b = s.step(0, 0.6, 0.0, false, true).unwrap(); // truncated: as any non-terminal step
+    assert!(close(b.reward, c * (g * 0.6 - 0.5) + c * x * (1.0 - g)));
+    s.reset(0, 0.2).unwrap();
+    let t = s.step_with_success(0, 0.8, 1.0, true, false, true).unwrap();
+    assert!(close(t.reward, 1.0 - c * 0.2 + c * x));
+    assert_eq!(t.phi_next, 0.0);
+    // offset 0 is the plain potential form
+    let plain = config(g, c);
+    assert_eq!(plain.mode, RewardMode::Potential { offset: 0.0 });
+    assert!(close(
+        plain.reward(0.2, 0.5, 0.0, false, false).unwrap(),
+        c * (g * 0.5 - 0.2)
+    ));
 }
 
 #[test]
@@ -190,7 +294,7 @@ fn gamma_outside_zero_one_is_refused() {
             VecShaper::new(1, bad),
             Err(ShapingError::BadGamma(_))
         ));
-        assert!(bad.potential_reward(0.0, 0.0, 0.0, false).is_err());
+        assert!(bad.reward(0.0, 0.0, 0.0, false, false).is_err());
     }
     assert!(ShapingConfig::new(1.0, 1.0).is_ok());
     let msg = ShapingConfig::new(1.5, 1.0).unwrap_err().to_string();
@@ -228,6 +332,22 @@ fn other_bad_configs_are_refused() {
     assert_eq!(
         VecShaper::new(1, c.with_mode(RewardMode::WindowedRank { window: 1 })).err(),
         Some(ShapingError::BadWindow(1))
+    );
+    let progress = |potential_scale| RewardMode::Progress {
+        potential_scale,
+        success_progress_one: false,
+    };
+    for bad in [f64::NAN, f64::INFINITY] {
+        let e = VecShaper::new(1, c.with_mode(progress(bad))).unwrap_err();
+        assert!(matches!(e, ShapingError::BadPotentialScale(_)), "{e}");
+        let e = VecShaper::new(1, c.with_mode(RewardMode::Potential { offset: bad })).unwrap_err();
+        assert!(matches!(e, ShapingError::BadOffset(_)), "{e}");
+        assert!(e.to_string().contains(&bad.to_string()), "{e}");
+    }
+    assert_eq!(
+        c.with_mode(RewardMode::WindowedRank { window: 3 })
+            .reward(0.0, 0.1, 0.0, false, false),
+        Err(ShapingError::NeedsHistory { window: 3 })
     );
     assert_eq!(VecShaper::new(0, c).err(), Some(ShapingError::NoEnvs));
 }
@@ -270,7 +390,7 @@ fn nan_and_inf_progress_are_refused_and_change_nothing() {
         .is_finite());
     let cfg = config(0.9, 1.0);
     assert!(matches!(
-        cfg.potential_reward(f64::NAN, 0.0, 0.0, false),
+        cfg.reward(f64::NAN, 0.0, 0.0, false, false),
         Err(ShapingError::NotFiniteAt { what: "phi", .. })
     ));
 }

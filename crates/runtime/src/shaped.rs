@@ -212,12 +212,13 @@ impl ShapedEnv {
         let progress = self.read_progress(&all, &refs, Some(&steps))?;
         let mut out = Vec::with_capacity(n);
         for (env, (result, progress)) in steps.into_iter().zip(progress).enumerate() {
-            let shaped = self.shaper.step(
+            let shaped = self.shaper.step_with_success(
                 env,
                 phi_of(&progress),
                 result.reward,
                 result.terminated,
                 result.truncated,
+                result.info.success,
             )?;
             out.push(StepOutcome {
                 result,

@@ -311,7 +311,12 @@ mod tests {
             model: Some("m.toml".into()),
             gamma: 0.99,
             shaping_scale: 1.0,
-        };
+            ..Default::default()
+        }
+        .with_mode(&stagewise_core::RewardMode::Progress {
+            potential_scale: 0.1,
+            success_progress_one: true,
+        });
         let reply = crate::wire::ResetReply {
             reward: Some(spec.clone()),
             phi: Some(0.1),

@@ -935,6 +935,44 @@ pub struct RewardSpecMsg {
     pub gamma: f64,
     /// Shaping scale `c` in `r = r_task + c * (gamma * phi' - phi)` (0 for `"sparse"`).
     pub shaping_scale: f64,
+    /// How progress became the reward (`--shaping`): `"potential"`, `"progress"` or `"rank:W"`. Missing for
+    /// `"sparse"` and from older servers (which shape with `"potential"`, no offset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shaping: Option<String>,
+    /// `"potential"`: the offset `X` of the potential `phi - X`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phi_offset: Option<f64>,
+    /// `"progress"`: the scale `S` of its potential part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub potential_scale: Option<f64>,
+    /// `"progress"`: whether a terminated success counts as progress 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success_progress_one: Option<bool>,
+}
+
+impl RewardSpecMsg {
+    /// Records the reward form and its parameters (`shaping` and the fields of that form).
+    pub fn with_mode(mut self, mode: &stagewise_core::RewardMode) -> Self {
+        use stagewise_core::RewardMode;
+        let (shaping, offset, scale, one) = match *mode {
+            RewardMode::Potential { offset } => ("potential".to_string(), Some(offset), None, None),
+            RewardMode::Progress {
+                potential_scale,
+                success_progress_one,
+            } => (
+                "progress".to_string(),
+                None,
+                Some(potential_scale),
+                Some(success_progress_one),
+            ),
+            RewardMode::WindowedRank { window } => (format!("rank:{window}"), None, None, None),
+        };
+        self.shaping = Some(shaping);
+        self.phi_offset = offset;
+        self.potential_scale = scale;
+        self.success_progress_one = one;
+        self
+    }
 }
 
 /// `env/reset` reply: the spec and first observation, or an error.

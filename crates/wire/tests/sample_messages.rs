@@ -128,6 +128,7 @@ pub fn sample_messages() -> Vec<(&'static str, Vec<u8>)> {
         model: Some("models/pick-place/pick-place-progress.toml".into()),
         gamma: 0.98,
         shaping_scale: 10.0,
+        ..Default::default()
     });
     reset_reply.phi = Some(0.0625);
     let step_reply = {

@@ -1,19 +1,20 @@
-"""The learner of benches/learner_shaping.py: a small SAC / TD3 in plain torch (SB3's per-update overhead made it
-3-5x slower here), its replay, n-step returns, symmetry augmentation, gripper-flip exploration and the ONNX export
-of its deterministic actor. learner_shaping.py runs it against `stagewise serve`; the docstrings there and in
-benches/learner_shaping.md say which set-up measured what."""
+"""The learner: a small SAC / TD3 in plain torch (SB3's per-update overhead made it 3-5x slower here), its replay,
+n-step returns, symmetry augmentation, gripper-flip exploration and the export of its deterministic actor as an ONNX
+policy. `stagewise.rl.train` runs it against `stagewise serve`; docs/lab (benches/learner_shaping.md) says which
+set-up measured what. Every piece has `state_dict` / `load_state_dict` for the crash-safe checkpoint."""
 
 from __future__ import annotations
 
-import hashlib
 import math
-import os
 from typing import Dict, List, Optional
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ..export import mlp_to_onnx, write_policy
+from .config import AgentConfig
 
 
 # ------------------------------------------------------------------------------------------------ features
@@ -109,43 +110,61 @@ class Actor(nn.Module):
         return a, logp
 
 
-class SAC:
-    """`grip`: the action column of the gripper, or None. With `--gripper-binary` (td3) the gripper is a binary
+class Agent:
+    """SAC or TD3 (`AgentConfig.algo`). `grip`: the action column of the gripper, or None. With `gripper_binary` (td3) the gripper is a binary
     choice, shut (-1) or open (+1), as HIL-SERL gives the gripper its own discrete critic: the critic's target takes
     the better of the two at the next state, and the actor's gripper output is regressed onto the better of the two
     at its own continuous action. A deterministic actor's gradient dQ/d(grip) is ~0 away from the release threshold
     (the width command is a step there), so plain TD3 never learns to let go of a block it holds. `rise` (the column
-    of dz, with `--gripper-flip-rise`): the open choice is valued as the finishing move the flips explore, open *and*
+    of dz, with `gripper_flip_rise`): the open choice is valued as the finishing move the flips explore, open *and*
     the hand up (dz = +1): a release only pays once the hand has risen, so opening at the actor's own dz is not what
     the data shows to succeed. Only the gripper output is regressed onto the choice; the actor's dz keeps its critic
     gradient (regressing dz onto +1 wherever opening looked better lifted an untrained actor away from the block:
     0% progress at 20k)."""
 
-    def __init__(self, state_names, act_dim, a, seed, grip: Optional[int] = None, rise: Optional[int] = None):
+    def __init__(self, state_names, act_dim, cfg: AgentConfig, seed, grip: Optional[int] = None,
+                 rise: Optional[int] = None):
         torch.manual_seed(seed)
-        self.grip = grip if a.gripper_binary else None
+        self.cfg = cfg
+        self.grip = grip if cfg.gripper_binary else None
         self.rise = rise if self.grip is not None else None
         w, b = feature_map(state_names)
         self.fw, self.fb = torch.as_tensor(w), torch.as_tensor(b)
         nf = w.shape[0]
-        hidden = [int(x) for x in a.net.split(",")]
+        hidden = list(cfg.net)
         self.actor = Actor(nf, hidden, act_dim)
-        self.q = Critics(a.critics, nf + act_dim, hidden, bool(a.layer_norm))
-        self.q_targ = Critics(a.critics, nf + act_dim, hidden, bool(a.layer_norm))
+        self.q = Critics(cfg.critics, nf + act_dim, hidden, cfg.layer_norm)
+        self.q_targ = Critics(cfg.critics, nf + act_dim, hidden, cfg.layer_norm)
         self.q_targ.load_state_dict(self.q.state_dict())
         for p in self.q_targ.parameters():
             p.requires_grad_(False)
         self.q_params, self.q_targ_params = list(self.q.parameters()), list(self.q_targ.parameters())
-        self.opt_pi = torch.optim.Adam(self.actor.parameters(), lr=a.lr)
-        self.opt_q = torch.optim.Adam(self.q.parameters(), lr=a.lr)
-        self.log_alpha = torch.tensor(math.log(a.alpha), requires_grad=True)
-        self.opt_alpha = torch.optim.Adam([self.log_alpha], lr=a.lr)
-        self.auto_alpha = a.auto_alpha
-        self.target_entropy = -a.target_entropy * act_dim
-        self.tau, self.a = a.tau, a
+        self.opt_pi = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
+        self.opt_q = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
+        self.log_alpha = torch.tensor(math.log(cfg.alpha), requires_grad=True)
+        self.opt_alpha = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
+        self.target_entropy = -cfg.target_entropy * act_dim
         self.updates = 0
-        self.noise = a.expl_noise  # td3 exploration noise (scheduled by the run loop)
-        self.stats = {"q": float("nan"), "alpha": a.alpha, "q_loss": float("nan")}
+        self.noise = cfg.expl_noise  # td3 exploration noise (scheduled by the run loop)
+        self.stats = {"q": float("nan"), "alpha": cfg.alpha, "q_loss": float("nan")}
+
+    def state_dict(self) -> dict:
+        """Everything that changes while learning: nets, target critics, optimisers, alpha, counters."""
+        return {"actor": self.actor.state_dict(), "q": self.q.state_dict(), "q_targ": self.q_targ.state_dict(),
+                "opt_pi": self.opt_pi.state_dict(), "opt_q": self.opt_q.state_dict(),
+                "opt_alpha": self.opt_alpha.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                "updates": self.updates, "noise": self.noise, "stats": dict(self.stats)}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.actor.load_state_dict(d["actor"])
+        self.q.load_state_dict(d["q"])
+        self.q_targ.load_state_dict(d["q_targ"])
+        self.opt_pi.load_state_dict(d["opt_pi"])
+        self.opt_q.load_state_dict(d["opt_q"])
+        self.opt_alpha.load_state_dict(d["opt_alpha"])
+        with torch.no_grad():
+            self.log_alpha.copy_(d["log_alpha"])
+        self.updates, self.noise, self.stats = d["updates"], d["noise"], dict(d["stats"])
 
     def features(self, s):
         return s @ self.fw.T + self.fb
@@ -153,7 +172,7 @@ class SAC:
     @torch.no_grad()
     def act(self, states: np.ndarray, deterministic: bool) -> np.ndarray:
         f = self.features(torch.as_tensor(states, dtype=torch.float32))
-        if self.a.algo == "td3":
+        if self.cfg.algo == "td3":
             mu = self.actor(f, deterministic=True)[0]
             if not deterministic:
                 mu = (mu + self.noise * torch.randn_like(mu)).clamp(-1.0, 1.0)
@@ -163,7 +182,7 @@ class SAC:
     def update(self, batch, actor_step: bool):
         s, a, r, s2, disc = batch  # disc = gamma^k * (1 - terminated): the bootstrap factor
         f, f2 = self.features(s), self.features(s2)
-        td3 = self.a.algo == "td3"
+        td3 = self.cfg.algo == "td3"
         alpha = torch.zeros(()) if td3 else self.log_alpha.exp().detach()
         with torch.no_grad():
             if td3:  # target policy smoothing (Fujimoto et al. 2018)
@@ -179,7 +198,7 @@ class SAC:
         q_loss.backward()
         self.opt_q.step()
         with torch.no_grad():
-            torch._foreach_lerp_(self.q_targ_params, self.q_params, self.tau)
+            torch._foreach_lerp_(self.q_targ_params, self.q_params, self.cfg.tau)
         self.updates += 1
         if actor_step:
             if td3:
@@ -200,18 +219,18 @@ class SAC:
             self.opt_pi.zero_grad(set_to_none=True)
             pi_loss.backward()
             self.opt_pi.step()
-            if self.auto_alpha and not td3:
+            if self.cfg.auto_alpha and not td3:
                 alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
                 self.opt_alpha.zero_grad(set_to_none=True)
                 alpha_loss.backward()
                 self.opt_alpha.step()
             self.stats = {"q": float(qp.mean().detach()), "alpha": float(alpha),
-                          "q_loss": float(q_loss.detach()) / self.a.critics}
+                          "q_loss": float(q_loss.detach()) / self.cfg.critics}
 
     def next_value(self, f2, a2):
         """The target critics' value of (s2, a2): the min over the ensemble (RLPD: over a random pair of it); with a
         binary gripper, that of the better gripper choice at a2's continuous action."""
-        pair = torch.randperm(self.a.critics)[:2] if self.a.critics > 2 else slice(None)
+        pair = torch.randperm(self.cfg.critics)[:2] if self.cfg.critics > 2 else slice(None)
         choices = [a2] if self.grip is None else [self._grip_set(a2, g) for g in (-1.0, 1.0)]
         return torch.stack([self.q_targ(torch.cat([f2, c], -1))[pair].min(0).values for c in choices]).max(0).values
 
@@ -235,6 +254,22 @@ class Replay:
         self.s2 = torch.zeros(cap, s_dim)
         self.disc = torch.zeros(cap)
         self.n, self.cap, self.i = 0, cap, 0
+        self.added = 0  # transitions ever added (the crash-safety tests count them)
+
+    def state_dict(self) -> dict:
+        n = self.n
+        return {"s": self.s[:n].clone(), "a": self.a[:n].clone(), "r": self.r[:n].clone(), "s2": self.s2[:n].clone(),
+                "disc": self.disc[:n].clone(), "n": n, "i": self.i, "added": self.added, "cap": self.cap}
+
+    def load_state_dict(self, d: dict) -> None:
+        if d["cap"] != self.cap or d["s"].shape[1:] != self.s.shape[1:] or d["a"].shape[1:] != self.a.shape[1:]:
+            raise ValueError(f"checkpoint replay of capacity {d['cap']} and shapes {tuple(d['s'].shape[1:])}/"
+                             f"{tuple(d['a'].shape[1:])} does not fit this run's ({self.cap}, "
+                             f"{tuple(self.s.shape[1:])}/{tuple(self.a.shape[1:])})")
+        n = d["n"]
+        for k in ("s", "a", "r", "s2", "disc"):
+            getattr(self, k)[:n] = d[k]
+        self.n, self.i, self.added = n, d["i"], d["added"]
 
     def add(self, s, a, r, s2, disc):
         j = self.i
@@ -245,6 +280,7 @@ class Replay:
         self.disc[j] = float(disc)
         self.i = (j + 1) % self.cap
         self.n = min(self.n + 1, self.cap)
+        self.added += 1
 
     def sample(self, b):
         i = torch.randint(0, self.n, (b,))
@@ -264,7 +300,7 @@ def sample(online: Replay, demo: Optional[Replay], b: int, demo_ratio: float):
 
 
 class Symmetry:
-    """`--augment-symmetry P`: a share P of each batch's transitions mapped by a random element of the square's
+    """`augment_symmetry` P: a share P of each batch's transitions mapped by a random element of the square's
     symmetry group (turns by 0/90/180/270 degrees about the vertical axis through block 0, each with or without a
     mirror through that axis), applied to the state and the next state alike (every x, y position, the blocks'
     orientation) and to the action's dx, dy. A tabletop push or pick-and-place is the same task in every direction
@@ -342,6 +378,18 @@ class NStep:
             while self.buf:
                 self._emit(s2, terminated, out)
 
+    def flush(self, s_last, out: Replay) -> None:
+        """Emits what the window holds as a truncated episode ending at `s_last` (bootstrapped from it): a resumed
+        run's envs start fresh episodes, and the transitions the crash interrupted are kept, each once."""
+        while self.buf:
+            self._emit(s_last, False, out)
+
+    def state_dict(self) -> list:
+        return [(np.asarray(s), np.asarray(a), float(r), float(g)) for s, a, r, g in self.buf]
+
+    def load_state_dict(self, buf: list) -> None:
+        self.buf = list(buf)
+
     def _emit(self, s_last, terminated, out):
         ret, disc = 0.0, 1.0
         for _, _, r, g in self.buf:
@@ -352,19 +400,25 @@ class NStep:
 
 
 class GripperFlip:
-    """`--gripper-flip p`: in each env's exploratory action with probability p, the gripper command (column
+    """`gripper_flip` p: in each env's exploratory action with probability p, the gripper command (column
     `grip`) is set to its other extreme, shut (-1) if it was opening (> 0), else wide open (+1), and held there for
-    `hold` decisions (`--gripper-flip-hold`). A TD3 actor that learned to hold the gripper shut commands ~-0.9, and
+    `hold` decisions (`gripper_flip_hold`). A TD3 actor that learned to hold the gripper shut commands ~-0.9, and
     its Gaussian noise never crosses the simulator's release threshold (> 0.1), so it never tries letting go; a
     one-decision opening is undone by the actor's next decision, which shuts the gripper on the block again, so
     a release that can end in success (open, then the hand 4 cm up) needs the opening held. `rise` (the column of
-    dz, `--gripper-flip-rise`): an opening flip also commands the hand up for its decisions, so that the data holds
+    dz, `gripper_flip_rise`): an opening flip also commands the hand up for its decisions, so that the data holds
     the whole finishing move, not an opening the actor's next decisions undo."""
 
     def __init__(self, envs: int, grip: int, p: float, hold: int = 1, rise: Optional[int] = None):
         self.grip, self.p, self.hold, self.rise = grip, p, max(hold, 1), rise
         self.left = np.zeros(envs, dtype=np.int64)  # decisions each env's flip still holds
         self.value = np.zeros(envs, dtype=np.float32)
+
+    def state_dict(self) -> dict:
+        return {"left": self.left.copy(), "value": self.value.copy()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.left, self.value = d["left"].copy(), d["value"].copy()
 
     def end_episode(self, env: int):
         """A flip does not carry over into the env's next episode."""
@@ -378,7 +432,7 @@ class GripperFlip:
         self.left[start] = self.hold
         on = self.left > 0
         acts[on, g] = self.value[on]
-        if self.rise is not None:  # --gripper-flip-rise: an opening flip also lifts the hand (the finishing move)
+        if self.rise is not None:  # gripper_flip_rise: an opening flip also lifts the hand (the finishing move)
             acts[on & (self.value > 0), self.rise] = 1.0
         self.left[on] -= 1
         return acts
@@ -387,51 +441,22 @@ class GripperFlip:
 # ------------------------------------------------------------------------------------------------- export
 
 
-def export_onnx(agent: SAC, path: str, state_size: int, description: str, action_repeat: int = 1) -> dict:
-    """The deterministic actor (features, MLP, tanh of the mean) as ONNX `state` [N, S] -> `action` [N, A], with
-    a `kind = "policy"` manifest beside it (what `stagewise eval policy` and `run --policy` load). A policy trained
-    with `--action-repeat K` > 1 says so in the graph's metadata (`stagewise.action_repeat`), and the runtime then
-    holds each of its actions K steps, as in training."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    nodes, inits = [], []
-
-    def gemm(x, w, b, name):
-        inits.extend([numpy_helper.from_array(np.ascontiguousarray(w, np.float32), f"{name}_w"),
-                      numpy_helper.from_array(np.ascontiguousarray(b, np.float32), f"{name}_b")])
-        nodes.append(helper.make_node("Gemm", [x, f"{name}_w", f"{name}_b"], [name], transB=1))
-        return name
-
-    x = gemm("state", agent.fw.numpy(), agent.fb.numpy(), "features")
-    k = 0
-    for m in agent.actor.body:
-        if isinstance(m, nn.Linear):
-            x = gemm(x, m.weight.detach().numpy(), m.bias.detach().numpy(), f"fc{k}")
-            k += 1
-        elif isinstance(m, nn.ReLU):
-            nodes.append(helper.make_node("Relu", [x], [f"{x}_relu"]))
-            x = f"{x}_relu"
+def actor_onnx(agent: Agent) -> bytes:
+    """The deterministic actor (features, MLP, tanh of the mean) as ONNX `state` [N, S] -> `action` [N, A]."""
     act = agent.actor.act
-    x = gemm(x, agent.actor.head.weight.detach().numpy()[:act], agent.actor.head.bias.detach().numpy()[:act], "mean")
-    nodes.append(helper.make_node("Tanh", [x], ["tanh"]))
-    inits.extend([numpy_helper.from_array(np.array(-1.0, np.float32), "lo"),
-                  numpy_helper.from_array(np.array(1.0, np.float32), "hi")])
-    nodes.append(helper.make_node("Clip", ["tanh", "lo", "hi"], ["action"]))  # ORT's tanh can return 1 + 1e-7
-    graph = helper.make_graph(nodes, "stagewise_sac_policy",
-                              [helper.make_tensor_value_info("state", TensorProto.FLOAT, ["N", state_size])],
-                              [helper.make_tensor_value_info("action", TensorProto.FLOAT, ["N", act])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="stagewise")
-    model.ir_version = 8
-    if action_repeat > 1:
-        helper.set_model_props(model, {"stagewise.action_repeat": str(action_repeat)})
-    onnx.checker.check_model(model)
-    data = model.SerializeToString()
-    with open(path, "wb") as fh:
-        fh.write(data)
-    manifest = os.path.splitext(path)[0] + ".toml"
-    with open(manifest, "w") as fh:
-        fh.write(f'kind = "policy"\nonnx = "{os.path.basename(path)}"\n'
-                 f'sha256 = "{hashlib.sha256(data).hexdigest()}"\nstate_size = {state_size}\n'
-                 f'description = "{description}"\n\n[inputs]\nstate = "state"\n\n[outputs]\naction = "action"\n')
-    return {"onnx": path, "manifest": manifest}
+    head = nn.Linear(agent.actor.head.in_features, act)
+    with torch.no_grad():
+        head.weight.copy_(agent.actor.head.weight[:act])
+        head.bias.copy_(agent.actor.head.bias[:act])
+    return mlp_to_onnx(list(agent.actor.body) + [head], agent.fw.shape[1], act,
+                       input_affine=(agent.fw.numpy(), agent.fb.numpy()), output="tanh")
+
+
+def export_policy(agent: Agent, out_dir, name: str, *, task: str, state_names: List[str], description: str,
+                  action_repeat: int = 1):
+    """The deterministic actor as `<out_dir>/<name>.onnx` + its `kind = "policy"` manifest (returned), what
+    `stagewise eval policy` and `run --policy` load. A policy trained with each action held K > 1 steps says so in
+    the graph's metadata, and the runtime then holds its actions K steps, as in training."""
+    return write_policy(out_dir, name, actor_onnx(agent), task=task, state_size=len(state_names),
+                        action_size=agent.actor.act, description=description,
+                        extra={"action_repeat": action_repeat, "state_names": list(state_names)})

@@ -1,0 +1,156 @@
+"""`python -m stagewise.rl` (what `stagewise learn` runs): the command line, parsed into a LearnConfig."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+from .config import REWARDS, SHAPINGS, TASKS
+
+USAGE = """Learn a policy through `stagewise serve` with the reward it serves: a TD3 learner (SAC optional) with a
+LayerNorm critic ensemble, n-step returns, symmetry augmentation, optional replayed expert demonstrations; the
+policy reads the simulator's state, the reward is the runtime's (`--reward model`: the reward model from pixels and
+proprioception; `oracle`: the simulator's ground-truth progress, the ceiling; `sparse`: success only, the floor).
+
+  python -m stagewise.rl --task push-target --reward model --seeds 0,1,2 --out runs/push
+  python -m stagewise.rl --resume runs/push          # after a crash or kill -9: continues where it was
+
+Writes <out>/curves.json (the config and command line, per seed: evaluated success against env steps),
+<out>/curves.png, and per seed <out>/seed-<s>/policy/<task>-<reward>-<s>.toml (+ .onnx; `-best` beside it): a
+policy that `stagewise eval policy --policy` and `stagewise run --policy` take as it is. Every --checkpoint-every env
+steps the whole learning state goes to <out>/seed-<s>/checkpoint.pt, written atomically. The learner's servers die
+with it; --resume starts fresh ones (the episodes a crash cut short count as truncated). The defaults are the
+measured set-up of the shipped results (pick-place adds its own: see stagewise/rl/config.py TASK_DEFAULTS); the
+stagewise binary is $STAGEWISE_BIN, else `stagewise` on PATH, else the checkout's build."""
+
+# (flag, config key, type, help); a flag left out keeps the task's default (config.TASK_DEFAULTS over LearnConfig)
+OPTIONS = {
+    "reward form (asked of the training `serve`; the learner takes the served reward as it is)": [
+        ("--shaping", "reward_form.shaping", SHAPINGS, "progress (default; NOT policy-invariant: r_task + S c (gamma "
+         "phi' - phi) + c (1 - gamma) phi') or potential (r_task + c (gamma (phi' - X) - (phi - X)), invariant)"),
+        ("--shaping-scale", "reward_form.shaping_scale", float, "c (default 10)"),
+        ("--potential-scale", "reward_form.potential_scale", float, "progress: S, scale of the potential part "
+         "(default 1; pick-place 0.1)"),
+        ("--success-progress-one", "reward_form.success_progress_one", bool, "progress: a step that ends in success "
+         "reads phi' = 1 (default off; pick-place on)"),
+        ("--phi-offset", "reward_form.phi_offset", float, "potential: X, the potential is phi - X (default 0)"),
+        ("--gamma", "reward_form.gamma", float, "discount of the learner and the shaping (default 0.99)"),
+    ],
+    "learner": [
+        ("--algo", "agent.algo", ("td3", "sac"), "default td3"),
+        ("--net", "agent.net", "ints", "hidden widths of actor and critics (default 128,128)"),
+        ("--critics", "agent.critics", int, "critic ensemble size (default 2)"),
+        ("--layer-norm", "agent.layer_norm", bool, "LayerNorm in the critics (default on)"),
+        ("--lr", "agent.lr", float, "default 3e-4"),
+        ("--tau", "agent.tau", float, "target critic update rate (default 0.005)"),
+        ("--alpha", "agent.alpha", float, "sac: initial entropy coefficient (default 0.05)"),
+        ("--auto-alpha", "agent.auto_alpha", bool, "sac: tune the entropy coefficient (default on)"),
+        ("--target-entropy", "agent.target_entropy", float, "sac: target entropy = -this * |A| (default 1)"),
+        ("--expl-noise", "agent.expl_noise", float, "td3: exploration noise std (default 0.2)"),
+        ("--expl-noise-end", "expl_noise_end", float, "td3: noise std at the end, linear (default -1: constant)"),
+        ("--gripper-binary", "agent.gripper_binary", bool, "td3: the gripper as a binary choice whose better value "
+         "the actor is taught (default off; pick-place on)"),
+        ("--gripper-flip", "gripper_flip", float, "share of exploratory decisions whose gripper command goes to "
+         "its other extreme (default 0; pick-place 0.02)"),
+        ("--gripper-flip-hold", "gripper_flip_hold", int, "decisions a flip holds (default 1; pick-place 8)"),
+        ("--gripper-flip-rise", "gripper_flip_rise", bool, "an opening flip also lifts the hand (pick-place on)"),
+        ("--batch", "batch", int, "default 256"),
+        ("--utd", "utd", float, "critic updates per decision (default 2)"),
+        ("--actor-every", "actor_every", int, "one actor update per this many critic updates (default 2)"),
+        ("--nstep", "nstep", int, "n-step returns, in decisions (default 3)"),
+        ("--action-repeat", "action_repeat", int, "env steps each action is held (default 4; the exported "
+         "policy says so and the runtime holds its actions as long)"),
+        ("--random-steps", "random_steps", int, "uniform random actions first (default 5000)"),
+        ("--learning-starts", "learning_starts", int, "default 5000"),
+        ("--augment-symmetry", "augment_symmetry", float, "share of each batch mapped by a random symmetry of the "
+         "square about the block (default 1)"),
+        ("--demo-seed", "demo_seed", int, "first simulator seed of the demonstrations (default 100000)"),
+        ("--demo-ratio", "demo_ratio", float, "share of each batch from the demonstrations (default 0.5)"),
+    ],
+    "envs, evaluation, files": [
+        ("--envs", "envs", int, "training envs, one server (default 4)"),
+        ("--max-steps", "max_steps", int, "training episode length (default 200; pick-place 300)"),
+        ("--eval-every", "eval_every", int, "env steps between evaluations (default 10000; pick-place 20000)"),
+        ("--eval-episodes", "eval_episodes", int, "held-out seeds per evaluation (default 50)"),
+        ("--eval-envs", "eval_envs", int, "evaluation envs (default 10)"),
+        ("--eval-seed", "eval_seed", int, "first held-out seed (default 7000000)"),
+        ("--eval-max-steps", "eval_max_steps", int, "evaluation episode length (0: the task's; -1: --max-steps)"),
+        ("--eval-repeat", "eval_repeat", int, "hold each evaluated action this many steps (0: --action-repeat)"),
+        ("--checkpoint-every", "checkpoint_every", int, "env steps between crash-safe checkpoints (default 10000; "
+         "0: only at the end)"),
+        ("--export-checkpoints", "export_checkpoints", bool, "also export the policy at every evaluation"),
+        ("--width", "width", int, "camera width of a --reward model server (default 32)"),
+        ("--height", "height", int, "camera height (default 32)"),
+    ],
+}
+
+SMOKE = {"steps": 3000, "random_steps": 1000, "learning_starts": 1000, "eval_every": 1500, "eval_episodes": 5,
+         "agent.net": (64, 64), "eval_envs": 5, "max_steps": 100, "eval_max_steps": -1, "utd": 0.5}
+
+
+def _ints(text: str):
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m stagewise.rl", description=USAGE, usage=(
+                                     "%(prog)s --task T --reward model|oracle|sparse [--model MANIFEST] [--demos N] "
+                                     "[--steps S] [--seeds 0,1,2] --out DIR [--resume [DIR]] [options]"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--task", choices=TASKS, help="simulated task (required unless --resume)")
+    ap.add_argument("--reward", choices=REWARDS, help="what the training server shapes with (required unless --resume)")
+    ap.add_argument("--model", metavar="MANIFEST", help="reward model manifest for --reward model (default: the task's shipped model)")
+    ap.add_argument("--demos", type=int, default=argparse.SUPPRESS, metavar="N",
+                    help="expert demonstrations replayed into a second buffer (default 0)")
+    ap.add_argument("--steps", type=int, default=argparse.SUPPRESS, metavar="S",
+                    help="env steps per seed (default 150000; pick-place 300000)")
+    ap.add_argument("--seeds", type=_ints, default=None, metavar="S,S", help="comma-separated learner seeds (default 0)")
+    ap.add_argument("--out", metavar="DIR", help="output directory (new or empty, unless --resume)")
+    ap.add_argument("--resume", nargs="?", const=True, default=None, metavar="DIR",
+                    help="continue the run in DIR (or --out) from its last checkpoint; flags given must agree with it")
+    ap.add_argument("--smoke", action="store_true", help="CI size: 3000 steps, 100-step episodes, 64x64 nets, ...")
+    for group, opts in OPTIONS.items():
+        g = ap.add_argument_group(group)
+        for flag, key, typ, text in opts:
+            dest = key.replace(".", "__")
+            if typ is bool:
+                g.add_argument(flag, dest=dest, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=text)
+            elif typ == "ints":
+                g.add_argument(flag, dest=dest, type=_ints, default=argparse.SUPPRESS, metavar="W,W", help=text)
+            elif isinstance(typ, tuple):
+                g.add_argument(flag, dest=dest, choices=typ, default=argparse.SUPPRESS, help=text)
+            else:
+                g.add_argument(flag, dest=dest, type=typ, default=argparse.SUPPRESS, help=text,
+                               metavar="N" if typ is int else "X")
+    return ap
+
+
+def parse(argv: Optional[List[str]] = None) -> Dict[str, Any]:
+    """{task, reward, seeds, out, resume, overrides}: `overrides` holds only the set-up options given (config keys)."""
+    ap = parser()
+    ns = vars(ap.parse_args(argv))
+    overrides: Dict[str, Any] = dict(SMOKE) if ns.pop("smoke") else {}
+    out = {k: ns.pop(k) for k in ("task", "reward", "seeds", "out", "resume")}
+    if ns.get("model") is not None:  # absolute: the servers run in the checkout, not in this directory
+        overrides["model"] = os.path.abspath(ns["model"])
+    ns.pop("model", None)
+    for k, v in ns.items():
+        overrides[k.replace("__", ".")] = v
+    if out["resume"] not in (None, True):
+        if out["out"] and out["out"] != out["resume"]:
+            ap.error(f"--resume {out['resume']} and --out {out['out']} name different directories")
+        out["out"] = out["resume"]
+    if not out["out"]:
+        ap.error("--out DIR is required (or --resume DIR)")
+    if out["resume"] is None and (out["task"] is None or out["reward"] is None):
+        ap.error("--task and --reward are required (unless --resume continues a run)")
+    out["resume"] = out["resume"] is not None
+    out["overrides"] = overrides
+    out["argv"] = ["python -m stagewise.rl", *(sys.argv[1:] if argv is None else argv)]
+    return out

@@ -1,0 +1,149 @@
+"""Typed configuration of a learning run. The defaults are the measured set-up of the shipped results
+(benches/results/learner_shaping_push_sg: TD3, 128x128, LayerNorm critics, each action held 4 env steps, 2 critic
+updates per decision, n-step 3, symmetry augmentation, the progress reward form at c = 10); `TASK_DEFAULTS` adds
+what a task's shipped result changed (pick-place: 300-step episodes, the gripper options, the potential part x0.1,
+success read as progress 1)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+TASKS = ("pick-place", "push-target", "stack")
+REWARDS = ("model", "oracle", "sparse")
+SHAPINGS = ("potential", "progress")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    algo: str = "td3"  # td3 (deterministic actor, Gaussian exploration, target smoothing) or sac
+    net: Tuple[int, ...] = (128, 128)
+    critics: int = 2  # ensemble size (RLPD: the target takes the min over a random pair when > 2)
+    layer_norm: bool = True
+    lr: float = 3e-4
+    tau: float = 0.005
+    alpha: float = 0.05  # sac: initial entropy coefficient
+    auto_alpha: bool = True
+    target_entropy: float = 1.0  # sac: target entropy = -this * |A|
+    expl_noise: float = 0.2  # td3: exploration noise std
+    gripper_binary: bool = False  # td3: the gripper as a binary choice (HIL-SERL), see Agent
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """The reward form the training `serve` is asked for (`--shaping ...`); the learner takes the served reward as
+    it is. `progress` (NOT policy-invariant): r = r_task + S c (gamma phi' - phi) + c (1 - gamma) phi' (terminated:
+    r_task - S c phi + c phi*, phi* = 1 on success with `success_progress_one`, else phi'); `potential`: r = r_task +
+    c (gamma (phi' - X) - (phi - X)), terminal potential 0 (policy-invariant). Ignored for `--reward sparse`."""
+
+    shaping: str = "progress"
+    shaping_scale: float = 10.0  # c
+    potential_scale: float = 1.0  # S (progress only)
+    success_progress_one: bool = False  # progress only
+    phi_offset: float = 0.0  # X (potential only)
+    gamma: float = 0.99  # the learner's discount, and the server's (they must agree)
+
+
+@dataclass(frozen=True)
+class LearnConfig:
+    task: str = "push-target"
+    reward: str = "model"  # model | oracle | sparse
+    model: Optional[str] = None  # reward model manifest (default: the task's shipped model)
+    steps: int = 150_000  # env steps per seed (all training envs together)
+    envs: int = 4  # training envs (one `serve --envs N`, stepped concurrently)
+    max_steps: int = 200  # training episode length (truncation; bootstrapped)
+    action_repeat: int = 4  # each decision's action is held this many env steps
+    utd: float = 2.0  # critic updates per decision
+    actor_every: int = 2  # one actor update per this many critic updates
+    nstep: int = 3  # n-step returns, in decisions
+    batch: int = 256
+    random_steps: int = 5000  # uniform random actions first
+    learning_starts: int = 5000
+    expl_noise_end: float = -1.0  # td3: noise std at the end, linear in env steps (-1: constant)
+    gripper_flip: float = 0.0  # share of exploratory decisions whose gripper command goes to its other extreme
+    gripper_flip_hold: int = 1  # decisions a flip holds
+    gripper_flip_rise: bool = False  # an opening flip also commands the hand up
+    augment_symmetry: float = 1.0  # share of each batch mapped by a random symmetry of the square (Symmetry)
+    demos: int = 0  # expert demonstrations replayed into a second buffer
+    demo_seed: int = 100_000
+    demo_ratio: float = 0.5  # share of each batch from the demonstrations
+    eval_every: int = 10_000
+    eval_episodes: int = 50
+    eval_envs: int = 10
+    eval_seed: int = 7_000_000  # held-out seeds eval_seed + i, the same at every evaluation
+    eval_max_steps: int = 0  # 0: the task's own (as `stagewise eval policy`); -1: max_steps
+    eval_repeat: int = 0  # 0: action_repeat (the policy as trained and as the runtime runs its export)
+    checkpoint_every: int = 10_000  # env steps between crash-safe checkpoints (0: only at the end)
+    export_checkpoints: bool = False  # also export the policy at every evaluation
+    width: int = 32  # camera frames of a `--reward model` server
+    height: int = 32
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    reward_form: RewardConfig = field(default_factory=RewardConfig)
+
+    def validate(self) -> None:
+        """Raises ValueError naming the field of a set-up that cannot run."""
+        a, r = self.agent, self.reward_form
+        checks = [
+            (self.task in TASKS, "task", f"{self.task!r} is not one of {', '.join(TASKS)}"),
+            (self.reward in REWARDS, "reward", f"{self.reward!r} is not one of {', '.join(REWARDS)}"),
+            (self.model is None or self.reward == "model", "model", "a reward model needs --reward model"),
+            (r.shaping in SHAPINGS, "shaping", f"{r.shaping!r} is not one of {', '.join(SHAPINGS)}"),
+            (a.algo in ("td3", "sac"), "algo", f"{a.algo!r} is not td3 or sac"),
+            (not a.gripper_binary or a.algo == "td3", "gripper_binary", "is a td3 option"),
+            (not r.success_progress_one or r.shaping == "progress", "success_progress_one",
+             "is a progress-shaping option (the potential form ends at potential 0)"),
+            (r.potential_scale == 1.0 or r.shaping == "progress", "potential_scale",
+             "is a progress-shaping option (the potential form is all potential part)"),
+            (r.phi_offset == 0.0 or r.shaping == "potential", "phi_offset", "is a potential-shaping option"),
+            (0.0 < r.gamma <= 1.0, "gamma", f"{r.gamma} is not in (0, 1]"),
+            (self.steps > 0 and self.envs > 0 and self.action_repeat > 0, "steps/envs/action_repeat",
+             "must be positive"),
+            (self.eval_every > 0 and self.eval_episodes > 0 and self.eval_envs > 0, "eval_every/eval_episodes/eval_envs",
+             "must be positive"),
+            (self.checkpoint_every >= 0, "checkpoint_every", "must be >= 0"),
+            (self.eval_repeat >= 0, "eval_repeat", "must be >= 0"),
+            (0.0 <= self.demo_ratio <= 1.0 and 0.0 <= self.augment_symmetry <= 1.0, "demo_ratio/augment_symmetry",
+             "must lie in [0, 1]"),
+            (len(a.net) > 0 and all(n > 0 for n in a.net), "net", f"{a.net} is not a list of positive widths"),
+        ]
+        for ok, name, why in checks:
+            if not ok:
+                raise ValueError(f"config field {name}: {why}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["agent"]["net"] = list(self.agent.net)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "LearnConfig":
+        d = dict(d)
+        agent = dict(d.pop("agent", {}))
+        if "net" in agent:
+            agent["net"] = tuple(agent["net"])
+        return cls(agent=AgentConfig(**agent), reward_form=RewardConfig(**d.pop("reward_form", {})), **d)
+
+
+# What a task's shipped result set differently from the defaults (its curves.json's argv): applied under the
+# flags a user gives.
+TASK_DEFAULTS: Dict[str, Dict[str, Any]] = {
+    "pick-place": {
+        "max_steps": 300, "eval_every": 20_000, "steps": 300_000, "gripper_flip": 0.02, "gripper_flip_hold": 8,
+        "gripper_flip_rise": True, "agent.gripper_binary": True, "reward_form.potential_scale": 0.1,
+        "reward_form.success_progress_one": True,
+    },
+}
+
+
+def build(task: str, overrides: Dict[str, Any]) -> LearnConfig:
+    """The task's measured set-up with `overrides` (keys as in TASK_DEFAULTS: `field`, `agent.field`,
+    `reward_form.field`) applied on top."""
+    values = {**TASK_DEFAULTS.get(task, {}), **overrides, "task": task}
+    top, agent, reward = {}, {}, {}
+    for k, v in values.items():
+        group, _, name = k.rpartition(".")
+        {"": top, "agent": agent, "reward_form": reward}[group][name] = v
+    cfg = LearnConfig(agent=AgentConfig(**agent), reward_form=RewardConfig(**reward), **top)
+    cfg.validate()
+    return cfg

@@ -1,0 +1,292 @@
+"""One seed's learning run against `stagewise serve`, crash-safe.
+
+The training server serves the reward asked for (`LearnConfig.reward`, `reward_form`): the learner takes it as it
+is. Every `eval_every` env steps (and at 0) the deterministic policy is evaluated on held-out seeds by a second,
+sparse server. Every `checkpoint_every` env steps the whole learning state (nets, target critics, optimisers,
+replay and demo buffers, n-step windows, exploration state, RNG states, counters, the curve so far) is written
+atomically to `<out>/seed-<s>/checkpoint.pt`; `resume` continues from it with fresh servers: the episodes the
+crash cut short end there as truncated (their transitions kept, each once) and the envs start new ones."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import numpy as np
+import torch
+
+from .. import launch
+from . import checkpoint as ckpt
+from .agent import Agent, GripperFlip, NStep, Replay, Symmetry, export_policy, sample
+from .config import LearnConfig
+from .envs import Envs, ServeError, evaluate, reset, reward_mismatch, serve_args, step_all
+
+
+def train_seed_base(seed: int) -> int:
+    """The first simulator seed of run `seed`'s training episodes; each episode takes the next one."""
+    return 1_000_000 * (seed + 1)
+
+
+def eval_seed_clash(seed: int, cfg: LearnConfig) -> str:
+    """Why run `seed` would train on an evaluation seed ('' when it cannot): its training episodes, at most one per
+    env step, take the simulator seeds from train_seed_base(seed) on."""
+    lo, hi = train_seed_base(seed), train_seed_base(seed) + cfg.steps + cfg.envs
+    if lo < cfg.eval_seed + cfg.eval_episodes and cfg.eval_seed < hi:
+        return (f"seed {seed}: its training episodes take the simulator seeds {lo}.. (up to {hi}), which cover the "
+                f"held-out eval seeds {cfg.eval_seed}..{cfg.eval_seed + cfg.eval_episodes - 1} (--eval-seed): pick "
+                f"another seed or --eval-seed")
+    return ""
+
+
+class SeedRun:
+    """The state of one seed's run and its loop. `report(step, last_success)` is called after every decision."""
+
+    def __init__(self, cfg: LearnConfig, seed: int, out: Path, demos=(), report: Optional[Callable] = None):
+        self.cfg, self.seed, self.dir, self.demos = cfg, seed, out / f"seed-{seed}", demos
+        self.report = report or (lambda step, success: None)
+        self.policy_dir = self.dir / "policy"
+        self.robot = f"rl-{cfg.reward}-{seed}-{os.getpid()}"
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.step = self.decisions = self.resets = 0
+        self.next_eval, self.next_ckpt, self.debt = 0, cfg.checkpoint_every, 0.0
+        self.log: List[dict] = []
+        self.episodes: List[tuple] = []  # (env steps at the end, success, final oracle progress, length, return)
+        self.best = {"success": -1.0}
+        self.timing = {"env_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "wall_before_s": 0.0}
+        self.resumed_from: List[int] = []
+        self.demo_stats = {"episodes": 0}
+        self.last: Optional[str] = None
+
+    # ------------------------------------------------------------------------------------------- set-up
+    def _build(self, spec) -> None:
+        cfg = self.cfg
+        self.names = list(spec["state"]["names"])
+        s_dim, a_dim = len(self.names), len(spec["action"]["low"])
+        action_names = list(spec["action"].get("names", []))
+        grip = action_names.index("gripper") if cfg.gripper_flip > 0 or cfg.agent.gripper_binary else None
+        rise = action_names.index("dz") if cfg.gripper_flip_rise else None
+        self.flipper = GripperFlip(cfg.envs, grip, cfg.gripper_flip, cfg.gripper_flip_hold, rise) \
+            if cfg.gripper_flip > 0 else None
+        self.agent = Agent(self.names, a_dim, cfg.agent, self.seed, grip, rise)
+        self.symmetry = Symmetry(self.names, cfg.augment_symmetry) if cfg.augment_symmetry > 0 else None
+        self.buf = Replay(cfg.steps + 10, s_dim, a_dim)
+        self.demo_buf = Replay(sum(len(d[2]) for d in self.demos) + 10, s_dim, a_dim) if self.demos else None
+        self.nsteps = [NStep(cfg.nstep, cfg.reward_form.gamma) for _ in range(cfg.envs)]
+        self.a_dim = a_dim
+
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "config": self.cfg.to_dict(), "agent": self.agent.state_dict(),
+                "replay": self.buf.state_dict(), "demo_replay": self.demo_buf.state_dict() if self.demo_buf else None,
+                "nsteps": [ns.state_dict() for ns in self.nsteps], "obs": [np.asarray(o) for o in self.obs],
+                "flipper": self.flipper.state_dict() if self.flipper else None, "rng": ckpt.rng_state(self.rng),
+                "counters": {"step": self.step, "decisions": self.decisions, "resets": self.resets,
+                             "next_eval": self.next_eval, "next_ckpt": self.next_ckpt, "debt": self.debt},
+                "log": self.log, "episodes": self.episodes, "best": self.best, "demo_stats": self.demo_stats,
+                "timing": {**self.timing, "wall_before_s": self.wall()}, "resumed_from": self.resumed_from}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.agent.load_state_dict(d["agent"])
+        self.buf.load_state_dict(d["replay"])
+        if self.demo_buf is not None:
+            self.demo_buf.load_state_dict(d["demo_replay"])
+        if self.flipper is not None:
+            self.flipper.load_state_dict(d["flipper"])
+        for ns, st, o in zip(self.nsteps, d["nsteps"], d["obs"]):
+            # the episodes the crash cut short end at their last state, truncated: each transition kept once
+            ns.load_state_dict(st)
+            ns.flush(o, self.buf)
+        ckpt.set_rng_state(self.rng, d["rng"])
+        c = d["counters"]
+        self.step, self.decisions, self.resets = c["step"], c["decisions"], c["resets"]
+        self.next_eval, self.next_ckpt, self.debt = c["next_eval"], c["next_ckpt"], c["debt"]
+        self.log, self.episodes, self.best = d["log"], d["episodes"], d["best"]
+        self.demo_stats, self.timing = d["demo_stats"], d["timing"]
+        self.resumed_from = d["resumed_from"] + [self.step]
+
+    def wall(self) -> float:
+        return self.timing["wall_before_s"] + time.time() - self.t0
+
+    # ------------------------------------------------------------------------------------------- the loop
+    def run(self, resume: bool) -> dict:
+        cfg = self.cfg
+        self.t0 = time.time()
+        logs = self.dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        tag = f"{len(list(logs.glob('serve-train*.log')))}"  # a resumed run's servers log beside the first ones
+        eval_max = cfg.eval_max_steps if cfg.eval_max_steps >= 0 else cfg.max_steps
+        with launch.serve(*serve_args(cfg, cfg.reward, self.robot, cfg.envs, cfg.max_steps),
+                          "--seed", str(train_seed_base(self.seed)), log=str(logs / f"serve-train{tag}.log"),
+                          die_with_parent=True) as srv, \
+                launch.serve(*serve_args(cfg, "sparse", self.robot + "-eval", cfg.eval_envs, eval_max),
+                             log=str(logs / f"serve-eval{tag}.log"), die_with_parent=True) as esrv:
+            self.train = Envs(srv.endpoint, self.robot, cfg.envs, cfg.reward_form.gamma, srv)
+            self.evals = Envs(esrv.endpoint, self.robot + "-eval", cfg.eval_envs, None, esrv)
+            try:
+                wrong = reward_mismatch(cfg, self.train.envs[0].reward_spec)
+                if wrong:
+                    raise ServeError(f"the training server ({srv.log}) serves another reward: " + "; ".join(wrong))
+                self._build(self.train.envs[0].spec_msg)
+                if resume and (self.dir / "checkpoint.pt").exists():
+                    self.load_state_dict(ckpt.load(self.dir / "checkpoint.pt"))
+                elif self.demo_buf is not None:
+                    self.demo_stats = self._replay_demos()
+                self._start_episodes()
+                self._loop()
+                self._evaluate(self.step)
+                self.last = str(export_policy(self.agent, self.policy_dir, self._name(), task=cfg.task,
+                                              state_names=self.names, description=self._describe(
+                                                  f"{self.step} env steps"), action_repeat=cfg.action_repeat))
+            finally:
+                self.train.close()
+                self.evals.close()
+        self.save_checkpoint(done=True)
+        return self.record(done=True)
+
+    def _replay_demos(self) -> dict:
+        from .demos import replay_demos
+
+        return replay_demos(self.train.envs[0], self.demos, self.cfg, self.demo_buf,
+                            lambda env, seed: reset(env, seed, srv=self.train.srv))
+
+    def _start_episodes(self) -> None:
+        self.obs = [self._reset(i) for i in range(self.cfg.envs)]
+        self.ep_ret, self.ep_len = [0.0] * self.cfg.envs, [0] * self.cfg.envs
+        if self.flipper is not None:
+            for i in range(self.cfg.envs):
+                self.flipper.end_episode(i)
+
+    def _reset(self, i: int):
+        # explicit seeds counted in the checkpoint: a resumed run's fresh servers never repeat a training episode
+        o, _ = reset(self.train.envs[i], train_seed_base(self.seed) + self.resets, srv=self.train.srv)
+        self.resets += 1
+        return o
+
+    def _loop(self) -> None:
+        cfg = self.cfg
+        while self.step < cfg.steps:
+            if self.step >= self.next_eval:
+                self._evaluate(self.step)
+                self.next_eval += cfg.eval_every
+            if cfg.checkpoint_every and self.step >= self.next_ckpt:
+                self.next_ckpt += cfg.checkpoint_every
+                self.save_checkpoint(done=False)
+            te = time.time()
+            self._collect()
+            self.timing["env_s"] += time.time() - te
+            tu = time.time()
+            self._learn()
+            self.timing["update_s"] += time.time() - tu
+            self.report(self.step, self.log[-1]["success"] if self.log else None)
+
+    def _collect(self) -> None:
+        """One decision per env: the action held up to `action_repeat` env steps (fewer when the episode ends); its
+        reward is the discounted sum of the served rewards, its discount gamma^j."""
+        cfg, gamma = self.cfg, self.cfg.reward_form.gamma
+        if cfg.agent.algo == "td3" and cfg.expl_noise_end >= 0:
+            frac = min(self.step / cfg.steps, 1.0)
+            self.agent.noise = cfg.agent.expl_noise + (cfg.expl_noise_end - cfg.agent.expl_noise) * frac
+        if self.step < cfg.random_steps:
+            acts = self.rng.uniform(-1, 1, (cfg.envs, self.a_dim)).astype(np.float32)
+        else:
+            acts = self.agent.act(np.stack(self.obs), deterministic=False)
+            if self.flipper is not None:
+                self.flipper(acts, self.rng)
+        r_acc, g_acc = [0.0] * cfg.envs, [1.0] * cfg.envs
+        live, ends = list(range(cfg.envs)), {}
+        for _ in range(cfg.action_repeat):
+            for i, (o2, r, term, trunc, info) in step_all(self.train, live, acts).items():
+                r_acc[i] += g_acc[i] * r
+                g_acc[i] *= gamma
+                self.ep_ret[i] += r
+                self.ep_len[i] += 1
+                self.step += 1
+                ends[i] = (o2, term, term or trunc, info)
+            live = [i for i in live if not ends[i][2]]
+            if not live:
+                break
+        for i in range(cfg.envs):
+            o2, term, done, info = ends[i]
+            self.nsteps[i].push(self.obs[i], acts[i], r_acc[i], o2, term, done, self.buf, g=g_acc[i])
+            self.decisions += 1
+            if done:
+                self.episodes.append((self.step, bool(info["success"]), float(info.get("progress_oracle") or 0.0),
+                                      self.ep_len[i], self.ep_ret[i]))
+                self.ep_ret[i], self.ep_len[i] = 0.0, 0
+                o2 = self._reset(i)
+                if self.flipper is not None:
+                    self.flipper.end_episode(i)
+            self.obs[i] = o2
+
+    def _learn(self) -> None:
+        cfg = self.cfg
+        if self.step < cfg.learning_starts or self.buf.n + (self.demo_buf.n if self.demo_buf else 0) < cfg.batch:
+            return
+        self.debt += cfg.utd * cfg.envs
+        while self.debt >= 1.0:
+            self.debt -= 1.0
+            batch = sample(self.buf, self.demo_buf, cfg.batch, cfg.demo_ratio)
+            self.agent.update(self.symmetry(batch) if self.symmetry else batch,
+                              actor_step=(self.agent.updates % cfg.actor_every == 0))
+
+    # ------------------------------------------------------------------------------------ eval and files
+    def _name(self, suffix: str = "") -> str:
+        return f"{self.cfg.task}-{self.cfg.reward}-{self.seed}{suffix}"
+
+    def _describe(self, what: str) -> str:
+        cfg = self.cfg
+        return (f"{cfg.agent.algo.upper()}, {cfg.reward} reward ({cfg.reward_form.shaping} form), seed {self.seed}, "
+                f"{what} (python -m stagewise.rl)")
+
+    def _evaluate(self, step: int) -> None:
+        cfg, te = self.cfg, time.time()
+        seeds = range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes)
+        ev = evaluate(self.agent, self.evals, seeds, cfg.eval_repeat or cfg.action_repeat)
+        self.timing["eval_s"] += time.time() - te
+        recent = [e for e in self.episodes if e[0] > step - cfg.eval_every]
+        ev.update(steps=step, updates=self.agent.updates, wall_s=self.wall(), **self.agent.stats,
+                  train_episodes=len(self.episodes),
+                  train_success=float(np.mean([e[1] for e in recent])) if recent else float("nan"),
+                  train_return=float(np.mean([e[4] for e in recent])) if recent else float("nan"))
+        if self.log and self.log[-1]["steps"] == step:
+            self.log[-1] = ev  # the final evaluation of a run that ended on an evaluation step
+        else:
+            self.log.append(ev)
+        desc = self._describe(f"{step} env steps, held-out eval {ev['success']:.2f}")
+        self.on_evaluate(ev)
+        if cfg.export_checkpoints and step > 0:
+            export_policy(self.agent, self.dir / "checkpoints", self._name(f"-{step // 1000}k"), task=cfg.task,
+                          state_names=self.names, description=desc, action_repeat=cfg.action_repeat)
+        if ev["success"] >= self.best["success"] and step > 0:
+            path = export_policy(self.agent, self.policy_dir, self._name("-best"), task=cfg.task,
+                                 state_names=self.names, description=desc, action_repeat=cfg.action_repeat)
+            self.best = {"success": ev["success"], "steps": step, "manifest": str(path)}
+
+    def record(self, done: bool) -> dict:
+        """This run's entry of curves.json."""
+        cfg, wall = self.cfg, self.wall()
+        rec = {"task": cfg.task, "reward": cfg.reward, "seed": self.seed, "steps": cfg.steps, "done": done,
+               "demos": self.demo_stats, "checkpoints": self.log, "env_steps": self.step, "decisions": self.decisions,
+               "replay_added": self.buf.added,
+               "nstep_pending": sum(len(ns.buf) for ns in self.nsteps), "updates": self.agent.updates, "best": self.best,
+               "train_episodes": len(self.episodes), "train_successes": int(sum(e[1] for e in self.episodes)),
+               "wall_s": wall, **{k: v for k, v in self.timing.items() if k != "wall_before_s"},
+               "s_per_10k": wall / max(self.step, 1) * 1e4, "resumed_from": self.resumed_from,
+               "first_80": next((c["steps"] for c in self.log if c["success"] >= 0.8), None)}
+        if self.last:
+            rec["last"] = self.last  # the final policy's manifest
+        return rec
+
+    def save_checkpoint(self, done: bool) -> None:
+        state = self.state_dict()
+        state["done"], state["record"] = done, self.record(done)
+        ckpt.save(self.dir / "checkpoint.pt", state)
+        self.on_checkpoint(state["record"])
+
+    def on_checkpoint(self, record: dict) -> None:
+        """Hook: the caller rewrites curves.json with the curve so far."""
+
+    def on_evaluate(self, ev: dict) -> None:
+        """Hook: the caller shows the evaluation."""
