@@ -18,6 +18,7 @@
 
 pub mod annotations;
 mod columns;
+mod contents;
 pub mod durable;
 pub mod error;
 mod features;
