@@ -52,7 +52,6 @@ class Process:
             *args,
             "--listen",
             self.endpoint,
-            "--no-multicast",
         ]
         self.log = log
         self._out = open(log, "wb") if log else subprocess.DEVNULL
@@ -90,12 +89,12 @@ class Process:
 
 
 def serve(*args: str, log: Optional[str] = None) -> Process:
-    """`stagewise serve ARGS --listen tcp/127.0.0.1:PORT --no-multicast`; connect to `.endpoint`."""
+    """`stagewise serve ARGS --listen tcp/127.0.0.1:PORT`; connect to `.endpoint`."""
     return Process("serve", args, log=log)
 
 
 def run(*args: str, log: Optional[str] = None) -> Process:
-    """`stagewise run ARGS --listen tcp/127.0.0.1:PORT --no-multicast`."""
+    """`stagewise run ARGS --listen tcp/127.0.0.1:PORT`."""
     return Process("run", args, log=log)
 
 

@@ -34,10 +34,9 @@ pub struct RunArgs {
     /// alone). The same values as `serve --reward`. Default: model.
     #[arg(long, value_enum)]
     pub reward: Option<RewardSource>,
-    /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml). The old
-    /// spellings `--model auto` and `--model oracle` still mean `--reward model` and `--reward oracle`.
+    /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml).
     #[arg(long, value_name = "MANIFEST")]
-    pub model: Option<String>,
+    pub model: Option<PathBuf>,
     #[command(flatten)]
     pub shaping: ShapingArgs,
     /// Policy: `expert` (scripted), `random`, or an ONNX policy file (state in, action out).
@@ -113,42 +112,19 @@ pub struct RunArgs {
     pub ort: OrtArgs,
 }
 
-/// What the reward is made of, from `--reward`, `--model` and `--shaping` (and their old spellings).
+/// What the reward is made of, from `--reward`, `--model` and `--shaping`.
 #[derive(Debug)]
 struct RewardChoice {
     source: RewardSource,
     /// The manifest for [`RewardSource::Model`].
     manifest: Option<PathBuf>,
     mode: RewardMode,
-    /// How the source was spelled on the command line, for errors (`--reward oracle`, or the old `--model oracle`).
-    spelled: String,
 }
 
 fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
-    let source = a.reward;
+    let source = a.reward.unwrap_or(RewardSource::Model);
     let mode = a.shaping.mode()?;
-    // The old `--model auto|oracle`: a source spelled as a manifest.
-    let (old_source, manifest) = match a.model.as_deref() {
-        Some("oracle") => (Some(RewardSource::Oracle), None),
-        Some("auto") => (Some(RewardSource::Model), None),
-        Some(m) => (None, Some(PathBuf::from(m))),
-        None => (None, None),
-    };
-    let (source, spelled) = match (source, old_source) {
-        (Some(s), Some(o)) if s != o => bail!(
-            "--reward {s} and --model {} contradict each other (`--model {}` is the old spelling of --reward {o}): pass --reward alone",
-            a.model.as_deref().unwrap_or_default(),
-            a.model.as_deref().unwrap_or_default()
-        ),
-        (Some(s), _) => (s, format!("--reward {s}")),
-        (None, Some(o)) => {
-            let old = format!("--model {}", a.model.as_deref().unwrap_or_default());
-            tracing::warn!("{old} is the old spelling of --reward {o}");
-            (o, old)
-        }
-        (None, None) => (RewardSource::Model, "--reward model".to_string()),
-    };
-    if manifest.is_some() && source != RewardSource::Model {
+    if a.model.is_some() && source != RewardSource::Model {
         bail!("--model needs --reward model (this run has --reward {source})");
     }
     // The sparse reward has no progress: shaping and progress-based success detection would do nothing (or,
@@ -156,7 +132,7 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
     if source == RewardSource::Sparse && (a.shaping.names_a_form() || a.success_delta.is_some()) {
         bail!("--reward sparse has no progress to shape or detect success from: drop --shaping (and its parameters) and --success-delta");
     }
-    let manifest = match (source, manifest) {
+    let manifest = match (source, a.model.clone()) {
         (RewardSource::Model, Some(m)) => Some(m),
         (RewardSource::Model, None) => {
             let task = a.sim.task.name();
@@ -172,7 +148,6 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
         source,
         manifest,
         mode,
-        spelled,
     })
 }
 
@@ -189,8 +164,7 @@ fn connect_robot(a: &RunArgs, url: &str, reward: &RewardChoice) -> anyhow::Resul
     let model = reward.manifest.as_deref();
     if reward.source == RewardSource::Oracle {
         bail!(
-            "{} reads the simulator's ground-truth progress; a robot ({url}) has none: use a reward model (--reward model, the task's shipped one or --model MANIFEST)",
-            reward.spelled
+            "--reward oracle reads the simulator's ground-truth progress; a robot ({url}) has none: use a reward model (--reward model, the task's shipped one or --model MANIFEST)"
         );
     }
     if reward.source == RewardSource::Sparse {
@@ -348,7 +322,8 @@ fn policy_trust(
 }
 
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    let (stream_robot, robot_url) = a.zenoh.robot_target(a.bridge.as_deref())?;
+    let robot_url = a.bridge.clone();
+    let stream_robot = a.zenoh.robot_target(robot_url.as_deref());
     let policy_key = policy_trust(&a, robot_url.as_deref(), &stream_robot)?;
     let policy_state = a.policy_state.clone().unwrap_or_else(|| {
         a.log_file
@@ -577,20 +552,17 @@ mod tests {
         }
     }
 
-    /// `--reward` (source), `--model` (manifest) and `--shaping` (mode); the old `--model auto|oracle` still
-    /// means what it meant.
+    /// `--reward` (source), `--model` (manifest) and `--shaping` (mode).
     #[test]
-    fn reward_source_manifest_and_shaping_resolve_as_before() {
+    fn reward_source_manifest_and_shaping_resolve() {
         let shipped = Some(PathBuf::from("models/pick-place/pick-place-progress.toml"));
         let c = choice(&[]).unwrap();
         assert_eq!(
             (c.source, &c.manifest, c.mode),
             (RewardSource::Model, &shipped, RewardMode::default())
         );
-        for old_or_new in [&["--model", "auto"][..], &["--reward", "model"]] {
-            let c = choice(old_or_new).unwrap();
-            assert_eq!((c.source, &c.manifest), (RewardSource::Model, &shipped));
-        }
+        let c = choice(&["--reward", "model"]).unwrap();
+        assert_eq!((c.source, &c.manifest), (RewardSource::Model, &shipped));
         let c = choice(&["--model", "m.toml"]).unwrap();
         assert_eq!(c.manifest, Some(PathBuf::from("m.toml")));
         let c = choice(&[
@@ -604,7 +576,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (c.source, &c.manifest, c.mode, c.spelled.as_str()),
+            (c.source, &c.manifest, c.mode),
             (
                 RewardSource::Oracle,
                 &None,
@@ -612,23 +584,24 @@ mod tests {
                     potential_scale: 0.1,
                     success_progress_one: true
                 },
-                "--reward oracle"
             )
         );
-        let c = choice(&["--model", "oracle", "--shaping", "rank:12"]).unwrap();
+        let c = choice(&["--reward", "oracle", "--shaping", "rank:12"]).unwrap();
         assert_eq!(
-            (c.source, c.mode, c.spelled.as_str()),
+            (c.source, c.mode),
             (
                 RewardSource::Oracle,
-                RewardMode::WindowedRank { window: 12 },
-                "--model oracle"
+                RewardMode::WindowedRank { window: 12 }
             )
         );
         let c = choice(&["--reward", "sparse"]).unwrap();
         assert_eq!((c.source, &c.manifest), (RewardSource::Sparse, &None));
-        // Contradictions are refused with the new spelling.
-        let e = choice(&["--reward", "model", "--model", "oracle"]).unwrap_err();
-        assert!(e.to_string().contains("pass --reward alone"), "{e}");
+        // `--model` is a manifest: `oracle` names a file, not a source.
+        let c = choice(&["--model", "oracle"]).unwrap();
+        assert_eq!(
+            (c.source, c.manifest),
+            (RewardSource::Model, Some(PathBuf::from("oracle")))
+        );
         let e = choice(&["--reward", "oracle", "--model", "m.toml"]).unwrap_err();
         assert!(
             e.to_string().contains("--model needs --reward model"),
