@@ -268,7 +268,7 @@ mod tests {
     }
 
     #[test]
-    fn every_task_parses_by_its_name_and_old_spellings_still_work() {
+    fn every_task_parses_by_its_name_and_the_spellings_task_from_str_accepts() {
         for task in Task::ALL {
             assert_eq!(parse(&["--task", task.name()]).unwrap().task, task);
         }

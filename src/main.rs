@@ -70,7 +70,7 @@ fn main() -> anyhow::Result<()> {
     if std::env::var_os("ORT_DISABLE_TELEMETRY").is_none() {
         std::env::set_var("ORT_DISABLE_TELEMETRY", "1");
     }
-    let cli = Cli::parse_from(legacy_argv(std::env::args_os().collect()));
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)
@@ -95,55 +95,14 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// The old `eval` spelling without a subcommand, still accepted: `eval --policy P ...` becomes
-/// `eval policy --policy P ...` and any other `eval --FLAG ...` becomes `eval model --FLAG ...`. Everything else
-/// passes unchanged.
-fn legacy_argv(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
-    // The subcommand is the first word that is neither a flag nor the global --log's value.
-    let mut i = 1;
-    while let Some(a) = args.get(i).and_then(|a| a.to_str()) {
-        if a == "--log" {
-            i += 2;
-        } else if a.starts_with('-') {
-            i += 1;
-        } else {
-            break;
-        }
-    }
-    if args.get(i).and_then(|a| a.to_str()) != Some("eval") {
-        return args;
-    }
-    // The global --log may also come after `eval` (`eval --log warn model ...`): look past it.
-    let mut j = i + 1;
-    loop {
-        match args.get(j).and_then(|a| a.to_str()) {
-            Some("--log") => j += 2,
-            Some(a) if a.starts_with("--log=") => j += 1,
-            _ => break,
-        }
-    }
-    let Some(next) = args.get(j).and_then(|a| a.to_str()) else {
-        return args;
-    };
-    if !next.starts_with('-') || ["-h", "--help"].contains(&next) {
-        return args;
-    }
-    let policy = args[i + 1..].iter().any(|a| {
-        a.to_str()
-            .is_some_and(|a| a == "--policy" || a.starts_with("--policy="))
-    });
-    args.insert(i + 1, if policy { "policy" } else { "model" }.into());
-    args
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::error::ErrorKind;
 
-    /// Parses as `main` does (old spellings rewritten first).
+    /// Parses as `main` does.
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(legacy_argv(args.iter().map(Into::into).collect()))
+        Cli::try_parse_from(args)
     }
 
     fn refused(args: &[&str]) -> clap::Error {
@@ -169,7 +128,6 @@ mod tests {
             "serve",
             "score",
             "bench",
-            "eval",
             "eval model",
             "eval policy",
             "label",
@@ -233,53 +191,27 @@ mod tests {
         }
     }
 
-    fn run_target(args: &[&str]) -> anyhow::Result<(String, Option<String>)> {
-        let mut argv = vec!["run"];
-        argv.extend(args);
-        match command(&argv) {
-            Command::Run(a) => a.zenoh.robot_target(a.bridge.as_deref()),
-            _ => unreachable!(),
-        }
-    }
-
-    /// `--robot-name` names the robot on the stream, `--bridge` is its firmware link; the old `--robot NAME|URL`
-    /// still means what it meant.
+    /// `--robot-name` names the robot on the stream, `--bridge` is its firmware link; 0.1.0's `--robot NAME|URL`
+    /// and `--no-multicast` are gone.
     #[test]
-    fn robot_name_and_bridge_are_two_flags_and_the_old_robot_flag_still_works() {
-        let some = |s: &str| Some(s.to_string());
+    fn robot_name_and_bridge_are_two_flags() {
         let url = "udp://127.0.0.1:9100";
-        assert_eq!(run_target(&[]).unwrap(), ("sim0".into(), None));
+        let run_target = |args: &[&str]| {
+            let mut argv = vec!["run"];
+            argv.extend(args);
+            match command(&argv) {
+                Command::Run(a) => (a.zenoh.robot_target(a.bridge.as_deref()), a.bridge),
+                _ => unreachable!(),
+            }
+        };
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(run_target(&[]), ("sim0".into(), None));
+        assert_eq!(run_target(&["--robot-name", "arm3"]), ("arm3".into(), None));
+        assert_eq!(run_target(&["--bridge", url]), ("robot0".into(), some(url)));
         assert_eq!(
-            run_target(&["--robot-name", "arm3"]).unwrap(),
-            ("arm3".into(), None)
-        );
-        assert_eq!(
-            run_target(&["--bridge", url]).unwrap(),
-            ("robot0".into(), some(url))
-        );
-        assert_eq!(
-            run_target(&["--bridge", url, "--robot-name", "arm0"]).unwrap(),
+            run_target(&["--bridge", url, "--robot-name", "arm0"]),
             ("arm0".into(), some(url))
         );
-        // The old spellings.
-        assert_eq!(
-            run_target(&["--robot", "arm3"]).unwrap(),
-            ("arm3".into(), None)
-        );
-        assert_eq!(
-            run_target(&["--robot", url]).unwrap(),
-            ("robot0".into(), some(url))
-        );
-        assert_eq!(
-            run_target(&["--robot", url, "--robot-name", "arm0"]).unwrap(),
-            ("arm0".into(), some(url))
-        );
-        // Two answers to one question are refused, naming the new spelling.
-        let e = run_target(&["--bridge", url, "--robot", "udp://10.0.0.1:9100"]).unwrap_err();
-        assert!(e.to_string().contains("pass --bridge alone"), "{e}");
-        let e = run_target(&["--robot-name", "a", "--robot", "b"]).unwrap_err();
-        assert!(e.to_string().contains("pass --robot-name alone"), "{e}");
-        // Without a bridge (serve, policy push): a name, old or new; a URL is pointed at `run --bridge`.
         let serve_name = |args: &[&str]| {
             let mut argv = vec!["serve"];
             argv.extend(args);
@@ -288,11 +220,8 @@ mod tests {
                 _ => unreachable!(),
             }
         };
-        assert_eq!(serve_name(&[]).unwrap(), "sim0");
-        assert_eq!(serve_name(&["--robot-name", "vec"]).unwrap(), "vec");
-        assert_eq!(serve_name(&["--robot", "vec"]).unwrap(), "vec");
-        let e = serve_name(&["--robot", url]).unwrap_err();
-        assert!(e.to_string().contains("stagewise run --bridge"), "{e}");
+        assert_eq!(serve_name(&[]), "sim0");
+        assert_eq!(serve_name(&["--robot-name", "vec"]), "vec");
         match command(&[
             "policy",
             "push",
@@ -304,31 +233,24 @@ mod tests {
         ]) {
             Command::Policy(cmd::policy::PolicyArgs {
                 command: cmd::policy::PolicyCommand::Push(p),
-            }) => assert_eq!(p.zenoh.robot_name().unwrap(), "arm3"),
+            }) => assert_eq!(p.zenoh.robot_name(), "arm3"),
             _ => unreachable!(),
         }
-        // `robot reset-estop` takes the URL as --bridge, or as the old --robot.
-        for flag in ["--bridge", "--robot"] {
-            match command(&["robot", "reset-estop", flag, url]) {
-                Command::Robot(cmd::robot::RobotArgs {
-                    command: cmd::robot::RobotCommand::ResetEstop { bridge, .. },
-                }) => assert_eq!(bridge, url, "{flag}"),
-                _ => unreachable!(),
-            }
+        match command(&["robot", "reset-estop", "--bridge", url]) {
+            Command::Robot(cmd::robot::RobotArgs {
+                command: cmd::robot::RobotCommand::ResetEstop { bridge, .. },
+            }) => assert_eq!(bridge, url),
+            _ => unreachable!(),
         }
-        // --help shows the new flags, not the old one.
-        let mut help = Vec::new();
-        <Cli as clap::CommandFactory>::command()
-            .find_subcommand_mut("run")
-            .unwrap()
-            .write_long_help(&mut help)
-            .unwrap();
-        let help = String::from_utf8(help).unwrap();
-        assert!(
-            help.contains("--robot-name <NAME>") && help.contains("--bridge <URL>"),
-            "{help}"
-        );
-        assert!(!help.contains("--robot <"), "{help}");
+        for args in [
+            &["stagewise", "run", "--robot", "arm3"][..],
+            &["stagewise", "run", "--robot", url],
+            &["stagewise", "serve", "--robot", "vec"],
+            &["stagewise", "robot", "reset-estop", "--robot", url],
+            &["stagewise", "serve", "--no-multicast"],
+        ] {
+            assert_eq!(refused(args).kind(), ErrorKind::UnknownArgument, "{args:?}");
+        }
     }
 
     /// `--reward` is the reward source in `run` and `serve` alike; a wrong one is refused with the valid ones.
@@ -392,92 +314,46 @@ mod tests {
         );
     }
 
-    /// `eval model` and `eval policy` are the two jobs; the old spelling without a subcommand still works.
+    /// `eval model` and `eval policy` are the two jobs; 0.1.0's `eval` without a subcommand is gone.
     #[test]
-    fn eval_has_two_subcommands_and_the_old_spelling_still_works() {
-        let model = |args: &[&str]| match command(args) {
+    fn eval_has_two_subcommands() {
+        match command(&[
+            "eval",
+            "model",
+            "--model",
+            "m.toml",
+            "--dataset",
+            "data/d",
+            "--ablations",
+        ]) {
             Command::Eval(cmd::eval::EvalArgs {
                 command: cmd::eval::EvalCommand::Model(m),
-            }) => (m.model, m.dataset, m.ablations),
-            _ => panic!("{args:?} is not `eval model`"),
-        };
-        let want = ("m.toml".into(), "data/d".into(), true);
-        assert_eq!(
-            model(&[
-                "eval",
-                "model",
-                "--model",
-                "m.toml",
-                "--dataset",
-                "data/d",
-                "--ablations"
-            ]),
-            want
-        );
-        assert_eq!(
-            model(&[
-                "eval",
-                "--model",
-                "m.toml",
-                "--dataset",
-                "data/d",
-                "--ablations"
-            ]),
-            want
-        );
-        assert_eq!(
-            model(&[
-                "--log",
-                "warn",
-                "eval",
-                "--dataset=data/d",
-                "--model",
-                "m.toml",
-                "--ablations"
-            ]),
-            want
-        );
-        let policy = |args: &[&str]| match command(args) {
+            }) => assert_eq!(
+                (m.model, m.dataset, m.ablations),
+                ("m.toml".into(), "data/d".into(), true)
+            ),
+            _ => panic!("not `eval model`"),
+        }
+        match command(&[
+            "--log",
+            "warn",
+            "eval",
+            "policy",
+            "--policy=p.toml",
+            "--task",
+            "stack",
+            "--episodes",
+            "7",
+        ]) {
             Command::Eval(cmd::eval::EvalArgs {
                 command: cmd::eval::EvalCommand::Policy(p),
-            }) => (p.policy, p.task, p.episodes),
-            _ => panic!("{args:?} is not `eval policy`"),
-        };
-        let want = ("p.toml".into(), stagewise_sim::Task::Stack, 7);
-        for args in [
-            &[
-                "eval",
-                "policy",
-                "--policy",
-                "p.toml",
-                "--task",
-                "stack",
-                "--episodes",
-                "7",
-            ][..],
-            &[
-                "eval",
-                "--policy",
-                "p.toml",
-                "--task",
-                "stack",
-                "--episodes",
-                "7",
-            ],
-            &[
-                "--log",
-                "warn",
-                "eval",
-                "--task",
-                "stack",
-                "--policy=p.toml",
-                "--episodes",
-                "7",
-            ],
-        ] {
-            assert_eq!(policy(args), want, "{args:?}");
+            }) => assert_eq!(
+                (p.policy, p.task, p.episodes),
+                ("p.toml".into(), stagewise_sim::Task::Stack, 7)
+            ),
+            _ => panic!("not `eval policy`"),
         }
-        // The jobs' flags stay apart, and a bare `eval` asks for a subcommand.
+        // The jobs' flags stay apart, and `eval` needs a subcommand.
         refused(&[
             "stagewise",
             "eval",
@@ -489,42 +365,12 @@ mod tests {
         ]);
         refused(&["stagewise", "eval", "model", "--model", "m.toml"]);
         refused(&["stagewise", "eval"]);
-        // Nothing else is rewritten.
-        let argv: Vec<std::ffi::OsString> = ["stagewise", "--log", "eval", "run", "--policy", "x"]
-            .iter()
-            .map(Into::into)
-            .collect();
-        assert_eq!(legacy_argv(argv.clone()), argv);
-        let help: Vec<std::ffi::OsString> = ["stagewise", "eval", "--help"]
-            .iter()
-            .map(Into::into)
-            .collect();
-        assert_eq!(legacy_argv(help.clone()), help);
-        // The global --log after `eval`, before today's subcommand, is not an old spelling.
-        for args in [
-            &[
-                "stagewise",
-                "eval",
-                "--log",
-                "warn",
-                "model",
-                "--model",
-                "m.toml",
-                "--dataset",
-                "d",
-            ][..],
-            &[
-                "stagewise",
-                "eval",
-                "--log=warn",
-                "policy",
-                "--policy",
-                "p.toml",
-            ][..],
+        for old in [
+            &["stagewise", "eval", "--policy", "p.toml"][..],
+            &["stagewise", "eval", "--model", "m.toml", "--dataset", "d"],
         ] {
-            let argv: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
-            assert_eq!(legacy_argv(argv.clone()), argv, "{args:?}");
-            parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let e = refused(old);
+            assert_eq!(e.kind(), ErrorKind::UnknownArgument, "{old:?}: {e}");
         }
     }
 }

@@ -339,7 +339,6 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
             robot,
             "--listen",
             &format!("tcp/127.0.0.1:{zport}"),
-            "--no-multicast",
             "--wait-subscribers",
             "30",
             // A bench on loopback: no learner pushes policies here (a real robot needs --policy-key).
@@ -544,19 +543,14 @@ fn what_a_robot_cannot_give_is_refused() {
     let key = keygen(dir.path());
     let url = "udp://127.0.0.1:9";
     let t = run_fails(
-        &["--bridge", url, "--model", "oracle"],
-        Duration::from_secs(20),
-    );
-    assert!(
-        t.contains("--model oracle reads the simulator's ground-truth progress") && t.contains(url),
-        "{t}"
-    );
-    // `--model oracle` is the old spelling of `--reward oracle`; the refusal names the flag as it was given.
-    let t = run_fails(
         &["--bridge", url, "--reward", "oracle"],
         Duration::from_secs(20),
     );
-    assert!(t.contains("--reward oracle") && t.contains(url), "{t}");
+    assert!(
+        t.contains("--reward oracle reads the simulator's ground-truth progress")
+            && t.contains(url),
+        "{t}"
+    );
     // A robot has no task reward: a sparse run would stream 0 at every step.
     let t = run_fails(
         &["--bridge", url, "--reward", "sparse"],

@@ -53,7 +53,6 @@ fn spawn_run(robot: &str, port: u16, log: &Path, extra: &[&str]) -> Child {
             robot,
             "--listen",
             &format!("tcp/127.0.0.1:{port}"),
-            "--no-multicast",
         ])
         .arg("--log-file")
         .arg(log)
@@ -210,7 +209,6 @@ fn transitions_reach_another_process_and_replay_is_bit_identical() {
             "replay",
             "--robot-name",
             robot,
-            "--no-multicast",
             "--connect",
             &format!("tcp/127.0.0.1:{port3}"),
         ])
@@ -425,7 +423,7 @@ fn unsigned_policies_over_a_robot_need_an_explicit_opt_out() {
     };
     // Nothing listens there: every refusal below must come before the robot is contacted.
     let url = format!("udp://127.0.0.1:{}", free_port());
-    let (ok, t) = run(&["--bridge", &url, "--policy", "random", "--no-multicast"]);
+    let (ok, t) = run(&["--bridge", &url, "--policy", "random"]);
     assert!(!ok, "{t}");
     assert!(
         t.contains("refusing to drive the robot")
@@ -434,24 +432,7 @@ fn unsigned_policies_over_a_robot_need_an_explicit_opt_out() {
         "{t}"
     );
     assert!(!t.contains("no answer from the firmware"), "{t}");
-    // The opt-out gets past the check (to the next refusal: --model oracle over a robot) and says so loudly.
-    // (Spelled the old way, `--robot URL` and `--model oracle`, which still work.)
-    let (ok, t) = run(&[
-        "--robot",
-        &url,
-        "--policy",
-        "random",
-        "--model",
-        "oracle",
-        "--allow-unsigned-policies",
-    ]);
-    assert!(!ok, "{t}");
-    assert!(t.contains("UNSIGNED POLICIES ACCEPTED"), "{t}");
-    assert!(
-        t.contains("--model oracle reads the simulator's ground-truth progress"),
-        "{t}"
-    );
-    // The same in today's spelling: the refusal names the flag as it was given.
+    // The opt-out gets past the check (to the next refusal: --reward oracle over a robot) and says so loudly.
     let (ok, t) = run(&[
         "--bridge",
         &url,
@@ -501,7 +482,6 @@ fn unsigned_policies_over_a_robot_need_an_explicit_opt_out() {
         "16",
         "--listen",
         "tcp/127.0.0.1:0",
-        "--no-multicast",
         "--log-file",
         log.to_str().unwrap(),
     ]);

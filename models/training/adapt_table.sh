@@ -67,7 +67,7 @@ EOF
 )
 read -r -a ELIG <<< "$eligible"
 ev() { # model dataset -> "VOC MIN MAE" (stage accuracy last)
-  "$B" --log warn eval --model "$1" --dataset "$2" --no-plots --out "$3" 2>/dev/null |
+  "$B" --log warn eval model --model "$1" --dataset "$2" --no-plots --out "$3" 2>/dev/null |
     awk '/^VOC /{v=$2; m=$4; sub(/\)/, "", m)} /^progress MAE/{e=$3} /^stage accuracy/{s=$3} END{print v, m, e, s}'
 }
 json="$OUT.json.tmp"

@@ -66,7 +66,6 @@ class Process:
             *args,
             "--listen",
             self.endpoint,
-            "--no-multicast",
         ]
         self.log = log
         self._out = open(log, "wb") if log else subprocess.DEVNULL
@@ -105,13 +104,13 @@ class Process:
 
 
 def serve(*args: str, log: Optional[str] = None, die_with_parent: bool = False) -> Process:
-    """`stagewise serve ARGS --listen tcp/127.0.0.1:PORT --no-multicast`; connect to `.endpoint`.
+    """`stagewise serve ARGS --listen tcp/127.0.0.1:PORT`; connect to `.endpoint`.
     `die_with_parent`: the server gets SIGTERM when this process dies, however it dies (Linux)."""
     return Process("serve", args, log=log, die_with_parent=die_with_parent)
 
 
 def run(*args: str, log: Optional[str] = None) -> Process:
-    """`stagewise run ARGS --listen tcp/127.0.0.1:PORT --no-multicast`."""
+    """`stagewise run ARGS --listen tcp/127.0.0.1:PORT`."""
     return Process("run", args, log=log)
 
 

@@ -135,7 +135,7 @@ def test_three_arms_train_export_and_evaluate(labelled, binary, tmp_path):
     log = tmp_path / "run.swlog"
     out = sh(binary, "--log", "warn", "run", "--task", "pick-place", "--reward", "oracle", "--policy",
              tmp_path / "rabc-seed0" / "rabc-seed0.toml", "--episodes", 1, "--listen",
-             f"tcp/127.0.0.1:{launch.free_port()}", "--no-multicast", "--log-file", log, "--provider", "cpu")
+             f"tcp/127.0.0.1:{launch.free_port()}", "--log-file", log, "--provider", "cpu")
     assert "env-steps" in out and log.stat().st_size > 0
     # Same seed, same batches: the arms differ only in the weights, so their policies differ; seeds differ too.
     assert len({onnx[(arm, 0)] for arm in arms}) == 3

@@ -7,6 +7,9 @@
 
 use crate::config::Task;
 use crate::world::{World, GRASP_DZ, MAX_WIDTH, PALM_HALF};
+// The push task's geometry is the world's (World::new uses it to place the target); named here too, where the
+// oracle and the expert have always found it.
+pub use crate::world::{push_geometry, PushGeometry, HOVER_Z, PUSH_START_DIST, PUSH_Z};
 
 /// Block centre altitude gain between resting and carrying (metres).
 pub const LIFT: f32 = 0.07;
@@ -14,10 +17,6 @@ pub const LIFT: f32 = 0.07;
 pub const RETREAT: f32 = 0.04;
 /// Push success radius (block centre to target centre).
 pub const PUSH_TOL: f32 = 0.025;
-/// Block-target distance at reset in the push task (metres). Fixed, so that push progress depends only on the
-/// current distance, which the cameras see: with a per-episode start distance as the normaliser, the same frames
-/// would carry different labels in different episodes and no frame-window model could learn them.
-pub const PUSH_START_DIST: f32 = 0.14;
 /// Place tolerance in the plane (block centre to place point).
 pub const PLACE_TOL: f32 = 0.02;
 
@@ -141,41 +140,6 @@ fn pick_place(world: &World, failure: bool) -> OracleReading {
     let tau = 1.0 - (tcp - gp).length() / world.d0_reach;
     reading(task, 0, tau, false, failure)
 }
-
-/// Push geometry shared by the oracle and the expert.
-pub struct PushGeometry {
-    /// Unit push direction (block to target) in the plane.
-    pub dir: rapier3d::glamx::Vec2,
-    /// Distance from the block centre to the pusher's centre at contact.
-    pub standoff: f32,
-    /// Block-to-target distance in the plane.
-    pub dist: f32,
-}
-
-pub fn push_geometry(world: &World) -> PushGeometry {
-    let b = world.block_pos(0).truncate();
-    let t = world.target().truncate();
-    let d = t - b;
-    let dist = d.length();
-    let dir = if dist > 1e-6 {
-        d / dist
-    } else {
-        rapier3d::glamx::Vec2::X
-    };
-    let half = world.block(0).half;
-    // Support distance of the (rotated) block along `dir`.
-    let local = world.block_rot(0).inverse() * rapier3d::glamx::Vec3::new(dir.x, dir.y, 0.0);
-    let r = (local.x.abs() * half.x + local.y.abs() * half.y).min(half.truncate().length());
-    PushGeometry {
-        dir,
-        standoff: r + 0.012,
-        dist,
-    }
-}
-
-/// TCP height while pushing and while hovering before the push.
-pub const PUSH_Z: f32 = 0.024;
-pub const HOVER_Z: f32 = 0.09;
 
 /// How far off the block-target line (in the plane) the TCP can be while a push still moves the block: the
 /// palm's half length plus a block's half width. (The push expert's `miss-grasp` variant pushes 6 cm off the

@@ -331,7 +331,7 @@ impl World {
                 // distance keeps push progress a function of what the cameras see (see oracle::push).
                 let b = block_xy[0];
                 let mut t = b;
-                let d = crate::oracle::PUSH_START_DIST;
+                let d = PUSH_START_DIST;
                 for _ in 0..200 {
                     let ang = rng.random_range(0.0..std::f32::consts::TAU);
                     t = b + Vec3::new(ang.cos() * d, ang.sin() * d, 0.0);
@@ -359,9 +359,9 @@ impl World {
     fn initial_reach(&self) -> f32 {
         match self.task {
             Task::PushTarget => {
-                let g = crate::oracle::push_geometry(self);
+                let g = push_geometry(self);
                 let pre = self.block_pos(0).truncate() - g.dir * (g.standoff + 0.02);
-                (self.tcp - Vec3::new(pre.x, pre.y, crate::oracle::HOVER_Z))
+                (self.tcp - Vec3::new(pre.x, pre.y, HOVER_Z))
                     .length()
                     .max(0.05)
             }
@@ -546,3 +546,43 @@ impl World {
             .count()
     }
 }
+
+/// Block-target distance at reset in the push task (metres). Fixed, so that push progress depends only on the
+/// current distance, which the cameras see: with a per-episode start distance as the normaliser, the same frames
+/// would carry different labels in different episodes and no frame-window model could learn them.
+pub const PUSH_START_DIST: f32 = 0.14;
+
+/// Push geometry shared by the oracle, the expert and the target placement.
+pub struct PushGeometry {
+    /// Unit push direction (block to target) in the plane.
+    pub dir: rapier3d::glamx::Vec2,
+    /// Distance from the block centre to the pusher's centre at contact.
+    pub standoff: f32,
+    /// Block-to-target distance in the plane.
+    pub dist: f32,
+}
+
+pub fn push_geometry(world: &World) -> PushGeometry {
+    let b = world.block_pos(0).truncate();
+    let t = world.target().truncate();
+    let d = t - b;
+    let dist = d.length();
+    let dir = if dist > 1e-6 {
+        d / dist
+    } else {
+        rapier3d::glamx::Vec2::X
+    };
+    let half = world.block(0).half;
+    // Support distance of the (rotated) block along `dir`.
+    let local = world.block_rot(0).inverse() * rapier3d::glamx::Vec3::new(dir.x, dir.y, 0.0);
+    let r = (local.x.abs() * half.x + local.y.abs() * half.y).min(half.truncate().length());
+    PushGeometry {
+        dir,
+        standoff: r + 0.012,
+        dist,
+    }
+}
+
+/// TCP height while pushing and while hovering before the push.
+pub const PUSH_Z: f32 = 0.024;
+pub const HOVER_Z: f32 = 0.09;

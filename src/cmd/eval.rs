@@ -43,8 +43,7 @@ pub struct EvalArgs {
     pub command: EvalCommand,
 }
 
-/// `eval`'s two jobs. The old spellings without a subcommand (`eval --model M --dataset D`, `eval --policy P`)
-/// are still accepted: `main` inserts `model` or `policy` (see `legacy_argv` there).
+/// `eval`'s two jobs.
 #[derive(clap::Subcommand, Debug)]
 pub enum EvalCommand {
     /// Score a recorded dataset with a reward model: VOC, VROC, VOC-F1, stage accuracy, progress MAE, AUROC,

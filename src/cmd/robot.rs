@@ -66,9 +66,8 @@ pub enum RobotCommand {
     /// Clear a latched e-stop (EStopped -> Disarmed; the next run arms it). It opens its own session, so a run
     /// still connected to the robot loses its session: restart the run afterwards.
     ResetEstop {
-        /// The robot's firmware bridge: udp://HOST:PORT or serial:///dev/ttyACM0[@BAUD] (`--robot URL` is the
-        /// old spelling).
-        #[arg(long, alias = "robot", value_name = "URL")]
+        /// The robot's firmware bridge: udp://HOST:PORT or serial:///dev/ttyACM0[@BAUD].
+        #[arg(long, value_name = "URL")]
         bridge: String,
         #[command(flatten)]
         key: LinkKeyArgs,

@@ -16,10 +16,10 @@ use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig, SuccessDetection};
 use stagewise_model::{Manifest, PolicyModel, StateMap};
 use stagewise_runtime::{
     Actor, ActorConfig, Clock, EpisodeLog, GateConfig, OnnxPolicy, Policy, PolicyGate, PolicyState,
-    PolicyUpdates, ProgressSource, RandomPolicy, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
+    PolicyUpdates, ProgressSource, RandomPolicy, RunStats, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
 };
 use stagewise_sim::SimEnv;
-use stagewise_stream::PublisherOptions;
+use stagewise_stream::{Node, PublisherOptions, Subscription};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,10 +34,9 @@ pub struct RunArgs {
     /// alone). The same values as `serve --reward`. Default: model.
     #[arg(long, value_enum)]
     pub reward: Option<RewardSource>,
-    /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml). The old
-    /// spellings `--model auto` and `--model oracle` still mean `--reward model` and `--reward oracle`.
+    /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml).
     #[arg(long, value_name = "MANIFEST")]
-    pub model: Option<String>,
+    pub model: Option<PathBuf>,
     #[command(flatten)]
     pub shaping: ShapingArgs,
     /// Policy: `expert` (scripted), `random`, or an ONNX policy file (state in, action out).
@@ -113,42 +112,19 @@ pub struct RunArgs {
     pub ort: OrtArgs,
 }
 
-/// What the reward is made of, from `--reward`, `--model` and `--shaping` (and their old spellings).
+/// What the reward is made of, from `--reward`, `--model` and `--shaping`.
 #[derive(Debug)]
 struct RewardChoice {
     source: RewardSource,
     /// The manifest for [`RewardSource::Model`].
     manifest: Option<PathBuf>,
     mode: RewardMode,
-    /// How the source was spelled on the command line, for errors (`--reward oracle`, or the old `--model oracle`).
-    spelled: String,
 }
 
 fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
-    let source = a.reward;
+    let source = a.reward.unwrap_or(RewardSource::Model);
     let mode = a.shaping.mode()?;
-    // The old `--model auto|oracle`: a source spelled as a manifest.
-    let (old_source, manifest) = match a.model.as_deref() {
-        Some("oracle") => (Some(RewardSource::Oracle), None),
-        Some("auto") => (Some(RewardSource::Model), None),
-        Some(m) => (None, Some(PathBuf::from(m))),
-        None => (None, None),
-    };
-    let (source, spelled) = match (source, old_source) {
-        (Some(s), Some(o)) if s != o => bail!(
-            "--reward {s} and --model {} contradict each other (`--model {}` is the old spelling of --reward {o}): pass --reward alone",
-            a.model.as_deref().unwrap_or_default(),
-            a.model.as_deref().unwrap_or_default()
-        ),
-        (Some(s), _) => (s, format!("--reward {s}")),
-        (None, Some(o)) => {
-            let old = format!("--model {}", a.model.as_deref().unwrap_or_default());
-            tracing::warn!("{old} is the old spelling of --reward {o}");
-            (o, old)
-        }
-        (None, None) => (RewardSource::Model, "--reward model".to_string()),
-    };
-    if manifest.is_some() && source != RewardSource::Model {
+    if a.model.is_some() && source != RewardSource::Model {
         bail!("--model needs --reward model (this run has --reward {source})");
     }
     // The sparse reward has no progress: shaping and progress-based success detection would do nothing (or,
@@ -156,7 +132,7 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
     if source == RewardSource::Sparse && (a.shaping.names_a_form() || a.success_delta.is_some()) {
         bail!("--reward sparse has no progress to shape or detect success from: drop --shaping (and its parameters) and --success-delta");
     }
-    let manifest = match (source, manifest) {
+    let manifest = match (source, a.model.clone()) {
         (RewardSource::Model, Some(m)) => Some(m),
         (RewardSource::Model, None) => {
             let task = a.sim.task.name();
@@ -172,7 +148,6 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
         source,
         manifest,
         mode,
-        spelled,
     })
 }
 
@@ -189,8 +164,7 @@ fn connect_robot(a: &RunArgs, url: &str, reward: &RewardChoice) -> anyhow::Resul
     let model = reward.manifest.as_deref();
     if reward.source == RewardSource::Oracle {
         bail!(
-            "{} reads the simulator's ground-truth progress; a robot ({url}) has none: use a reward model (--reward model, the task's shipped one or --model MANIFEST)",
-            reward.spelled
+            "--reward oracle reads the simulator's ground-truth progress; a robot ({url}) has none: use a reward model (--reward model, the task's shipped one or --model MANIFEST)"
         );
     }
     if reward.source == RewardSource::Sparse {
@@ -347,64 +321,89 @@ fn policy_trust(
     Ok(None)
 }
 
-pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    let (stream_robot, robot_url) = a.zenoh.robot_target(a.bridge.as_deref())?;
-    let policy_key = policy_trust(&a, robot_url.as_deref(), &stream_robot)?;
-    let policy_state = a.policy_state.clone().unwrap_or_else(|| {
-        a.log_file
-            .with_file_name(format!("{stream_robot}.policy-state"))
-    });
+impl Envs {
+    /// The simulators, or a robot at `url`, as `--envs`, `--bridge` and the reward say.
+    fn open(a: &RunArgs, robot_url: Option<&str>, reward: &RewardChoice) -> anyhow::Result<Self> {
+        if let Some(url) = robot_url {
+            return Ok(Self::Robot(Box::new(connect_robot(a, url, reward)?)));
+        }
+        let n = a.envs.unwrap_or(4);
+        if n == 0 {
+            bail!("--envs must be >= 1");
+        }
+        let cfg = a.sim.config();
+        let sims = (0..n)
+            .map(|_| SimEnv::new(cfg.clone()).map(SharedSim::new))
+            .collect::<Result<_, _>>()
+            .context("building the simulator")?;
+        Ok(Self::Sim(sims))
+    }
+
+    fn spec(&self) -> EnvSpec {
+        match self {
+            Self::Sim(sims) => sims[0].spec().clone(),
+            Self::Robot(r) => r.spec().clone(),
+        }
+    }
+
+    fn into_envs(self) -> Vec<Box<dyn Env>> {
+        match self {
+            Self::Sim(sims) => sims
+                .into_iter()
+                .map(|s| Box::new(s) as Box<dyn Env>)
+                .collect(),
+            Self::Robot(r) => vec![r as Box<dyn Env>],
+        }
+    }
+}
+
+/// The file that keeps the last accepted policy version; when streaming, one that does not read (or is another
+/// robot's) is refused here, before a robot is contacted.
+fn policy_state_file(a: &RunArgs, robot: &str) -> anyhow::Result<PathBuf> {
+    let path = a
+        .policy_state
+        .clone()
+        .unwrap_or_else(|| a.log_file.with_file_name(format!("{robot}.policy-state")));
     if !a.no_stream {
-        // A state file that does not read (or is another robot's) is refused before a robot is contacted.
-        if let Some(s) = PolicyState::load(&policy_state, &stream_robot)? {
+        if let Some(s) = PolicyState::load(&path, robot)? {
             tracing::info!(
                 "policy versions up to {} are refused ({} records the last accepted one)",
                 s.version,
-                policy_state.display()
+                path.display()
             );
         }
     }
-    let reward = reward_choice(&a)?;
-    let envs_src = match &robot_url {
-        Some(url) => Envs::Robot(Box::new(connect_robot(&a, url, &reward)?)),
-        None => {
-            let n = a.envs.unwrap_or(4);
-            if n == 0 {
-                bail!("--envs must be >= 1");
-            }
-            let cfg = a.sim.config();
-            Envs::Sim(
-                (0..n)
-                    .map(|_| SimEnv::new(cfg.clone()).map(SharedSim::new))
-                    .collect::<Result<_, _>>()
-                    .context("building the simulator")?,
-            )
-        }
-    };
-    let spec: EnvSpec = match &envs_src {
-        Envs::Sim(sims) => sims[0].spec().clone(),
-        Envs::Robot(r) => r.spec().clone(),
-    };
+    Ok(path)
+}
 
-    // A manifest exactly with `--reward model`.
-    let progress = match (&reward.manifest, reward.source) {
-        (None, RewardSource::Sparse) => ProgressSource::Sparse,
-        (None, _) => ProgressSource::Oracle,
-        (Some(path), _) => {
-            let mut model = a.ort.load_reward_model(path)?;
-            // The model's state by name from the env's: over a robot from its proprioception alone (the scene's
-            // object state stays on the observation for the log, never in the model's input).
-            let (source, readable) = match (&envs_src, &robot_url) {
-                (Envs::Robot(r), Some(url)) => (robot_state_source(url), Some(r.proprio_names())),
-                _ => (format!("the simulator's state (task {})", spec.task), None),
-            };
-            let map = StateMap::bind_source(model.manifest(), &source, &spec.state.names, readable)
-                .with_context(|| format!("binding the state fields of {}", path.display()))?;
-            model.set_state_map(map)?;
-            ProgressSource::Model(Box::new(model))
-        }
+/// Where progress comes from: a manifest exactly with `--reward model`, its state bound by name to the env's
+/// (over a robot to its proprioception alone: the scene's object state stays on the observation for the log,
+/// never in the model's input).
+fn progress_source(
+    a: &RunArgs,
+    reward: &RewardChoice,
+    envs: &Envs,
+    spec: &EnvSpec,
+) -> anyhow::Result<ProgressSource> {
+    let path = match (&reward.manifest, reward.source) {
+        (None, RewardSource::Sparse) => return Ok(ProgressSource::Sparse),
+        (None, _) => return Ok(ProgressSource::Oracle),
+        (Some(path), _) => path,
     };
-    let policy: Box<dyn Policy> = match (a.policy.as_str(), &envs_src) {
+    let mut model = a.ort.load_reward_model(path)?;
+    let (source, readable) = match (envs, &a.bridge) {
+        (Envs::Robot(r), Some(url)) => (robot_state_source(url), Some(r.proprio_names())),
+        _ => (format!("the simulator's state (task {})", spec.task), None),
+    };
+    let map = StateMap::bind_source(model.manifest(), &source, &spec.state.names, readable)
+        .with_context(|| format!("binding the state fields of {}", path.display()))?;
+    model.set_state_map(map)?;
+    Ok(ProgressSource::Model(Box::new(model)))
+}
+
+/// `--policy`: the scripted expert, random actions, or an ONNX policy (a manifest or a bare file).
+fn load_policy(a: &RunArgs, envs: &Envs, spec: &EnvSpec) -> anyhow::Result<Box<dyn Policy>> {
+    Ok(match (a.policy.as_str(), envs) {
         ("expert", Envs::Sim(sims)) => Box::new(ExpertPolicy::new(a.sim.task, sims)),
         ("expert", Envs::Robot(_)) => bail!("--policy expert needs the simulator"),
         ("random", _) => Box::new(RandomPolicy::new(&spec.action, a.seed)),
@@ -421,7 +420,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("loading policy {path}"))?;
             Box::new(OnnxPolicy::new(m, path, 0))
         }
-    };
+    })
+}
+
+/// The shaping flags' configuration with `--success-delta`'s detection, checked.
+fn shaping_config(a: &RunArgs, reward: &RewardChoice) -> anyhow::Result<ShapingConfig> {
     let mut shaping =
         ShapingConfig::new(a.shaping.gamma, a.shaping.shaping_scale)?.with_mode(reward.mode);
     if let Some(delta) = a.success_delta {
@@ -431,90 +434,71 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         });
     }
     shaping.validate()?;
-    // A robot runs at its control rate: the actor's clock then counts the steps that overran their period.
-    let hz = match (&envs_src, a.hz) {
-        (Envs::Robot(r), hz) if hz <= 0.0 => r.spec().control_hz,
-        (_, hz) => hz,
-    };
-    let config = ActorConfig {
-        robot: stream_robot.clone(),
-        base_seed: a.seed,
-        shaping,
-        clock: Clock::from_hz(hz),
-        max_episodes: (a.episodes > 0).then_some(a.episodes),
-        max_steps: None,
-        stream_images: a.stream_images,
-    };
-    let envs: Vec<Box<dyn Env>> = match envs_src {
-        Envs::Sim(sims) => sims
-            .into_iter()
-            .map(|s| Box::new(s) as Box<dyn Env>)
-            .collect(),
-        Envs::Robot(r) => vec![r as Box<dyn Env>],
-    };
-    let mut actor =
-        Actor::new(envs, progress, policy, config)?.with_log(EpisodeLog::create(&a.log_file)?);
+    Ok(shaping)
+}
 
-    // Keep the zenoh session and subscription alive for the whole run.
-    let mut _subscription = None;
-    let node = if a.no_stream {
-        None
+/// Who may put policies on the actor and where their last version is kept.
+struct PolicyTrust {
+    key: Option<ed25519_dalek::VerifyingKey>,
+    state_file: PathBuf,
+}
+
+/// Connects the actor to zenoh: its publisher (waiting for a subscriber if asked) and the policy intake, whose
+/// checking, verifying and loading happen on a worker thread. The subscription must live as long as the run.
+fn attach_stream(
+    mut actor: Actor,
+    node: &Node,
+    a: &RunArgs,
+    hz: f64,
+    trust: PolicyTrust,
+    spec: &EnvSpec,
+) -> anyhow::Result<(Actor, Subscription)> {
+    let keys = actor.keys().clone();
+    // At a fixed rate the actor must never wait on a learner (a queue to a publisher thread; full, it drops);
+    // running as fast as it can, it puts itself, so a slower learner paces it rather than losing data.
+    let options = if hz > 0.0 {
+        PublisherOptions::default()
     } else {
-        // The actor receives only policies: nothing larger than one needs reassembling.
-        Some(a.zenoh.open(
-            Role::Listen,
-            Some(a.policy_max_bytes.saturating_add(ZENOH_MESSAGE_SLACK)),
-        )?)
+        PublisherOptions::backpressure()
     };
-    if let Some(node) = &node {
-        let keys = actor.keys().clone();
-        // At a fixed rate the actor must never wait on a learner (a queue to a publisher thread; full, it
-        // drops); running as fast as it can, it puts itself, so a slower learner paces it rather than losing data.
-        let options = if hz > 0.0 {
-            PublisherOptions::default()
-        } else {
-            PublisherOptions::backpressure()
-        };
-        let publisher = node.publisher(&keys, options)?;
-        if a.wait_subscribers > 0.0
-            && !publisher.wait_for_subscribers(Duration::from_secs_f64(a.wait_subscribers))
-        {
-            tracing::warn!(
-                "no subscriber on {} after {} s; starting anyway",
-                keys.transition(),
-                a.wait_subscribers
-            );
-        }
-        actor = actor.with_publisher(publisher);
-        // Checking, verifying and loading happen on a worker thread; the actor only installs what passed.
-        let gate = PolicyGate::new(GateConfig {
-            robot: keys.robot().to_string(),
-            key: policy_key,
-            max_bytes: a.policy_max_bytes,
-            state_file: Some(policy_state.clone()),
-            state_size: spec.state.len(),
-            action_size: spec.action.len(),
-            opts: a.ort.session_options(),
-        })?;
-        let (intake, updates) = PolicyUpdates::spawn(gate, a.ort.runtime()?, POLICY_QUEUE)
-            .context("starting the policy checking thread")?;
-        _subscription =
-            Some(node.subscribe_policy_bytes(&keys, a.policy_max_bytes, move |p| intake.offer(p))?);
-        actor = actor.with_policy_updates(updates);
-        tracing::info!(robot = %keys.robot(), zid = %node.zid(), "streaming on stagewise/{}/*", keys.robot());
+    let publisher = node.publisher(&keys, options)?;
+    if a.wait_subscribers > 0.0
+        && !publisher.wait_for_subscribers(Duration::from_secs_f64(a.wait_subscribers))
+    {
+        tracing::warn!(
+            "no subscriber on {} after {} s; starting anyway",
+            keys.transition(),
+            a.wait_subscribers
+        );
     }
+    actor = actor.with_publisher(publisher);
+    let gate = PolicyGate::new(GateConfig {
+        robot: keys.robot().to_string(),
+        key: trust.key,
+        max_bytes: a.policy_max_bytes,
+        state_file: Some(trust.state_file),
+        state_size: spec.state.len(),
+        action_size: spec.action.len(),
+        opts: a.ort.session_options(),
+    })?;
+    let (intake, updates) = PolicyUpdates::spawn(gate, a.ort.runtime()?, POLICY_QUEUE)
+        .context("starting the policy checking thread")?;
+    let subscription =
+        node.subscribe_policy_bytes(&keys, a.policy_max_bytes, move |p| intake.offer(p))?;
+    tracing::info!(robot = %keys.robot(), zid = %node.zid(), "streaming on stagewise/{}/*", keys.robot());
+    Ok((actor.with_policy_updates(updates), subscription))
+}
 
+/// Runs the actor until `--episodes` or Ctrl-C, with the house progress bar; returns its statistics and every
+/// episode's return.
+fn run_episodes(actor: &mut Actor, episodes: u64) -> anyhow::Result<(RunStats, Vec<f64>)> {
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
         ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
             .context("installing the Ctrl-C handler")?;
     }
-    let bar = crate::cli::progress_bar(
-        (a.episodes > 0).then_some(a.episodes),
-        "running",
-        "episodes",
-    );
+    let bar = crate::cli::progress_bar((episodes > 0).then_some(episodes), "running", "episodes");
     let mut returns = Vec::new();
     let stats = actor.run(&stop, |ep, stats| {
         returns.push(ep.episode_return);
@@ -529,6 +513,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         bar.set_position(stats.episodes);
     })?;
     bar.finish();
+    Ok((stats, returns))
+}
+
+/// The run's closing report on stdout.
+fn print_summary(a: &RunArgs, stats: &RunStats, returns: &[f64], hz: f64) {
     let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
     println!(
         "{} episodes, {} env-steps, success rate {:.1}%, mean return {mean:+.4}",
@@ -542,7 +531,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             stats.clock.deadline_misses, stats.clock.worst_step
         );
     }
-    if let Some(c) = stats.stream {
+    if let Some(c) = &stats.stream {
         println!(
             "stream: {} transitions sent, {} dropped, {} progress sent, {} episodes sent; policies: {} accepted, {} rejected, {} dropped (queue full)",
             c.transitions_sent, c.transitions_dropped, c.progress_sent, c.episodes_sent, stats.policy_swaps, stats.policy_rejections, stats.policy_dropped
@@ -554,6 +543,54 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         stats.log_records,
         a.log_file.display()
     );
+}
+
+pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    let robot_url = a.bridge.as_deref();
+    let stream_robot = a.zenoh.robot_target(robot_url);
+    // Trust and the policy state first: a robot is not even contacted when they refuse.
+    let trust = PolicyTrust {
+        key: policy_trust(&a, robot_url, &stream_robot)?,
+        state_file: policy_state_file(&a, &stream_robot)?,
+    };
+    let reward = reward_choice(&a)?;
+    let envs = Envs::open(&a, robot_url, &reward)?;
+    let spec = envs.spec();
+    let progress = progress_source(&a, &reward, &envs, &spec)?;
+    let policy = load_policy(&a, &envs, &spec)?;
+    // A robot runs at its control rate: the actor's clock then counts the steps that overran their period.
+    let hz = match (&envs, a.hz) {
+        (Envs::Robot(r), hz) if hz <= 0.0 => r.spec().control_hz,
+        (_, hz) => hz,
+    };
+    let config = ActorConfig {
+        robot: stream_robot,
+        base_seed: a.seed,
+        shaping: shaping_config(&a, &reward)?,
+        clock: Clock::from_hz(hz),
+        max_episodes: (a.episodes > 0).then_some(a.episodes),
+        max_steps: None,
+        stream_images: a.stream_images,
+    };
+    let mut actor = Actor::new(envs.into_envs(), progress, policy, config)?
+        .with_log(EpisodeLog::create(&a.log_file)?);
+    // The actor receives only policies: nothing larger than one needs reassembling.
+    let node = if a.no_stream {
+        None
+    } else {
+        Some(a.zenoh.open(
+            Role::Listen,
+            Some(a.policy_max_bytes.saturating_add(ZENOH_MESSAGE_SLACK)),
+        )?)
+    };
+    // Keep the subscription alive for the whole run.
+    let mut _subscription = None;
+    if let Some(node) = &node {
+        let (attached, sub) = attach_stream(actor, node, &a, hz, trust, &spec)?;
+        (actor, _subscription) = (attached, Some(sub));
+    }
+    let (stats, returns) = run_episodes(&mut actor, a.episodes)?;
+    print_summary(&a, &stats, &returns, hz);
     if let Some(node) = node {
         drop(actor);
         std::thread::sleep(Duration::from_millis(100));
@@ -577,20 +614,17 @@ mod tests {
         }
     }
 
-    /// `--reward` (source), `--model` (manifest) and `--shaping` (mode); the old `--model auto|oracle` still
-    /// means what it meant.
+    /// `--reward` (source), `--model` (manifest) and `--shaping` (mode).
     #[test]
-    fn reward_source_manifest_and_shaping_resolve_as_before() {
+    fn reward_source_manifest_and_shaping_resolve() {
         let shipped = Some(PathBuf::from("models/pick-place/pick-place-progress.toml"));
         let c = choice(&[]).unwrap();
         assert_eq!(
             (c.source, &c.manifest, c.mode),
             (RewardSource::Model, &shipped, RewardMode::default())
         );
-        for old_or_new in [&["--model", "auto"][..], &["--reward", "model"]] {
-            let c = choice(old_or_new).unwrap();
-            assert_eq!((c.source, &c.manifest), (RewardSource::Model, &shipped));
-        }
+        let c = choice(&["--reward", "model"]).unwrap();
+        assert_eq!((c.source, &c.manifest), (RewardSource::Model, &shipped));
         let c = choice(&["--model", "m.toml"]).unwrap();
         assert_eq!(c.manifest, Some(PathBuf::from("m.toml")));
         let c = choice(&[
@@ -604,7 +638,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            (c.source, &c.manifest, c.mode, c.spelled.as_str()),
+            (c.source, &c.manifest, c.mode),
             (
                 RewardSource::Oracle,
                 &None,
@@ -612,23 +646,24 @@ mod tests {
                     potential_scale: 0.1,
                     success_progress_one: true
                 },
-                "--reward oracle"
             )
         );
-        let c = choice(&["--model", "oracle", "--shaping", "rank:12"]).unwrap();
+        let c = choice(&["--reward", "oracle", "--shaping", "rank:12"]).unwrap();
         assert_eq!(
-            (c.source, c.mode, c.spelled.as_str()),
+            (c.source, c.mode),
             (
                 RewardSource::Oracle,
-                RewardMode::WindowedRank { window: 12 },
-                "--model oracle"
+                RewardMode::WindowedRank { window: 12 }
             )
         );
         let c = choice(&["--reward", "sparse"]).unwrap();
         assert_eq!((c.source, &c.manifest), (RewardSource::Sparse, &None));
-        // Contradictions are refused with the new spelling.
-        let e = choice(&["--reward", "model", "--model", "oracle"]).unwrap_err();
-        assert!(e.to_string().contains("pass --reward alone"), "{e}");
+        // `--model` is a manifest: `oracle` names a file, not a source.
+        let c = choice(&["--model", "oracle"]).unwrap();
+        assert_eq!(
+            (c.source, c.manifest),
+            (RewardSource::Model, Some(PathBuf::from("oracle")))
+        );
         let e = choice(&["--reward", "oracle", "--model", "m.toml"]).unwrap_err();
         assert!(
             e.to_string().contains("--model needs --reward model"),

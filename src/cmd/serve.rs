@@ -188,7 +188,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         reward.shaping_scale = shaping.scale;
         reward = reward.with_mode(&shaping.mode);
     }
-    let base = Keys::new(a.zenoh.robot_name()?)?;
+    let base = Keys::new(a.zenoh.robot_name())?;
     let node = a.zenoh.open(Role::Listen, None)?;
     let mut servers = Vec::with_capacity(a.envs);
     for i in 0..a.envs {

@@ -3,7 +3,6 @@
 //! discovery on, `--open-network` opens a lab network in one flag, `--zenoh-config FILE` (e.g. TLS) decides
 //! everything the flags do not. `--robot-name` is the robot's name on the stream (the key prefix
 //! `stagewise/<NAME>/`, what policies are signed for); the firmware-bridge URL is `run --bridge`, not a zenoh flag.
-//! The old `--robot NAME|URL` is still accepted (hidden) and resolved here.
 
 use anyhow::Context;
 use stagewise_stream::{Mode, Node, StreamConfig, LOOPBACK_EPHEMERAL};
@@ -34,10 +33,6 @@ pub struct ZenohArgs {
     /// for it. Default: `sim0` (`robot0` for `run --bridge URL`).
     #[arg(long, value_name = "NAME")]
     pub robot_name: Option<String>,
-    /// Old spelling, kept for scripts: `--robot NAME` is `--robot-name NAME`; `--robot URL` (a firmware-bridge
-    /// URL, `run` only) is `--bridge URL`.
-    #[arg(long, hide = true, value_name = "NAME|URL")]
-    pub robot: Option<String>,
     /// zenoh endpoint to connect to (a router or peer), e.g. tcp/10.0.0.2:7447; repeatable. Default: none
     /// (`policy push`: tcp/127.0.0.1:7447).
     #[arg(long, value_name = "ENDPOINT")]
@@ -60,65 +55,29 @@ pub struct ZenohArgs {
     /// Anyone on that network can then reach this process: see SECURITY.md (signed policies, mutual TLS).
     #[arg(long)]
     pub open_network: bool,
-    /// Accepted for old scripts: multicast scouting is off unless --scout or --open-network.
-    #[arg(long, hide = true)]
-    pub no_multicast: bool,
 }
 
 impl ZenohArgs {
-    /// The firmware-bridge URL given in the old spelling `--robot URL` (a robot name never contains `://`).
-    pub fn legacy_bridge(&self) -> Option<&str> {
-        self.robot.as_deref().filter(|r| r.contains("://"))
-    }
-
     /// The robot's name on the stream, for a command that drives no robot through a bridge (`serve`, `replay`,
-    /// `policy push`, and `run` in the simulator): `--robot-name`, else the old `--robot NAME`, else `sim0`.
-    pub fn robot_name(&self) -> anyhow::Result<String> {
-        if let Some(url) = self.legacy_bridge() {
-            anyhow::bail!(
-                "--robot {url}: a firmware-bridge URL is `stagewise run --bridge {url}`; the robot's name on the stream is --robot-name NAME"
-            );
-        }
+    /// `policy push`, and `run` in the simulator): `--robot-name`, else `sim0`.
+    pub fn robot_name(&self) -> String {
         self.name_or(DEFAULT_SIM_ROBOT)
     }
 
-    /// The robot's name and its firmware-bridge URL for `run`: `bridge` is `run --bridge URL`, which the old
-    /// spelling `--robot URL` also gives (both at once are refused). The name is `--robot-name` (or the old
-    /// `--robot NAME`), else `robot0` with a bridge and `sim0` without.
-    pub fn robot_target(&self, bridge: Option<&str>) -> anyhow::Result<(String, Option<String>)> {
-        let bridge = match (bridge, self.legacy_bridge()) {
-            (Some(b), Some(old)) => anyhow::bail!(
-                "--bridge {b} and --robot {old} both name a firmware bridge (`--robot URL` is the old spelling of --bridge URL): pass --bridge alone"
-            ),
-            (Some(b), None) => Some(b.to_string()),
-            (None, Some(old)) => {
-                tracing::warn!("--robot {old} is the old spelling of --bridge {old}");
-                Some(old.to_string())
-            }
-            (None, None) => None,
-        };
-        let name = self.name_or(if bridge.is_some() {
+    /// The robot's name on the stream for `run`, whose firmware-bridge URL is `bridge` (`run --bridge URL`):
+    /// `--robot-name`, else `robot0` with a bridge and `sim0` without.
+    pub fn robot_target(&self, bridge: Option<&str>) -> String {
+        self.name_or(if bridge.is_some() {
             DEFAULT_BRIDGE_ROBOT
         } else {
             DEFAULT_SIM_ROBOT
-        })?;
-        Ok((name, bridge))
+        })
     }
 
-    /// `--robot-name`, else the old `--robot NAME` (not a URL), else `default`.
-    fn name_or(&self, default: &str) -> anyhow::Result<String> {
-        let old = self.robot.as_deref().filter(|r| !r.contains("://"));
-        match (&self.robot_name, old) {
-            (Some(n), Some(o)) if n != o => anyhow::bail!(
-                "--robot-name {n} and --robot {o} name two robots (`--robot NAME` is the old spelling of --robot-name NAME): pass --robot-name alone"
-            ),
-            (Some(n), _) => Ok(n.clone()),
-            (None, Some(o)) => {
-                tracing::warn!("--robot {o} is the old spelling of --robot-name {o}");
-                Ok(o.to_string())
-            }
-            (None, None) => Ok(default.to_string()),
-        }
+    fn name_or(&self, default: &str) -> String {
+        self.robot_name
+            .clone()
+            .unwrap_or_else(|| default.to_string())
     }
 
     /// The session configuration of a command with `role`.
@@ -147,7 +106,7 @@ impl ZenohArgs {
             config_file: self.zenoh_config.clone(),
             multicast_scouting: if scout {
                 Some(true)
-            } else if self.no_multicast || self.zenoh_config.is_none() {
+            } else if self.zenoh_config.is_none() {
                 Some(false)
             } else {
                 None
@@ -229,11 +188,6 @@ mod tests {
         // Connecting somewhere: listen on an ephemeral loopback port, not the well-known one.
         let c = args(&["--connect", "tcp/10.0.0.1:7447"]).config(Role::Listen);
         assert_eq!(c.listen, vec!["tcp/127.0.0.1:0"]);
-        // The old flag is accepted and changes nothing.
-        assert_eq!(
-            args(&["--no-multicast"]).config(Role::Listen),
-            args(&[]).config(Role::Listen)
-        );
     }
 
     #[test]

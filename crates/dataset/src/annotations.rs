@@ -17,10 +17,10 @@ use parquet::file::properties::WriterProperties;
 use stagewise_core::StageProportions;
 
 use crate::columns::{column, i64_values};
+use crate::contents::StageAnnotation;
 use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
 use crate::info::{write_proportions_json, TEMPORAL_PROPORTIONS_SPARSE_PATH};
 use crate::reader::Dataset;
-use crate::writer::StageAnnotation;
 
 /// The SARM sparse annotation columns of `meta/episodes/*/*.parquet`, in the order they are written (LeRobot's
 /// `save_annotations_to_dataset`): stage names (list<string>), start and end times in seconds (list<double>,

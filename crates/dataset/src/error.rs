@@ -2,6 +2,11 @@
 
 use std::path::PathBuf;
 
+/// What to do when ffmpeg is missing (here, not in `video`, so that errors depend on nothing of the crate).
+pub const FFMPEG_INSTALL_HINT: &str = "scripts/setup.sh installs it from the distribution's packages \
+                                       (Debian/Ubuntu: `apt-get install ffmpeg`); set STAGEWISE_FFMPEG to use \
+                                       another ffmpeg";
+
 /// Result alias of this crate.
 pub type Result<T, E = DatasetError> = std::result::Result<T, E>;
 
@@ -73,7 +78,7 @@ pub enum DatasetError {
     #[error("video features need ffmpeg: `{}` {reason}", program.display())]
     VideoTool { program: PathBuf, reason: String },
     /// The ffmpeg program could not be started at all.
-    #[error("video features need ffmpeg: `{}` cannot run; {}", program.display(), crate::video::INSTALL_HINT)]
+    #[error("video features need ffmpeg: `{}` cannot run; {}", program.display(), FFMPEG_INSTALL_HINT)]
     VideoToolSpawn {
         program: PathBuf,
         #[source]

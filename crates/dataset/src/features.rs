@@ -25,22 +25,22 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Fields};
 
 use crate::columns::{column, f32_values, f32_vectors, i64_values, image_bytes, numeric_f64};
+use crate::contents::{
+    image_key, ColumnValues, DatasetInfo, EpisodeData, ExtraDtype, FrameData, ACTION_KEY, STATE_KEY,
+};
 use crate::error::{arrow_err, DatasetError, Result};
-use crate::info::{Feature, OrderedMap};
+use crate::info::{Feature, OrderedMap, DEFAULT_FEATURES};
 use crate::stats::FeatureStats;
 use crate::video::VideoEncoding;
-use crate::writer::{
-    image_key, ColumnValues, DatasetInfo, EpisodeData, ExtraDtype, ACTION_KEY, STATE_KEY,
-};
 
-/// LeRobot's `DEFAULT_FEATURES`, in the order `LeRobotDatasetMetadata.create` appends them after the user's
-/// features: `(key, dtype, kind)`. Every dataset has them (info.json is refused without them).
-pub(crate) const DEFAULT_FEATURES: [(&str, &str, Kind); 5] = [
-    ("timestamp", "float32", Kind::Timestamp),
-    ("frame_index", "int64", Kind::FrameIndex),
-    ("episode_index", "int64", Kind::EpisodeIndex),
-    ("index", "int64", Kind::Index),
-    ("task_index", "int64", Kind::TaskIndex),
+/// The [`Kind`] of each of LeRobot's default features, in [`DEFAULT_FEATURES`]' order (info.json's module owns the
+/// keys and dtypes: it refuses an info.json without them).
+const DEFAULT_KINDS: [Kind; DEFAULT_FEATURES.len()] = [
+    Kind::Timestamp,
+    Kind::FrameIndex,
+    Kind::EpisodeIndex,
+    Kind::Index,
+    Kind::TaskIndex,
 ];
 
 /// What a feature is, and so how it is written, counted and read.
@@ -95,8 +95,8 @@ impl Kind {
         if key == ACTION_KEY {
             return Kind::Action;
         }
-        if let Some((_, _, kind)) = DEFAULT_FEATURES.iter().find(|(k, _, _)| *k == key) {
-            return *kind;
+        if let Some(i) = DEFAULT_FEATURES.iter().position(|(k, _)| *k == key) {
+            return DEFAULT_KINDS[i];
         }
         if ft.shape.iter().product::<usize>() == 1 {
             Kind::Extra
@@ -170,7 +170,7 @@ pub(crate) fn describe(info: &DatasetInfo, encodings: &[VideoEncoding]) -> Vec<(
     for e in &info.extra_columns {
         features.push((e.name.clone(), scalar_feature(extra_dtype(e.dtype))));
     }
-    for (key, dtype, _) in DEFAULT_FEATURES {
+    for (key, dtype) in DEFAULT_FEATURES {
         features.push((key.to_owned(), scalar_feature(dtype)));
     }
     features
@@ -275,7 +275,7 @@ impl Column {
         let frames = &s.ep.frames[s.rows.clone()];
         let rows = s.rows.clone();
         let n = frames.len();
-        let vectors = |get: fn(&crate::writer::FrameData) -> &[f32]| Cells::Vectors {
+        let vectors = |get: fn(&FrameData) -> &[f32]| Cells::Vectors {
             dim: self.dim,
             values: frames.iter().flat_map(|f| get(f).iter().copied()).collect(),
         };
@@ -469,7 +469,7 @@ impl Cells {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::writer::{ExtraColumnSpec, FrameData, ViewSpec};
+    use crate::contents::{ExtraColumnSpec, FrameData, ViewSpec};
 
     fn info() -> DatasetInfo {
         let view = |name: &str| ViewSpec {

@@ -12,6 +12,15 @@ use crate::error::{io_err, DatasetError, Result};
 
 /// LeRobot's `CODEBASE_VERSION` for the layout this crate writes.
 pub const CODEBASE_VERSION: &str = "v3.0";
+/// LeRobot's `DEFAULT_FEATURES` `(key, dtype)`, in the order `LeRobotDatasetMetadata.create` appends them after
+/// the user's features. Every dataset has them (info.json is refused without them).
+pub(crate) const DEFAULT_FEATURES: [(&str, &str); 5] = [
+    ("timestamp", "float32"),
+    ("frame_index", "int64"),
+    ("episode_index", "int64"),
+    ("index", "int64"),
+    ("task_index", "int64"),
+];
 /// LeRobot `DEFAULT_CHUNK_SIZE`: files per `chunk-NNN` folder.
 pub const DEFAULT_CHUNK_SIZE: u64 = 1000;
 /// LeRobot `DEFAULT_DATA_FILE_SIZE_IN_MB`.
@@ -235,7 +244,7 @@ impl InfoJson {
                 return Err(field(&f, "shape is empty".into()));
             }
         }
-        for (required, _, _) in crate::features::DEFAULT_FEATURES {
+        for (required, _) in DEFAULT_FEATURES {
             if self.features.get(required).is_none() {
                 return Err(field(
                     "features",

@@ -20,6 +20,7 @@
 pub mod annotations;
 pub mod arrays;
 mod columns;
+mod contents;
 pub mod durable;
 pub mod error;
 mod features;

@@ -16,13 +16,13 @@ use parquet::file::statistics::Statistics;
 use rayon::prelude::*;
 
 use crate::columns::{column, i64_values, ints_any, list_rows, numeric_f64, strings};
+use crate::contents::{StageAnnotation, ACTION_KEY, STATE_KEY};
 use crate::error::{arrow_err, io_err, pq_err, DatasetError, Result};
 use crate::features::{self, Cells, Column, Kind};
 use crate::info::{
     format_template, read_proportions_json, Feature, InfoJson, SARM_PROGRESS_FILE, STATS_PATH,
     TASKS_PATH, TEMPORAL_PROPORTIONS_SPARSE_PATH,
 };
-use crate::writer::{StageAnnotation, ACTION_KEY, STATE_KEY};
 
 /// Where one episode's frames of one video feature are (LeRobot v3 `videos/<key>/...` episode columns).
 #[derive(Debug, Clone, PartialEq)]

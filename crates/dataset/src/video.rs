@@ -26,15 +26,12 @@ use std::thread::JoinHandle;
 
 use image::RgbImage;
 
-use crate::error::{io_err, DatasetError, Result};
+use crate::error::{io_err, DatasetError, Result, FFMPEG_INSTALL_HINT};
 
 /// LeRobot's default `tolerance_s`: how far the nearest decoded frame may be from a row's timestamp.
 pub const VIDEO_TOLERANCE_S: f64 = 1e-4;
 /// Names the ffmpeg program to run (default: `ffmpeg` on `PATH`).
 pub const FFMPEG_ENV: &str = "STAGEWISE_FFMPEG";
-/// What to do when ffmpeg is missing.
-pub const INSTALL_HINT: &str = "scripts/setup.sh installs it from the distribution's packages (Debian/Ubuntu: \
-                                `apt-get install ffmpeg`); set STAGEWISE_FFMPEG to use another ffmpeg";
 
 /// The codec of written videos.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,7 +269,7 @@ pub fn choose_encoding(settings: VideoSettings, width: u32, height: u32) -> Resu
         _ => Err(DatasetError::VideoTool {
             program: ff.program.clone(),
             reason: format!(
-                "has no encoder for {} (looked for libsvtav1, libaom-av1, libx264); {INSTALL_HINT}",
+                "has no encoder for {} (looked for libsvtav1, libaom-av1, libx264); {FFMPEG_INSTALL_HINT}",
                 settings.codec
             ),
         }),

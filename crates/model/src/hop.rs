@@ -10,8 +10,8 @@
 use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind};
 use crate::preprocess::Normaliser;
-use crate::reward::check_state;
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::state::check_state;
 use crate::state::StateMap;
 use crate::ModelError;
 use ort::session::Session;

@@ -21,6 +21,7 @@ pub mod preprocess;
 pub mod reward;
 pub mod runtime;
 pub mod scoring;
+mod stage_progress;
 pub mod state;
 pub mod synthetic;
 pub mod two_part;

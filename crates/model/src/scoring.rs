@@ -311,7 +311,7 @@ impl EpisodeScorer {
                 ModelForm::SingleGraph,
             )?)
         };
-        let (image, _, _) = crate::reward::progress_spec(&manifest)?;
+        let (image, _, _) = crate::stage_progress::progress_spec(&manifest)?;
         Ok(Self {
             layout: WindowLayout::of(&manifest),
             manifest,

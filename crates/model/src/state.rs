@@ -170,6 +170,58 @@ impl StateMap {
     }
 }
 
+/// Checks one observation's state against the model (`map` None) or the bound source: its size, and that the
+/// values the model reads are finite.
+pub(crate) fn check_state(
+    map: &Option<StateMap>,
+    state_size: usize,
+    state: &[f32],
+) -> Result<(), String> {
+    let (want, of) = match map {
+        Some(m) => (m.source_len(), "the source's state has"),
+        None => (state_size, "the model takes"),
+    };
+    if state.len() != want {
+        return Err(format!("state has {} values, {of} {want}", state.len()));
+    }
+    let bad = match map {
+        Some(m) => m.first_non_finite(state),
+        None => state
+            .iter()
+            .position(|x| !x.is_finite())
+            .map(|i| (i, state[i])),
+    };
+    match bad {
+        Some((i, x)) => Err(format!("state[{i}] is {x}: state must be finite")),
+        None => Ok(()),
+    }
+}
+
+/// The model's fields of `n` rows of source state (`[n, map.source_len()]`) into `out` (`[n, map.model_len()]`).
+pub(crate) fn select_rows(
+    map: &StateMap,
+    source: &[f32],
+    n: usize,
+    out: &mut Vec<f32>,
+) -> Result<(), String> {
+    let (src, dst) = (map.source_len(), map.model_len());
+    if source.len() != n * src {
+        return Err(format!(
+            "has {} values, expected {} ({n} rows of the source's {src})",
+            source.len(),
+            n * src
+        ));
+    }
+    out.resize(n * dst, 0.0);
+    if dst == 0 || src == 0 {
+        return Ok(());
+    }
+    for (row, o) in source.chunks_exact(src).zip(out.chunks_exact_mut(dst)) {
+        map.select(row, o)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,9 @@ use crate::manifest::{
     STEP_EMBEDDING, STEP_FRAMES,
 };
 use crate::preprocess::Normaliser;
-use crate::reward::{progress_from_outputs, progress_spec, select_rows};
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::stage_progress::{progress_from_outputs, progress_spec};
+use crate::state::select_rows;
 use crate::state::StateMap;
 use crate::ModelError;
 use ort::memory::Allocator;
