@@ -8,6 +8,7 @@ pub mod label;
 pub mod models;
 pub mod ort_args;
 pub mod policy;
+pub mod python;
 pub mod record;
 pub mod replay;
 pub mod robot;
