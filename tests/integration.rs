@@ -7,6 +7,7 @@
 mod common;
 mod label_e2e;
 mod layout;
+mod learn;
 mod own_task;
 mod robot_e2e;
 mod runtime_e2e;

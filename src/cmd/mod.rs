@@ -5,6 +5,7 @@ pub mod annotate;
 pub mod bench;
 pub mod eval;
 pub mod label;
+pub mod learn;
 pub mod models;
 pub mod ort_args;
 pub mod policy;
