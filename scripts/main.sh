@@ -10,10 +10,6 @@ cd "$root"
 cargo build --release --bin stagewise
 target="${CARGO_TARGET_DIR:-$root/target}"
 case "$target" in /*) ;; *) target="$root/$target" ;; esac
-# A target dir outside the checkout: the binary cannot find the project's .venv from its own path (README, "The
-# ONNX Runtime library"), so name the library explicitly.
-if [ -z "${ORT_DYLIB_PATH:-}" ]; then
-  ORT_DYLIB_PATH="$(ls "$root"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)"
-  export ORT_DYLIB_PATH
-fi
+# The binary finds the project's .venv (ONNX Runtime) from the checkout it was built from, wherever the target
+# directory is (crates/model/README.md, "Finding ONNX Runtime and Python").
 exec "$target/release/stagewise" run --task pick-place --envs 4 --episodes 20 "$@"
