@@ -498,7 +498,7 @@ def export_parts(model: ProgressNet, full_path: str, example, stem_path: str):
         raise SystemExit(f"two-part export disagrees with the full graph: {err}")
     step = None
     if model.f >= 2:
-        import export_parts as xp  # it imports this module, so not at the top
+        from . import export_parts as xp  # it imports this module, so not at the top
 
         step_path = stem_path + ".step.onnx"
         step = xp.compose_step(enc_path, head_path, model.v, model.f, model.emb, step_path)
