@@ -314,7 +314,7 @@ pub fn find_library_in(
             tried.push(format!("{}: no such directory", venv.display()));
             continue;
         }
-        if let Some(lib) = library_in_venv(&venv) {
+        if let Some(lib) = library_in_venv(venv) {
             return Ok(lib);
         }
         tried.push(format!(
