@@ -267,7 +267,8 @@ pub fn check_python(python: &Path) -> anyhow::Result<()> {
     if !out.status.success() {
         bail!(
             "{} cannot import the training pipeline's packages (stagewise, numpy, torch, onnx, onnxruntime, \
-             pillow): {}\nrun scripts/setup.sh (it installs the package and scripts/requirements.txt into .venv)",
+             pillow; Python >= 3.11): {}\nrun scripts/setup.sh (it installs the package and \
+             scripts/requirements.txt into .venv)",
             python.display(),
             String::from_utf8_lossy(&out.stderr)
                 .lines()
