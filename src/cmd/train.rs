@@ -5,9 +5,9 @@
 //! This side reads the dataset (stagewise-dataset: PNG or MP4 cameras, LeRobot's timestamp rule), picks the
 //! views and the proprioception by name, computes the targets from the annotations (DESIGN.md:
 //! stage `k` of frame `t` and `tau = clip((t - s_k) / (e_k - s_k), 0, 1)`) and writes them as numpy arrays; the
-//! PyTorch pipeline, `python -m stagewise.training train-dataset` (python/stagewise/training: train.py's network,
-//! augmentation, loss and export) run by the project venv's Python, trains and exports the model. No simulator column is read. Datasets without any stage annotation are refused
-//! with an error that says what to add.
+//! PyTorch pipeline, `python -m stagewise.training train-dataset` (train.py's network, augmentation, loss and
+//! export) run by the project venv's Python, trains and exports the model. No simulator column is read. Datasets
+//! without any stage annotation are refused with an error that says what to add.
 //!
 //! Targets per episode: its `sparse_subtask_*` annotation (LeRobot's SARM columns); an episode without one, in a
 //! dataset with `meta/temporal_proportions_sparse.json`, gets stage boundaries at those proportions of its length
@@ -430,7 +430,7 @@ pub fn parse_selection(p: &Path) -> anyhow::Result<(PathBuf, Option<Vec<usize>>)
 }
 
 /// Reads the datasets, picks views and state by name, computes the targets and writes the arrays of
-/// `python -m stagewise.training train-dataset` to `spec.data_dir` (module doc).
+/// `models/training/train_dataset.py` to `spec.data_dir` (module doc).
 pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
     let t_start = spec.t_start;
     // Open every dataset; resolve views and state fields by name.
