@@ -36,19 +36,18 @@ if [ ! -x "$venv/bin/python" ]; then
   "$python" -m venv "$venv"
 fi
 stamp="$venv/.stagewise-requirements"
+# Every pinned Python package: the runtime's ONNX Runtime wheel, the test tools, the learner side and the
+# reward-model training (python/stagewise/training, run by `stagewise train` / `adapt`).
 req="$root/scripts/requirements.txt"
-# The training pipeline (models/training: `stagewise train` and the shipped models' scripts), pinned; its torch,
-# numpy, onnx and onnxruntime pins are the ones above, so it adds only pillow and onnxscript.
-req_training="$root/models/training/requirements.txt"
-if ! cat "$req" "$req_training" | cmp -s - "$stamp" 2>/dev/null; then
+if ! cmp -s "$req" "$stamp" 2>/dev/null; then
   # uv (from PyPI, pinned) downloads in parallel: the torch + CUDA wheel set (about 3 GB) took 37 s with uv
   # against 48 min with pip on the same machine.
   if [ ! -x "$venv/bin/uv" ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check uv==0.13.9
   fi
-  echo "setup: installing $req and $req_training into $venv"
-  "$venv/bin/uv" pip install --quiet --python "$venv/bin/python" -r "$req" -r "$req_training"
-  cat "$req" "$req_training" > "$stamp"
+  echo "setup: installing $req into $venv"
+  "$venv/bin/uv" pip install --quiet --python "$venv/bin/python" -r "$req"
+  cp "$req" "$stamp"
 fi
 # The learner-side package (python/), editable, without re-resolving its dependencies (pinned above).
 if ! "$venv/bin/python" -c "import stagewise, sys; sys.exit(0 if stagewise.__file__.startswith('$root/python/') else 1)" 2>/dev/null; then

@@ -13,7 +13,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 ./scripts/setup.sh
-export ORT_DYLIB_PATH="${ORT_DYLIB_PATH:-$(ls "$root"/.venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.* | head -n 1)}"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 clippy_driver="$(rustc --print sysroot)/bin/clippy-driver"

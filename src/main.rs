@@ -61,6 +61,11 @@ enum Command {
     Annotate(cmd::annotate::AnnotateArgs),
     /// Train a progress model from a LeRobot v3 dataset (image or video cameras, SARM stage annotations).
     Train(Box<cmd::train::TrainArgs>),
+    /// Train a policy on a served task with a reward model, the oracle or the sparse reward (`python -m stagewise.rl`).
+    ///
+    /// Runs the Python package's learner from the project's venv with every argument as given: `stagewise learn
+    /// --help` lists them.
+    Learn(cmd::learn::LearnArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -92,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         Command::Adapt(a) => cmd::adapt::run(*a),
         Command::Annotate(a) => cmd::annotate::run(a),
         Command::Train(a) => cmd::train::run(*a),
+        Command::Learn(a) => cmd::learn::run(a),
     }
 }
 

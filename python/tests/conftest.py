@@ -4,21 +4,10 @@ teardown. The binary: $STAGEWISE_BIN, else the repository's debug build (see sta
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 from stagewise import launch
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def pytest_configure(config):
-    # Reward models (`--reward model`) and ONNX policies load ONNX Runtime from the project's venv wheel.
-    if "ORT_DYLIB_PATH" not in os.environ:
-        libs = sorted(REPO.glob(".venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so.*"))
-        if libs:
-            os.environ["ORT_DYLIB_PATH"] = str(libs[0])
 
 
 @pytest.fixture(scope="session", autouse=True)

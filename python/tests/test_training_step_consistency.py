@@ -1,18 +1,15 @@
-"""models/training/train.py's `--step-consistency`: the loss on the model's change of phi over one step, the frame
+"""stagewise.training.train's `--step-consistency`: the loss on the model's change of phi over one step, the frame
 pairs it is taken on, and a short training run with it on a synthetic set (no simulator needed)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "models" / "training"))
-import train as tr  # noqa: E402
+from stagewise.training import train as tr  # noqa: E402
 
 
 def flat(lengths, seed=0, v=2, h=16, w=16):

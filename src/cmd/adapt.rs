@@ -1,7 +1,7 @@
 //! `stagewise adapt`: adapts a trained stage-progress model to a task variant from one (or a few) annotated
 //! demonstrations. The demonstrations are read and prepared as `stagewise train` does (any LeRobot v3 dataset,
 //! image or video cameras), at the model's own views, state fields, image size and stages; then
-//! `models/training/adapt.py` fine-tunes the model's encoder convolutions on them (train.py's loss and
+//! `python -m stagewise.training adapt` fine-tunes the model's encoder convolutions on them (train.py's loss and
 //! augmentation, an L2-SP pull towards the weights it started from, so the original task is kept; optionally
 //! `--replay` episodes of the original task in every batch), exports a moving average of the weights like
 //! `train` does (single graph, two-part form, manifest, training record) and warns about a demonstration whose
@@ -12,10 +12,8 @@ use stagewise_model::{Manifest, ModelKind};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use super::train::{
-    find_python, find_training_dir, parse_selection, prepare, report_model, run_python,
-    PipelineArgs, PrepareSpec,
-};
+use super::python::find_python;
+use super::train::{parse_selection, prepare, report_model, run_python, PipelineArgs, PrepareSpec};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct AdaptArgs {
@@ -39,7 +37,7 @@ pub struct AdaptArgs {
     /// File stem of the adapted model (default: `<out directory name>-progress`).
     #[arg(long)]
     pub name: Option<String>,
-    /// Fine-tuning steps (batches of 32 windows; adapt.py's `--batch`).
+    /// Fine-tuning steps (batches of 32 windows; the adapt job's `--batch`).
     #[arg(long, default_value_t = 1000)]
     pub steps: usize,
     #[arg(long, default_value_t = 2e-3)]
@@ -59,7 +57,7 @@ pub struct AdaptArgs {
     /// Keep the prepared arrays (`<out>/<name>.adapt-data/`).
     #[arg(long)]
     pub keep_data: bool,
-    /// More arguments for models/training/adapt.py, after `--` (e.g. `-- --colour 0`).
+    /// More arguments for `python -m stagewise.training adapt`, after `--` (e.g. `-- --colour 0`).
     #[arg(last = true)]
     pub extra: Vec<String>,
 }
@@ -125,7 +123,6 @@ pub fn run(args: AdaptArgs) -> anyhow::Result<()> {
         bail!("--out/--name would overwrite the model being adapted");
     }
     let python = find_python(args.pipeline.python.as_deref())?;
-    let training = find_training_dir(args.pipeline.training_dir.as_deref())?;
     super::train::check_python(&python)?;
 
     let selections = |list: &[PathBuf]| -> anyhow::Result<Vec<_>> {
@@ -156,7 +153,6 @@ pub fn run(args: AdaptArgs) -> anyhow::Result<()> {
             .context("preparing the --replay episodes of the original task")?;
     }
 
-    let script = training.join("adapt.py");
     let mut py_args: Vec<String> = vec![
         "--model".into(),
         args.model.display().to_string(),
@@ -186,7 +182,7 @@ pub fn run(args: AdaptArgs) -> anyhow::Result<()> {
         py_args.push(args.replay_frac.to_string());
     }
     py_args.extend(args.extra.iter().cloned());
-    run_python(&python, &script, &py_args, &data_dir)?;
+    run_python(&python, "adapt", &py_args, &data_dir)?;
     if !args.keep_data {
         for d in [&data_dir, &replay_dir] {
             if d.exists() {

@@ -5,10 +5,10 @@
 //! This side reads the dataset (stagewise-dataset: PNG or MP4 cameras, LeRobot's timestamp rule), picks the
 //! views and the proprioception by name, computes the targets from the annotations (stagewise-core's
 //! `targets`, DESIGN.md: stage `k` of frame `t` and `tau = clip((t - s_k) / (e_k - s_k), 0, 1)`) and writes them
-//! as numpy arrays (stagewise-dataset's `arrays`); the
-//! PyTorch pipeline in `models/training` (`train_dataset.py`, on train.py's network, augmentation, loss and export)
-//! trains and exports the model. No simulator column is read. Datasets without any stage annotation are refused
-//! with an error that says what to add.
+//! as numpy arrays (stagewise-dataset's `arrays`); the PyTorch pipeline, `python -m stagewise.training
+//! train-dataset` (train.py's network, augmentation, loss and export) run by the project venv's Python, trains and
+//! exports the model. No simulator column is read. Datasets without any stage annotation are refused with an error
+//! that says what to add.
 //!
 //! Targets per episode: its `sparse_subtask_*` annotation (LeRobot's SARM columns); an episode without one, in a
 //! dataset with `meta/temporal_proportions_sparse.json`, gets stage boundaries at those proportions of its length
@@ -26,7 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-/// How the PyTorch pipeline of models/training runs (shared by `train` and `adapt`).
+pub use super::python::find_python;
+
+/// How the PyTorch pipeline (`python -m stagewise.training`) runs (shared by `train` and `adapt`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct PipelineArgs {
     /// Torch threads (1 on shared cores: torch's thread pool spins badly under contention).
@@ -34,12 +36,10 @@ pub struct PipelineArgs {
     pub torch_threads: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Python with torch, onnx and onnxruntime (default: the project's `.venv`, set up by scripts/setup.sh).
+    /// Python with the stagewise package, torch, onnx and onnxruntime (default: the project's `.venv`, set up by
+    /// scripts/setup.sh, found from the executable's path: see `stagewise_model::runtime::venv_candidates`).
     #[arg(long, env = "STAGEWISE_PYTHON", value_name = "PATH")]
     pub python: Option<PathBuf>,
-    /// The training pipeline directory (default: `models/training` of the checkout the executable was built in).
-    #[arg(long, env = "STAGEWISE_TRAINING_DIR", value_name = "DIR")]
-    pub training_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -96,7 +96,7 @@ pub struct TrainArgs {
     /// Decoder threads for reading the datasets (0 = one per core).
     #[arg(long, default_value_t = 0)]
     pub read_threads: usize,
-    /// More arguments for models/training/train_dataset.py, after `--` (e.g. `-- --colour 0 --lr 1e-3`).
+    /// More arguments for `python -m stagewise.training train-dataset`, after `--` (e.g. `-- --colour 0 --lr 1e-3`).
     #[arg(last = true)]
     pub extra: Vec<String>,
 }
@@ -157,71 +157,22 @@ fn parse_size(s: &str) -> anyhow::Result<(u32, u32)> {
     Ok((w, h))
 }
 
-/// The project's Python: `--python`, else `<venv>/bin/python` of the executable's `.venv` candidates.
-pub fn find_python(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
-    if let Some(p) = explicit {
-        return Ok(p.to_owned());
-    }
-    let exe = std::env::current_exe().context("locating the stagewise executable")?;
-    let candidates = stagewise_model::runtime::venv_candidates(&exe);
-    for v in &candidates {
-        let py = v.join("bin/python");
-        if py.is_file() {
-            return Ok(py);
-        }
-    }
-    bail!(
-        "no Python for training: none of {} exists; run scripts/setup.sh (it makes .venv with torch) or pass \
-         --python / STAGEWISE_PYTHON",
-        candidates
-            .iter()
-            .map(|v| v.join("bin/python").display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-}
-
-/// `models/training` of the checkout the executable was built in (`<checkout>/target/<profile>/stagewise`).
-pub fn find_training_dir(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let script = |d: &Path| d.join("train_dataset.py");
-    if let Some(d) = explicit {
-        if !script(d).is_file() {
-            bail!("{} has no train_dataset.py", d.display());
-        }
-        return Ok(d.to_owned());
-    }
-    let exe = std::env::current_exe().context("locating the stagewise executable")?;
-    let mut tried = Vec::new();
-    for venv in stagewise_model::runtime::venv_candidates(&exe) {
-        if let Some(root) = venv.parent() {
-            let d = root.join("models/training");
-            if script(&d).is_file() {
-                return Ok(d);
-            }
-            tried.push(d.display().to_string());
-        }
-    }
-    bail!(
-        "cannot find the training pipeline (models/training/train_dataset.py; tried {}): pass --training-dir or \
-         STAGEWISE_TRAINING_DIR",
-        tried.join(", ")
-    )
-}
-
 pub fn check_python(python: &Path) -> anyhow::Result<()> {
     let out = Command::new(python)
         .args([
+            "-P",
             "-c",
-            "import importlib.util as u, sys; m = [n for n in ('numpy', 'torch', 'onnx', 'onnxruntime', 'PIL') \
-             if u.find_spec(n) is None]; sys.exit('missing: ' + ', '.join(m) if m else 0)",
+            "import importlib.util as u, sys; m = [n for n in ('stagewise', 'numpy', 'torch', 'onnx', \
+             'onnxruntime', 'PIL') if u.find_spec(n) is None]; sys.exit('missing: ' + ', '.join(m) if m else 0)",
         ])
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("running {}", python.display()))?;
     if !out.status.success() {
         bail!(
-            "{} cannot import the training pipeline's packages (numpy, torch, onnx, onnxruntime, pillow): {}\nrun \
-             scripts/setup.sh (it installs models/training/requirements.txt into .venv)",
+            "{} cannot import the training pipeline's packages (stagewise, numpy, torch, onnx, onnxruntime, \
+             pillow; Python >= 3.11): {}\nrun scripts/setup.sh (it installs the package and \
+             scripts/requirements.txt into .venv)",
             python.display(),
             String::from_utf8_lossy(&out.stderr)
                 .lines()
@@ -273,13 +224,12 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
             manifest.display()
         );
     }
-    let (python, training) = if args.prepare_only {
-        (PathBuf::new(), PathBuf::new())
+    let python = if args.prepare_only {
+        PathBuf::new()
     } else {
         let python = find_python(args.pipeline.python.as_deref())?;
-        let training = find_training_dir(args.pipeline.training_dir.as_deref())?;
         check_python(&python)?;
-        (python, training)
+        python
     };
     let mut datasets = Vec::new();
     for d in &args.datasets {
@@ -310,8 +260,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         return Ok(());
     }
 
-    // Train: models/training/train_dataset.py, its progress lines drawn as a bar.
-    let script = training.join("train_dataset.py");
+    // Train: `python -m stagewise.training train-dataset`, its progress lines drawn as a bar.
     let mut py_args: Vec<String> = vec![
         "--data".into(),
         data_dir.display().to_string(),
@@ -332,7 +281,7 @@ pub fn run(args: TrainArgs) -> anyhow::Result<()> {
         py_args.push(v);
     }
     py_args.extend(args.extra.iter().cloned());
-    run_python(&python, &script, &py_args, &data_dir)?;
+    run_python(&python, "train-dataset", &py_args, &data_dir)?;
     if !args.keep_data {
         std::fs::remove_dir_all(&data_dir)
             .with_context(|| format!("removing {}", data_dir.display()))?;
@@ -385,7 +334,7 @@ pub fn parse_selection(p: &Path) -> anyhow::Result<(PathBuf, Option<Vec<usize>>)
 }
 
 /// Reads the datasets, picks views and state by name, computes the targets and writes the arrays of
-/// `models/training/train_dataset.py` to `spec.data_dir` (module doc).
+/// `python -m stagewise.training train-dataset` to `spec.data_dir` (module doc).
 pub fn prepare(spec: &PrepareSpec) -> anyhow::Result<()> {
     let sources = open_sources(spec)?;
     let (width, height) = sources.size;
@@ -892,24 +841,23 @@ fn pick_episode(
     Ok((px, st))
 }
 
-/// Runs a models/training script, drawing its `@progress <step> <steps> <loss>` lines as a progress bar and
-/// printing the others.
+/// Runs a training job, `python -m stagewise.training <job>`, drawing its `@progress <step> <steps> <loss>` lines
+/// as a progress bar and printing the others. `-P`: the working directory is not on Python's path.
 pub fn run_python(
     python: &Path,
-    script: &Path,
+    job: &str,
     args: &[String],
     data_dir: &Path,
 ) -> anyhow::Result<()> {
     let mut cmd = Command::new(python);
-    cmd.arg("-u")
-        .arg(script)
+    cmd.args(["-P", "-u", "-m", "stagewise.training", job])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     tracing::info!(command = ?cmd, "training");
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("running {} {}", python.display(), script.display()))?;
+        .with_context(|| format!("running {} -m stagewise.training {job}", python.display()))?;
     let bar = crate::cli::progress_bar(Some(1), "training", "steps");
     if let Some(out) = child.stdout.take() {
         for line in BufReader::new(out).lines() {
@@ -937,9 +885,8 @@ pub fn run_python(
     bar.finish_and_clear();
     if !status.success() {
         bail!(
-            "{} {} failed ({status}); the prepared arrays are kept in {}",
+            "{} -m stagewise.training {job} failed ({status}); the prepared arrays are kept in {}",
             python.display(),
-            script.display(),
             data_dir.display()
         );
     }

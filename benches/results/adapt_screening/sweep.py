@@ -1,5 +1,5 @@
 """Screening harness of docs/own-task.md step 7: adapt.py's `finetune` in process on the same data as
-models/training/adapt_table.sh, every held-out episode scored (VOC per episode, MAE against the annotations),
+benches/adapt_table.sh, every held-out episode scored (VOC per episode, MAE against the annotations),
 no export. One JSON line per seed on stdout (results.jsonl here holds the runs the docs cite, by tag).
 
 Prepare the arrays once (the adapt CLI writes them with --keep-data; one step of training is thrown away):
@@ -20,8 +20,7 @@ shared machine (some overlapped with other short jobs of this study).
 """
 import argparse, copy, json, os, sys, time
 import numpy as np, torch
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../models/training"))
-import adapt, train_dataset as td
+from stagewise.training import adapt, train_dataset as td
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--n", type=int, default=1)

@@ -5,7 +5,7 @@
 //! An annotation comes as its stages' start and end frames (`s_k`, `e_k`, end exclusive), so core needs no
 //! dataset type (stagewise-dataset's `StageAnnotation` holds them). Frames between two stages keep the earlier
 //! stage at tau 1, frames before the first stage stage 0 at tau 0, and the last frame of an episode not marked
-//! unsuccessful, whose last stage ends with it, has tau 1 (as models/training/train.py does).
+//! unsuccessful, whose last stage ends with it, has tau 1 (as stagewise.training.train does).
 
 /// Why an annotation cannot give targets.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,4 +1,4 @@
-//! The training arrays of a stage-aware progress model, as `models/training/train_dataset.py` reads them
+//! The training arrays of a stage-aware progress model, as `python -m stagewise.training train-dataset` reads them
 //! (`stagewise train` / `adapt` write them; `--prepare-only` stops there): one directory of numpy `.npy` files
 //! (format 1.0, C order, little-endian) and a `meta.json`:
 //!

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 pub enum ModelError {
     #[error(
         "no ONNX Runtime library found: pass --ort-lib PATH, set ORT_DYLIB_PATH, or run scripts/setup.sh to \
-         install the onnxruntime wheel into the project's .venv (beside the executable or its checkout; the \
-         current directory is never searched). Tried: {searched}"
+         install the onnxruntime wheel into the project's .venv (beside the executable, the venv it is installed \
+         in, or the checkout it was built from; the current directory is never searched). Tried: {searched}"
     )]
     LibraryNotFound { searched: String },
     #[error("could not load the ONNX Runtime library {path}")]

@@ -160,7 +160,7 @@ pub struct Parts {
     pub head_sha256: String,
     /// Values per frame embedding (E).
     pub embedding: usize,
-    /// Optional (models/training/export_parts.py writes it for frames >= 2): the encoder and the head composed
+    /// Optional (`python -m stagewise.training export-parts` writes it for frames >= 2): the encoder and the head composed
     /// into one graph for the actor's step: inputs `frames` [N, views, 3, H, W] (the new frame of each view),
     /// `cached` [N, views, frames - 1, E] (the embeddings of the window's older frames, oldest first) and the
     /// manifest's state input; outputs the manifest's outputs and `embedding` [N * views, E] (the new frames'

@@ -279,23 +279,22 @@ fn library_version(path: &Path) -> String {
 ///
 /// 1. `explicit` (the `--ort-lib` flag);
 /// 2. the `ORT_DYLIB_PATH` environment variable;
-/// 3. the project's own `.venv` ([`venv_candidates`]): beside the executable, then the checkout the executable
-///    was built in (`<checkout>/target/{debug,release}[/deps]/<exe>` -> `<checkout>/.venv`, the checkout having
-///    a `Cargo.toml`).
+/// 3. the project's own `.venv`s, [`venv_candidates`] in order (the same list the CLI searches for its Python).
 ///
 /// Never the current directory or its parents: a `.venv` planted where a command happens to run does not get
 /// to load code into it. The error lists exactly what was tried.
 pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf, ModelError> {
     let env = std::env::var_os(ORT_DYLIB_ENV);
-    let exe = std::env::current_exe().ok();
-    find_library_in(explicit, env.as_deref(), exe.as_deref())
+    let venvs = std::env::current_exe().ok().map(|e| venv_candidates(&e));
+    find_library_in(explicit, env.as_deref(), venvs.as_deref())
 }
 
-/// [`find_library`] with its inputs given: the flag, the environment variable's value, the executable's path.
+/// [`find_library`] with its inputs given: the flag, the environment variable's value, the venvs to search
+/// (`None`: the executable's path is unknown).
 pub fn find_library_in(
     explicit: Option<&Path>,
     env: Option<&std::ffi::OsStr>,
-    exe: Option<&Path>,
+    venvs: Option<&[PathBuf]>,
 ) -> Result<PathBuf, ModelError> {
     if let Some(p) = explicit {
         return existing(p, "--ort-lib");
@@ -307,16 +306,15 @@ pub fn find_library_in(
         "--ort-lib: not given".to_string(),
         format!("{ORT_DYLIB_ENV}: not set"),
     ];
-    let candidates = exe.map(venv_candidates).unwrap_or_default();
-    if exe.is_none() {
+    if venvs.is_none() {
         tried.push("the executable's path: unknown".into());
     }
-    for venv in candidates {
+    for venv in venvs.unwrap_or_default() {
         if !venv.is_dir() {
             tried.push(format!("{}: no such directory", venv.display()));
             continue;
         }
-        if let Some(lib) = library_in_venv(&venv) {
+        if let Some(lib) = library_in_venv(venv) {
             return Ok(lib);
         }
         tried.push(format!(
@@ -329,15 +327,38 @@ pub fn find_library_in(
     })
 }
 
-/// The project `.venv`s that may hold the library for the executable at `exe`: `<exe dir>/.venv`, then, when
-/// the executable sits in a cargo target directory of a checkout (`<checkout>/target/<profile>/`,
-/// `.../<profile>/deps/` for test binaries, or `.../<triple>/<profile>/[deps/]`) and that checkout has a
-/// `Cargo.toml`, `<checkout>/.venv`.
+/// The project virtualenvs for the executable at `exe`, most specific first; the ONNX Runtime library
+/// ([`find_library`]) and the CLI's Python (`stagewise train`, `adapt`, `learn`) are both looked up in this list
+/// and nowhere else:
+///
+/// 1. `<exe dir>/.venv` (an unpacked release: the binary beside its venv);
+/// 2. the venv the executable is installed in: `<venv>/bin/<exe>` with `<venv>/pyvenv.cfg`;
+/// 3. the checkout whose cargo target directory holds the executable: `<checkout>/target/<profile>/`,
+///    `.../<profile>/deps/` (test binaries) or `.../<triple>/<profile>/[deps/]`, when `<checkout>/Cargo.toml`
+///    exists: `<checkout>/.venv`;
+/// 4. the checkout this crate was compiled from ([`build_checkout`]): `<checkout>/.venv`. This is what finds the
+///    project's venv when `CARGO_TARGET_DIR` is outside the checkout.
+///
+/// Every entry comes from the executable's own path or from the build; none from the current directory.
+/// Duplicates are dropped.
 pub fn venv_candidates(exe: &Path) -> Vec<PathBuf> {
+    venv_candidates_with(exe, build_checkout().as_deref())
+}
+
+/// [`venv_candidates`] with the build-time checkout given (`None`: no fourth entry).
+pub fn venv_candidates_with(exe: &Path, build_checkout: Option<&Path>) -> Vec<PathBuf> {
     let Some(dir) = exe.parent() else {
         return Vec::new();
     };
     let mut out = vec![dir.join(".venv")];
+    if let Some(venv) = dir
+        .parent()
+        .filter(|_| dir.file_name().is_some_and(|n| n == "bin"))
+    {
+        if venv.join("pyvenv.cfg").is_file() {
+            out.push(venv.to_path_buf());
+        }
+    }
     // At most four levels up: target/<profile>/deps and target/<triple>/<profile>/deps.
     if let Some(target) = dir
         .ancestors()
@@ -350,7 +371,22 @@ pub fn venv_candidates(exe: &Path) -> Vec<PathBuf> {
             }
         }
     }
+    if let Some(checkout) = build_checkout {
+        out.push(checkout.join(".venv"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|v| seen.insert(v.clone()));
     out
+}
+
+/// The workspace this crate was compiled in (`crates/model` -> the root, which holds the `stagewise` package and
+/// `scripts/setup.sh`'s `.venv`), when it still has its `Cargo.toml`. A fixed path taken at build time: it does
+/// not depend on where a command runs. `None` for a binary moved to a machine without that checkout.
+pub fn build_checkout() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2)?;
+    root.join("Cargo.toml")
+        .is_file()
+        .then(|| root.to_path_buf())
 }
 
 fn existing(p: &Path, source: &str) -> Result<PathBuf, ModelError> {
@@ -411,22 +447,31 @@ mod tests {
         lib
     }
 
+    /// The library found for `exe` with no build-time checkout (so a test sees only the tree it made).
+    fn find_for(exe: &Path) -> Result<PathBuf, ModelError> {
+        let venvs = venv_candidates_with(exe, None);
+        find_library_in(None, None, Some(&venvs))
+    }
+
+    fn canon(p: &Path) -> PathBuf {
+        std::fs::canonicalize(p).expect("canon")
+    }
+
     #[test]
     fn the_checkout_venv_is_found_from_the_executable_and_never_from_the_working_directory() {
         let tmp = tempfile::tempdir().expect("tmp");
         let ws = tmp.path().join("ws");
         std::fs::create_dir_all(ws.join("target/debug/deps")).expect("mkdir");
         std::fs::write(ws.join("Cargo.toml"), "[workspace]\n").expect("write");
-        let lib = fake_venv(&ws.join(".venv"));
-        let lib = std::fs::canonicalize(&lib).unwrap_or(lib);
+        let lib = canon(&fake_venv(&ws.join(".venv")));
         // target/debug/stagewise, a test binary in target/debug/deps, a cross build's target/<triple>/release.
         for exe in [
             "target/debug/stagewise",
             "target/debug/deps/stagewise_model-0123",
             "target/x86_64-unknown-linux-gnu/release/stagewise",
         ] {
-            let found = find_library_in(None, None, Some(&ws.join(exe))).expect(exe);
-            assert_eq!(std::fs::canonicalize(&found).unwrap_or(found), lib, "{exe}");
+            let found = find_for(&ws.join(exe)).expect(exe);
+            assert_eq!(canon(&found), lib, "{exe}");
         }
         // An executable somewhere else, with a .venv in a parent directory (where a working directory might
         // be): not searched. The error lists exactly what was tried.
@@ -434,8 +479,7 @@ mod tests {
         fake_venv(&elsewhere.join(".venv"));
         std::fs::create_dir_all(elsewhere.join("sub/bin")).expect("mkdir");
         let exe = elsewhere.join("sub/bin/stagewise");
-        let e = find_library_in(None, None, Some(&exe)).expect_err("not found");
-        let msg = e.to_string();
+        let msg = find_for(&exe).expect_err("not found").to_string();
         assert!(
             msg.contains(&format!(
                 "{}: no such directory",
@@ -451,19 +495,104 @@ mod tests {
             !msg.contains(&elsewhere.join(".venv").display().to_string()),
             "{msg}"
         );
-        assert_eq!(venv_candidates(&exe), vec![elsewhere.join("sub/bin/.venv")]);
+        // sub/bin is no venv (no pyvenv.cfg): only the .venv beside the executable.
+        assert_eq!(
+            venv_candidates_with(&exe, None),
+            vec![elsewhere.join("sub/bin/.venv")]
+        );
         // A directory named target without a Cargo.toml beside it is not a checkout.
         let loose = tmp.path().join("loose");
         fake_venv(&loose.join(".venv"));
         std::fs::create_dir_all(loose.join("target/debug")).expect("mkdir");
-        assert!(find_library_in(None, None, Some(&loose.join("target/debug/stagewise"))).is_err());
+        assert!(find_for(&loose.join("target/debug/stagewise")).is_err());
         // Beside the executable.
         let beside = tmp.path().join("opt/stagewise");
         let lib2 = fake_venv(&beside.join(".venv"));
-        let found = find_library_in(None, None, Some(&beside.join("stagewise"))).expect("beside");
+        let found = find_for(&beside.join("stagewise")).expect("beside");
+        assert_eq!(canon(&found), canon(&lib2));
+    }
+
+    /// `CARGO_TARGET_DIR` outside the checkout: the target directory says nothing about the checkout, the
+    /// build-time checkout does (issue 45, item 8).
+    #[test]
+    fn a_target_dir_outside_the_checkout_finds_the_checkout_it_was_built_from() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(&ws).expect("mkdir");
+        std::fs::write(ws.join("Cargo.toml"), "[workspace]\n").expect("write");
+        let lib = canon(&fake_venv(&ws.join(".venv")));
+        let target = tmp.path().join("sw-target");
+        for exe in [
+            "debug/stagewise",
+            "debug/deps/integration-0123",
+            "release/stagewise",
+        ] {
+            let exe = target.join(exe);
+            std::fs::create_dir_all(exe.parent().expect("parent")).expect("mkdir");
+            let venvs = venv_candidates_with(&exe, Some(&ws));
+            assert_eq!(
+                venvs,
+                vec![
+                    exe.parent().expect("parent").join(".venv"),
+                    ws.join(".venv")
+                ]
+            );
+            let found = find_library_in(None, None, Some(&venvs)).expect("found");
+            assert_eq!(canon(&found), lib);
+            // Without the build-time checkout nothing is found: the target directory alone does not lead there.
+            assert!(find_for(&exe).is_err());
+        }
+        // The same checkout reached both ways is listed once.
+        let inside = ws.join("target/debug/stagewise");
         assert_eq!(
-            std::fs::canonicalize(found).expect("canon"),
-            std::fs::canonicalize(lib2).expect("canon")
+            venv_candidates_with(&inside, Some(&ws)),
+            vec![ws.join("target/debug/.venv"), ws.join(".venv")]
+        );
+    }
+
+    /// A binary installed into a venv (`<venv>/bin/stagewise`, issue 49) finds that venv, and only when it is
+    /// one (`pyvenv.cfg`).
+    #[test]
+    fn a_binary_in_a_venv_bin_finds_that_venv() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let venv = tmp.path().join("env");
+        let lib = canon(&fake_venv(&venv));
+        std::fs::create_dir_all(venv.join("bin")).expect("mkdir");
+        let exe = venv.join("bin/stagewise");
+        // Not yet a venv: no pyvenv.cfg.
+        assert_eq!(
+            venv_candidates_with(&exe, None),
+            vec![venv.join("bin/.venv")]
+        );
+        assert!(find_for(&exe).is_err());
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /usr/bin\n").expect("write");
+        let ws = tmp.path().join("ws");
+        assert_eq!(
+            venv_candidates_with(&exe, Some(&ws)),
+            vec![venv.join("bin/.venv"), venv.clone(), ws.join(".venv")]
+        );
+        assert_eq!(canon(&find_for(&exe).expect("found")), lib);
+    }
+
+    /// The build-time checkout is this workspace's root, wherever the target directory is.
+    #[test]
+    fn the_build_checkout_is_the_workspace_root() {
+        let root = build_checkout().expect("this checkout has its Cargo.toml");
+        assert!(
+            root.join("crates/model/Cargo.toml").is_file(),
+            "{}",
+            root.display()
+        );
+        assert!(
+            root.join("scripts/setup.sh").is_file(),
+            "{}",
+            root.display()
+        );
+        let exe = Path::new("/nonexistent/bin/stagewise");
+        assert_eq!(
+            venv_candidates(exe).last(),
+            Some(&root.join(".venv")),
+            "the build checkout comes last"
         );
     }
 
@@ -474,28 +603,24 @@ mod tests {
         std::fs::create_dir_all(ws.join("target/debug")).expect("mkdir");
         std::fs::write(ws.join("Cargo.toml"), "").expect("write");
         fake_venv(&ws.join(".venv"));
-        let exe = ws.join("target/debug/stagewise");
+        let venvs = venv_candidates_with(&ws.join("target/debug/stagewise"), None);
+        let venvs = Some(venvs.as_slice());
         let a = tmp.path().join("a.so");
         let b = tmp.path().join("b.so");
         std::fs::write(&a, b"a").expect("write");
         std::fs::write(&b, b"b").expect("write");
-        let canon = |p: &Path| std::fs::canonicalize(p).expect("canon");
-        let got = find_library_in(Some(&a), Some(b.as_os_str()), Some(&exe)).expect("flag");
+        let got = find_library_in(Some(&a), Some(b.as_os_str()), venvs).expect("flag");
         assert_eq!(canon(&got), canon(&a));
-        let got = find_library_in(None, Some(b.as_os_str()), Some(&exe)).expect("env");
+        let got = find_library_in(None, Some(b.as_os_str()), venvs).expect("env");
         assert_eq!(canon(&got), canon(&b));
-        let e = find_library_in(
-            None,
-            Some(tmp.path().join("nope.so").as_os_str()),
-            Some(&exe),
-        )
-        .expect_err("missing");
+        let e = find_library_in(None, Some(tmp.path().join("nope.so").as_os_str()), venvs)
+            .expect_err("missing");
         assert!(
             e.to_string()
                 .contains("ORT_DYLIB_PATH names a file that does not exist"),
             "{e}"
         );
         // An empty variable counts as unset.
-        assert!(find_library_in(None, Some(std::ffi::OsStr::new("")), Some(&exe)).is_ok());
+        assert!(find_library_in(None, Some(std::ffi::OsStr::new("")), venvs).is_ok());
     }
 }

@@ -5,8 +5,9 @@
 //! then run the head on the windows), and so does [`crate::RewardModel`] step by step whenever the manifest has
 //! `[parts]` (each step encodes only the new frame of each view and keeps the embeddings in the per-env window
 //! ring). A manifest whose `[parts]` also names a `step` graph (the encoder and the head composed into one graph
-//! by models/training/export_parts.py) gives the actor one `Session::run` per step: [`TwoPartModel::run_step`]
-//! takes the new frames and the window's cached embeddings, returns the outputs and the new embeddings.
+//! by `python -m stagewise.training export-parts`) gives the actor one `Session::run` per step:
+//! [`TwoPartModel::run_step`] takes the new frames and the window's cached embeddings, returns the outputs and the
+//! new embeddings.
 
 use crate::graph::GraphCheck;
 use crate::manifest::{
@@ -98,7 +99,8 @@ impl TwoPartModel {
             .ok_or_else(|| ModelError::ManifestField {
                 path: manifest.path.clone(),
                 field: "parts".into(),
-                reason: "missing: this model has no two-part form (models/training/export_parts.py adds one)"
+                reason: "missing: this model has no two-part form (`python -m stagewise.training \
+                         export-parts` adds one)"
                     .into(),
             })?;
         let (image, k, proportions) = progress_spec(&manifest)?;
@@ -238,7 +240,7 @@ impl TwoPartModel {
                 reason: format!(
                     "disagrees with this model's encoder + head on a test input (embedding max |d| {emb_err:.2e}, \
                      phi {:.4} vs {:.4}): it was exported from other weights; re-export it with \
-                     models/training/export_parts.py --step-only",
+                     python -m stagewise.training export-parts --step-only",
                     got[0].phi, want[0].phi
                 ),
             });

@@ -4,7 +4,7 @@
 # demonstrations of the variant with three seeds each, evaluated with `stagewise eval` on HELDOUT fresh held-out
 # episodes of the variant and of the original task (never trained on).
 #
-#   models/training/adapt_table.sh     # env: STAGEWISE (CLI, default target/release/stagewise), DATA (default
+#   benches/adapt_table.sh             # env: STAGEWISE (CLI, default ${CARGO_TARGET_DIR:-target}/release/stagewise), DATA (default
 #                                      # data/adapt), SEEDS (default "0 1 2"), NS (demo counts, default "1 3 10"),
 #                                      # TABLE, HELDOUT (default 24), OUT (results stem, default
 #                                      # benches/results/adapt_table: .json + .md), REPLAY (original-task episodes
@@ -21,10 +21,10 @@
 # 4 of the 40: episodes 0, 2, 6 and the failed 35). The held-out sets are taken as recorded, retries included.
 # Replayed: REPLAY episodes of the original task (seeds 720000.., the user's own data of the task the model was
 # trained on; neither held-out set), annotated, mixed into every batch and repainted in the demonstrations' colours
-# by adapt.py (--replay-recolour, on by default).
+# by the adapt job (--replay-recolour, on by default).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-B=${STAGEWISE:-target/release/stagewise}
+cd "$(dirname "$0")/.."
+B=${STAGEWISE:-${CARGO_TARGET_DIR:-target}/release/stagewise}
 DATA=${DATA:-data/adapt}
 TABLE=${TABLE:-30,30,34}
 SEEDS=${SEEDS:-0 1 2}

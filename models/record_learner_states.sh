@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Reward-model training data on the states an RL learner visits: every policy manifest given is rolled out with
 # `stagewise record --policy` (EPISODES noisy episodes each, the learner's own exploration noise), labelled by the
-# oracle like any recording, one dataset per policy under OUT (train.py takes them all with --train).
+# oracle like any recording, one dataset per policy under OUT (`python -m stagewise.training train` takes them all with --train).
 #
-#   models/training/record_learner_states.sh TASK OUT EPISODES NOISE SEED0 POLICY.toml...
-#   models/training/record_learner_states.sh push-target data/pol 20 0.2 300000 \
+#   models/record_learner_states.sh TASK OUT EPISODES NOISE SEED0 POLICY.toml...
+#   models/record_learner_states.sh push-target data/pol 20 0.2 300000 \
 #       $(ls models/training/learner-checkpoints/push-target/*.toml | sort -V)     # the shipped model's data
 #
 # Policy i records seeds SEED0 + 1000 i ..; 32x32 frames, camera jitter 0.01 and random colours, as
-# train_all.sh records the expert data. STAGEWISE (default target/release/stagewise) is the CLI.
+# train_all.sh records the expert data. STAGEWISE (default ${CARGO_TARGET_DIR:-target}/release/stagewise) is the CLI.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/.."
 [ $# -ge 6 ] || { sed -n 2,11p "$0" >&2; exit 2; }
-B=${STAGEWISE:-target/release/stagewise}
+B=${STAGEWISE:-${CARGO_TARGET_DIR:-target}/release/stagewise}
 task=$1 out=$2 episodes=$3 noise=$4 seed0=$5
 shift 5
 [ -x "$B" ] || { echo "no stagewise CLI at $B: cargo build --release (or set STAGEWISE)" >&2; exit 1; }

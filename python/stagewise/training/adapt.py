@@ -2,7 +2,7 @@
 demonstrations: `stagewise adapt` prepares the demonstrations like `stagewise train` does (frames, state and
 annotation targets as numpy arrays, at the model's views, state fields, image size and stages) and runs this.
 
-    .venv/bin/python models/training/adapt.py --model M.toml --data DIR --out OUT --name NAME
+    .venv/bin/python -m stagewise.training adapt --model M.toml --data DIR --out OUT --name NAME
 
 The network is rebuilt from the ONNX file's weights, then fine-tuned on the demonstrations with train.py's loss
 and augmentation (shifts, view dropout, colour, brightness), a small learning rate and an L2-SP penalty
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import tomllib
 
@@ -31,9 +30,8 @@ import torch
 import torch.nn.functional as F
 from onnx import numpy_helper
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train as tr  # noqa: E402
-import train_dataset as td  # noqa: E402
+from . import train as tr
+from . import train_dataset as td
 
 
 def load_progress_net(manifest_path):
@@ -322,8 +320,8 @@ def finetune(model, demo, P, a, args, rng, stride, replay=None, progress=False):
     return secs
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None, prog=None):
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="the stage_progress manifest to adapt")
     ap.add_argument("--data", required=True, help="the demonstrations `stagewise adapt` prepared")
     ap.add_argument("--out", required=True)
@@ -360,7 +358,7 @@ def main():
                          "that the replay shows the variant's look in the original task's many layouts, labelled")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
@@ -415,7 +413,7 @@ def main():
     batch = (tr.to_tensor(demo.window(g, Fr, stride)), torch.from_numpy(demo.state[g]))
     parts = tr.export_parts(model, onnx_path, batch, os.path.join(args.out, stem))
     desc = (
-        f"{os.path.basename(args.model)} adapted by `stagewise adapt` (models/training/adapt.py) on {len(eps)} "
+        f"{os.path.basename(args.model)} adapted by `stagewise adapt` (stagewise.training.adapt) on {len(eps)} "
         f"annotated demonstration(s) of {', '.join(sorted(set(e['dataset'] for e in eps)))}: {args.steps} steps, "
         f"lr {args.lr}, L2-SP {args.l2sp} ({secs:.0f} s on {args.threads} CPU threads). Original: "
         + man.get("description", "")

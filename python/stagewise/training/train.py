@@ -1,7 +1,7 @@
 """Trains a stage-aware multi-view progress model (or a pairwise hop model) on a dataset written by
 `stagewise record`, exports it to ONNX (opset 17, dynamic batch axis) and writes its manifest.
 
-    .venv/bin/python models/training/train.py --task pick-place --train data/pick-place-train \
+    .venv/bin/python -m stagewise.training train --task pick-place --train data/pick-place-train \
         --val data/pick-place-val --out models/pick-place
 
 Progress model (kind = "stage_progress"): images f32 [N, V, F, 3, H, W] (normalised with the manifest's mean/std),
@@ -37,7 +37,6 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -45,8 +44,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import data as dsmod  # noqa: E402
+from . import data as dsmod
 
 # The simulator's stage proportions (sim/src/config.rs `Task::stage_proportions`): the oracle's phi uses them,
 # so the model's hard progress is on the same scale as the ground truth.
@@ -500,7 +498,7 @@ def export_parts(model: ProgressNet, full_path: str, example, stem_path: str):
         raise SystemExit(f"two-part export disagrees with the full graph: {err}")
     step = None
     if model.f >= 2:
-        import export_parts as xp  # it imports this module, so not at the top
+        from . import export_parts as xp  # it imports this module, so not at the top
 
         step_path = stem_path + ".step.onnx"
         step = xp.compose_step(enc_path, head_path, model.v, model.f, model.emb, step_path)
@@ -738,8 +736,8 @@ def train_hop(args, train, val):
     return model, time.time() - t0
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None, prog=None):
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", required=True, choices=sorted(PROPORTIONS))
     ap.add_argument("--train", required=True, nargs="+", help="dataset dir(s) from `stagewise record`")
     ap.add_argument("--val", help="held-out dataset dir (reporting only)")
@@ -806,7 +804,7 @@ def main():
     ap.add_argument("--enc-channels", type=lambda t: tuple(int(c) for c in t.split(",")), default=ENC_CHANNELS,
                     help="output channels of the encoder's stride-2 convs, e.g. 4,16,16 (progress models; "
                          "default 16,32,32)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     proportions = PROPORTIONS[args.task]
@@ -857,7 +855,7 @@ def main():
         parts = export_parts(model, onnx_path, batch, os.path.join(args.out, stem))
         desc = (
             f"Stage-aware multi-view progress model for the sim task {args.task}, trained by "
-            f"models/training/train.py on {seeds} for {args.epochs} epochs x {args.samples_per_epoch} samples "
+            f"`python -m stagewise.training train` on {seeds} for {args.epochs} epochs x {args.samples_per_epoch} samples "
             f"({secs:.0f} s on {args.threads} CPU threads). Targets: {args.targets}. View dropout "
             f"{args.view_dropout}, shift {args.shift}px, colour augmentation {args.colour}."
             + (f" Frames sampled so that {args.balance_progress} progress bins are equally likely."
@@ -886,7 +884,7 @@ def main():
         desc = (
             f"Pairwise hop model H(s_p, s_q) in [-1, 1] (Robo-Dopamine-style) for the sim task {args.task}: "
             f"images [N, views, 2, 3, H, W] (frame 0 = s_p, frame 1 = s_q), state [N, 2, state_size], "
-            f"output hop [N, 1]. Trained by models/training/train.py --kind hop on {seeds}, {args.epochs} epochs "
+            f"output hop [N, 1]. Trained by `python -m stagewise.training train --kind hop` on {seeds}, {args.epochs} epochs "
             f"x {args.samples_per_epoch} pairs ({secs:.0f} s on {args.threads} CPU threads). State: "
             f"{', '.join(args.state_names)} (no object or target poses)."
         )

@@ -3,7 +3,7 @@ dataset (image or video cameras, any views and state fields, SARM stage annotati
 train.py does: single graph, two-part form (encoder + head, checked against the single graph), manifest and
 training record. Run it through `stagewise train`; it is not meant to be called by hand.
 
-    .venv/bin/python models/training/train_dataset.py --data DIR --out models/my-task --name my-task-progress
+    .venv/bin/python -m stagewise.training train-dataset --data DIR --out models/my-task --name my-task-progress
 
 DIR (written by `stagewise train`): frames.npy uint8 [G, V, H, W, 3] (every used frame of every used episode, in
 episode order, resized to the model's size), state.npy f32 [G, S] (the chosen proprioception, in `state_names`
@@ -21,14 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train as tr  # noqa: E402
+from . import train as tr
 
 
 class AnnotatedFlat(tr.Flat):
@@ -120,8 +118,8 @@ def metrics(model, flat, args, P, a):
     }
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None, prog=None):
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, help="the directory `stagewise train` prepared")
     ap.add_argument("--out", required=True)
     ap.add_argument("--name", required=True, help="file stem of the model")
@@ -147,7 +145,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--enc-channels", type=lambda t: tuple(int(c) for c in t.split(",")), default=tr.ENC_CHANNELS)
     ap.add_argument("--description", default="", help="added to the manifest's description")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     t0 = time.time()
@@ -198,7 +196,7 @@ def main():
     parts = tr.export_parts(model, onnx_path, batch, os.path.join(args.out, stem))
     datasets = ", ".join(meta["datasets"])
     desc = (
-        f"Stage-aware multi-view progress model trained by `stagewise train` (models/training/train_dataset.py) on "
+        f"Stage-aware multi-view progress model trained by `stagewise train` (stagewise.training.train_dataset) on "
         f"{len(train_eps)} episodes of {datasets} for {args.epochs} epochs x {args.samples_per_epoch} samples "
         f"({secs:.0f} s on {args.threads} CPU threads). Targets from the SARM stage annotations (DESIGN.md: "
         f"tau = clip((t - s_k) / (e_k - s_k), 0, 1)). Views {', '.join(meta['views'])} (dataset keys "

@@ -1,7 +1,7 @@
 """Adds the two-part export (per-frame encoder + head, DESIGN.md "Two-part models are the fast path") to a progress
 model that train.py exported as one graph, without retraining: the weights are read back from the ONNX file.
 
-    .venv/bin/python models/training/export_parts.py models/pick-place/pick-place-progress.toml [--step-only]
+    .venv/bin/python -m stagewise.training export-parts models/pick-place/pick-place-progress.toml [--step-only]
 
 Writes <stem>.encoder.onnx and <stem>.head.onnx next to the model, checks that encoder + head reproduce the full
 graph, and adds (or replaces) the manifest's [parts] section. train.py does the same for every model it trains.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tomllib
 
 import numpy as np
@@ -23,8 +22,7 @@ import onnx
 import torch
 from onnx import numpy_helper
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import train  # noqa: E402
+from . import train
 
 
 # The fused step graph (manifest `[parts] step`): one graph per control step. Inputs: `frames` [N, V, 3, H, W]
@@ -300,14 +298,14 @@ def parts_section(d, enc, head, emb, step):
     return text
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None, prog=None):
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("manifest", help="a stage_progress manifest written by train.py")
     ap.add_argument("--step-only", action="store_true",
                     help="keep the manifest's encoder and head as they are; compose only the step graph from them")
     ap.add_argument("--no-simplify", action="store_true",
                     help="compose the step graph from the encoder's and head's nodes as they are (no rewrites)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with open(args.manifest, "rb") as f:
         man = tomllib.load(f)
     if man.get("kind") != "stage_progress":

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Records the training and validation sets and trains every shipped model (models/README.md, "Retrain").
 #
-#   models/training/train_all.sh [TASK...]      # default: pick-place push-target stack, then the pick-place hop model
+#   models/train_all.sh [TASK...]               # default: pick-place push-target stack, then the pick-place hop model
 #
 # Env (each overrides the task's default, which is what the shipped model used; see its .train.json): STAGEWISE
-# (the CLI; default target/release/stagewise), DATA (dataset dir; default data/), PY (default .venv/bin/python),
+# (the CLI; default ${CARGO_TARGET_DIR:-target}/release/stagewise), DATA (dataset dir; default data/), PY (default .venv/bin/python),
 # EPISODES (training episodes; 300, push-target 2000), EPOCHS (40, push-target 50, hop 12), DEGRADED (share of
 # degraded training episodes; 0.4, push-target 0.6), TARGETS (hybrid | oracle; hybrid, push-target oracle), THREADS
 # (torch threads; default 1: torch's thread pool spins badly when the cores are shared; 2 on idle cores),
 # ENC_CHANNELS (the encoder's conv widths; 16,32,32), STATE_NAMES (the proprioception the model reads;
 # ee_x,ee_y,ee_z,gripper_width, stack and push-target gripper_width: models/README.md says why), BALANCE (progress
-# bins sampled equally, train.py --balance-progress; 0 = uniform over frames, push-target 20).
+# bins sampled equally, `python -m stagewise.training train --balance-progress`; 0 = uniform over frames, push-target 20).
 # push-target's shipped model is the one this trains, then fine-tuned on random play and RL learner states (20
 # more epochs; models/README.md, "Learner states", has the commands).
 # Models read the camera views and proprioception only, never block or target poses.
@@ -19,8 +19,8 @@
 # Seeds: training 0.., validation 500000.., held-out colours 510000..; the CI test's held-out set starts at 1000000
 # (tests/shipped_models.rs).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-B=${STAGEWISE:-target/release/stagewise}
+cd "$(dirname "$0")/.."
+B=${STAGEWISE:-${CARGO_TARGET_DIR:-target}/release/stagewise}
 DATA=${DATA:-data}
 PY=${PY:-.venv/bin/python}
 THREADS=${THREADS:-1}
@@ -54,7 +54,7 @@ for t in "${TASKS[@]}"; do
   mkdir -p "models/$task"
   chans=${ENC_CHANNELS:-16,32,32}
   start=$(date +%s)
-  "$PY" models/training/train.py --task "$task" --kind "$kind" --train "$DATA/$task-train-n$EPISODES-d$DEGRADED" \
+  "$PY" -m stagewise.training train --task "$task" --kind "$kind" --train "$DATA/$task-train-n$EPISODES-d$DEGRADED" \
     --val "$DATA/$task-val" --val-extra "$DATA/$task-val-colours" --out "models/$task" \
     --samples-per-epoch 16384 --eval-every 10 --targets "${user_targets:-$targets}" --threads "$THREADS" \
     --enc-channels "$chans" --epochs "${user_epochs:-$epochs}" --state-names "${user_state:-$state}" \
