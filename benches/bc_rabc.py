@@ -31,7 +31,7 @@ Its switches reproduce the tries in docs/lab/bc_rabc.md (`--features raw`, `--gr
 
 `--task push-target` (or `stack`) runs either mode on another sim task: its demonstrations and presets
 (`stagewise record --task`), its shipped progress model for the labels (models/<task>/<task>-progress.toml), its
-evaluation (`stagewise eval --task`). push-target's `rel` features (the push geometry) do not export through
+evaluation (`stagewise eval policy --task`). push-target's `rel` features (the push geometry) do not export through
 stagewise.export's layers: use `--features raw` there (the notebook's push-target rows used them).
 
 python/tests/test_bc_rabc_smoke.py runs the same path (record, label, the three arms through stagewise.bc, eval) on a

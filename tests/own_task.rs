@@ -269,9 +269,10 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         s(&png),
     ]));
     assert!(out.contains("VOC") && out.contains("progress MAE"), "{out}");
-    // (The old spelling without the `model` subcommand still works.)
+    // The ablations (every view blanked, one view missing): what the model reads.
     let out = ok(&stagewise(&[
         "eval",
+        "model",
         "--model",
         s(&manifest),
         "--dataset",
