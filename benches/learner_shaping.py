@@ -9,7 +9,7 @@ of them; `--merge` puts runs made apart (other processes, machines, set-ups) int
 
 Every other flag goes to `stagewise.rl` as it is (`python -m stagewise.rl --help`); each reward's run lands in
 <out>/<reward>/ (its curves.json, figure, policies, checkpoints; `--resume` continues them), and <out>/curves.json +
-curves.png merge them. What set-up measured what: benches/learner_shaping.md (the lab notebook); the shipped results'
+curves.png merge them. What set-up measured what: docs/lab/learner_shaping.md (the lab notebook); the shipped results'
 exact command lines are in their curves.json."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Probe: how does a served reward model read the states an RL explorer visits? (benches/learner_shaping.md)
+"""Probe: how does a served reward model read the states an RL explorer visits? (docs/lab/learner_shaping.md)
 
     STAGEWISE_BIN=target/release/stagewise .venv/bin/python benches/probe_phi_explore.py \
         [--model models/push-target/push-target-progress.toml] [--task push-target] [--episodes 10] \

@@ -1,5 +1,5 @@
 """Probe: what does a pick-place reward read when a learner's policy lets go of the block over the target?
-(benches/learner_shaping.md, "Pick-place: what a learner's release reads as, and gripper flips")
+(docs/lab/learner_shaping.md, "Pick-place: what a learner's release reads as, and gripper flips")
 
     STAGEWISE_BIN=target/release/stagewise .venv/bin/python benches/probe_release.py POLICY.toml \
         [--model models/pick-place/pick-place-progress.toml] [--episodes 20] [--after 2]

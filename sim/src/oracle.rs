@@ -126,7 +126,7 @@ fn pick_place(world: &World, failure: bool) -> OracleReading {
         // Let go over the place point and not settled yet (falling, leaning on an open finger, or rising back out
         // of the table that the kinematic gripper pressed it into): being placed, read as when carried (clamped),
         // not fetched again. (Read as grasp or reach, the release that finishes the task cost a
-        // learner ~0.6 of progress until the block settled: benches/learner_shaping.md, "the oracle's release
+        // learner ~0.6 of progress until the block settled: docs/lab/learner_shaping.md, "the oracle's release
         // label fixed".)
         return placing();
     }

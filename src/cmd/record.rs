@@ -12,7 +12,7 @@
 //!
 //! `--policy MANIFEST [--policy-noise STD]` drives the episodes with an ONNX policy instead of the expert (each
 //! action held for the policy's own action repeat, Gaussian noise drawn per decision): the states an RL learner's
-//! checkpoints visit, labelled by the oracle, as reward-model training data (benches/learner_shaping.md).
+//! checkpoints visit, labelled by the oracle, as reward-model training data (docs/lab/learner_shaping.md).
 //!
 //! Rollouts run in parallel (rayon, one episode per task); episodes are written in order, so the same seeds give
 //! the same dataset for any thread count.

@@ -1,6 +1,6 @@
 """The learner: a small SAC / TD3 in plain torch (SB3's per-update overhead made it 3-5x slower here), its replay,
 n-step returns, symmetry augmentation, gripper-flip exploration and the export of its deterministic actor as an ONNX
-policy. `stagewise.rl.train` runs it against `stagewise serve`; docs/lab (benches/learner_shaping.md) says which
+policy. `stagewise.rl.train` runs it against `stagewise serve`; docs/lab (docs/lab/learner_shaping.md) says which
 set-up measured what. Every piece has `state_dict` / `load_state_dict` for the crash-safe checkpoint."""
 
 from __future__ import annotations
