@@ -2,7 +2,7 @@
 serve` (training: the shipped push-target reward model; evaluation: a second, sparse server), trains its TD3 for
 3000 env steps, evaluates on held-out seeds, and writes its curve files and ONNX policies; plus the learner's parts
 (n-step returns, export, symmetry maps, gripper options). The learning targets themselves are benchmark figures
-(docs/lab, docs/lab/learner_shaping.md), not tests. Crash-safety and bad inputs: test_learner_resume.py."""
+(docs/lab/learner_shaping.md), not tests. Crash-safety and bad inputs: test_learner_resume.py."""
 
 from __future__ import annotations
 
