@@ -150,7 +150,7 @@ def _model_copy(tmp_path, edit) -> Path:
 
 
 @pytest.mark.parametrize("edit, words", [
-    (lambda t: 'task = "stack"\n' + t, "a model for task 'stack' (manifest field task), not 'push-target'"),
+    (lambda t: t.replace('task = "push-target"', 'task = "stack"'), "a model for task 'stack' (manifest field task), not 'push-target'"),
     (lambda t: t.replace('state_names = ["gripper_width"]\nstate_size = 1',
                          'state_names = ["gripper_width", "wrist_torque"]'), "state_names ['wrist_torque']"),
 ])
