@@ -4,10 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// `stagewise learn ARGS` from a scratch directory, with `STAGEWISE_PYTHON` and `ORT_DYLIB_PATH` as given (unset
 /// when `None`).
 fn learn(cwd: &Path, args: &[&str], python: Option<&Path>, ort: Option<&str>) -> Output {
@@ -118,14 +114,12 @@ fn help_reaches_the_python_module() {
     let tmp = tempfile::tempdir().unwrap();
     let out = learn(tmp.path(), &["--help"], None, None);
     let (stdout, stderr) = text(&out);
-    if root().join("python/stagewise/rl").is_dir() {
-        assert!(out.status.success(), "{stdout}\n{stderr}");
-        assert!(stdout.contains("usage"), "{stdout}");
-    } else {
-        assert!(!out.status.success(), "{stdout}");
-        assert!(
-            stderr.contains("No module named stagewise.rl") && stderr.contains(".venv/bin/python"),
-            "{stderr}"
-        );
-    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // stagewise.rl's own help (argparse), not clap's: its program name and flags that only the learner has.
+    assert!(
+        stdout.contains("python -m stagewise.rl")
+            && stdout.contains("--resume")
+            && stdout.contains("--potential-scale"),
+        "{stdout}"
+    );
 }
