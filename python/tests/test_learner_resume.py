@@ -96,6 +96,53 @@ def test_a_run_killed_after_a_checkpoint_resumes_without_losing_or_repeating_a_t
     assert {k for k in _snapshot(out)} == set(snap)
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")
+def test_a_learner_killed_while_its_server_runs_on_reconnects_to_it(tmp_path, binary):
+    """--serve-endpoint: the training server is not the learner's child. The learner is killed with SIGKILL after
+    its first checkpoint; the server keeps running, and `--resume` (nothing else given) reconnects to it."""
+    from stagewise import launch
+    from stagewise.rl import build
+    from stagewise.rl.cli import SMOKE as SMOKE_SETUP
+    from stagewise.rl.envs import serve_args
+
+    cfg = build("push-target", {**SMOKE_SETUP, "reward": "oracle"})
+    out = tmp_path / "run"
+    ck = out / "seed-0" / "checkpoint.pt"
+    with launch.serve(*serve_args(cfg, "oracle", "ext", cfg.envs, cfg.max_steps),
+                      log=str(tmp_path / "serve.log")) as srv:
+        log = open(tmp_path / "first.log", "w")
+        proc = subprocess.Popen([sys.executable, "-m", "stagewise.rl", *SMOKE, "--checkpoint-every", "800",
+                                 "--serve-endpoint", srv.endpoint, "--serve-robot", "ext", "--out", str(out)],
+                                stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 600
+        while not ck.exists():
+            assert proc.poll() is None, (tmp_path / "first.log").read_text()
+            assert time.monotonic() < deadline, "no checkpoint within 10 minutes"
+            time.sleep(0.2)
+        own = _children(proc.pid)
+        proc.kill()
+        proc.wait()
+        assert len(own) == 1  # only the evaluation server is the learner's own
+        before = torch.load(ck, weights_only=False)["record"]
+        time.sleep(1.0)
+        assert srv.alive(), "the running server died with the learner"
+
+        done = _learn("--resume", str(out), timeout=900)
+        assert done.returncode == 0, done.stderr
+        assert srv.alive()
+    run = json.loads((out / "curves.json").read_text())["runs"][0]
+    assert run["done"] and run["resumed_from"] == [before["env_steps"]]
+    assert 3000 <= run["env_steps"] < 3016
+    assert run["replay_added"] + run["nstep_pending"] == run["decisions"] and run["decisions"] > before["decisions"]
+    assert json.loads((out / "run.json").read_text())["config"]["serve_endpoint"] == srv.endpoint
+
+
+def test_a_running_server_trains_one_seed(tmp_path):
+    r = _learn(*SMOKE[:-1], "0,1", "--serve-endpoint", "tcp/127.0.0.1:9", "--out", str(tmp_path / "o"), timeout=60)
+    assert r.returncode == 2 and "one running server trains one seed" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def _run_dir(tmp_path) -> Path:
     """A run directory as a run leaves it (run.json written by the learner's own code), without training."""
     from stagewise.rl import build, checkpoint

@@ -83,6 +83,10 @@ OPTIONS = {
         ("--export-checkpoints", "export_checkpoints", bool, "also export the policy at every evaluation"),
         ("--width", "width", int, "camera width of a --reward model server (default 32)"),
         ("--height", "height", int, "camera height (default 32)"),
+        ("--serve-endpoint", "serve_endpoint", str, "train on a `stagewise serve` already running there (e.g. "
+         "tcp/127.0.0.1:7447) instead of starting one: it outlives the learner, a --resume reconnects to it; one "
+         "seed; it must serve --envs, --max-steps and the reward form asked for (the reward form is checked)"),
+        ("--serve-robot", "serve_robot", str, "that server's --robot-name (default sim0)"),
     ],
 }
 

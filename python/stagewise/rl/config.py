@@ -78,6 +78,10 @@ class LearnConfig:
     export_checkpoints: bool = False  # also export the policy at every evaluation
     width: int = 32  # camera frames of a `--reward model` server
     height: int = 32
+    # A `stagewise serve` already running for the training envs ("" : the learner starts its own): its endpoint and
+    # its `--robot-name`. It outlives the learner, so a restarted (`--resume`) learner reconnects to it.
+    serve_endpoint: str = ""
+    serve_robot: str = "sim0"
     agent: AgentConfig = field(default_factory=AgentConfig)
     reward_form: RewardConfig = field(default_factory=RewardConfig)
 
@@ -106,6 +110,7 @@ class LearnConfig:
             (0.0 <= self.demo_ratio <= 1.0 and 0.0 <= self.augment_symmetry <= 1.0, "demo_ratio/augment_symmetry",
              "must lie in [0, 1]"),
             (len(a.net) > 0 and all(n > 0 for n in a.net), "net", f"{a.net} is not a list of positive widths"),
+            (bool(self.serve_robot), "serve_robot", "must name the running server's --robot-name"),
         ]
         for ok, name, why in checks:
             if not ok:

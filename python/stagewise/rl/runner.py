@@ -132,6 +132,8 @@ def env_state_names(task: str, out: Path) -> List[str]:
 
 def preflight(cfg: LearnConfig, seeds: List[int], out: Path) -> None:
     launch.find_binary()  # a clear error when there is none
+    if cfg.serve_endpoint and len(seeds) != 1:
+        raise LearnError(f"--serve-endpoint {cfg.serve_endpoint}: one running server trains one seed, not {seeds}")
     clashes = [c for c in (eval_seed_clash(s, cfg) for s in seeds) if c]
     if clashes:
         raise LearnError("; ".join(clashes))

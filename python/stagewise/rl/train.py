@@ -9,6 +9,7 @@ crash cut short end there as truncated (their transitions kept, each once) and t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -47,7 +48,9 @@ class SeedRun:
         self.cfg, self.seed, self.dir, self.demos = cfg, seed, out / f"seed-{seed}", demos
         self.report = report or (lambda step, success: None)
         self.policy_dir = self.dir / "policy"
-        self.robot = f"rl-{cfg.reward}-{seed}-{os.getpid()}"
+        # the name a running server was given; else one of this process's own (unique on the machine)
+        self.robot = cfg.serve_robot if cfg.serve_endpoint else f"rl-{cfg.reward}-{seed}-{os.getpid()}"
+        self.eval_robot = f"rl-{cfg.reward}-{seed}-{os.getpid()}-eval"
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.step = self.decisions = self.resets = 0
@@ -117,17 +120,22 @@ class SeedRun:
         logs.mkdir(parents=True, exist_ok=True)
         tag = f"{len(list(logs.glob('serve-train*.log')))}"  # a resumed run's servers log beside the first ones
         eval_max = cfg.eval_max_steps if cfg.eval_max_steps >= 0 else cfg.max_steps
-        with launch.serve(*serve_args(cfg, cfg.reward, self.robot, cfg.envs, cfg.max_steps),
-                          "--seed", str(train_seed_base(self.seed)), log=str(logs / f"serve-train{tag}.log"),
-                          die_with_parent=True) as srv, \
-                launch.serve(*serve_args(cfg, "sparse", self.robot + "-eval", cfg.eval_envs, eval_max),
+        # The training server: a running one (--serve-endpoint: it outlives this process) or one of our own,
+        # which dies with us (a resumed run starts a fresh one).
+        own = contextlib.nullcontext(None) if cfg.serve_endpoint else launch.serve(
+            *serve_args(cfg, cfg.reward, self.robot, cfg.envs, cfg.max_steps), "--seed",
+            str(train_seed_base(self.seed)), log=str(logs / f"serve-train{tag}.log"), die_with_parent=True)
+        with own as srv, \
+                launch.serve(*serve_args(cfg, "sparse", self.eval_robot, cfg.eval_envs, eval_max),
                              log=str(logs / f"serve-eval{tag}.log"), die_with_parent=True) as esrv:
-            self.train = Envs(srv.endpoint, self.robot, cfg.envs, cfg.reward_form.gamma, srv)
-            self.evals = Envs(esrv.endpoint, self.robot + "-eval", cfg.eval_envs, None, esrv)
+            where = cfg.serve_endpoint or srv.endpoint
+            self.train = Envs(where, self.robot, cfg.envs, cfg.reward_form.gamma, srv)
+            self.evals = Envs(esrv.endpoint, self.eval_robot, cfg.eval_envs, None, esrv)
             try:
                 wrong = reward_mismatch(cfg, self.train.envs[0].reward_spec)
                 if wrong:
-                    raise ServeError(f"the training server ({srv.log}) serves another reward: " + "; ".join(wrong))
+                    what = srv.log if srv is not None else f"{self.robot} at {where}"
+                    raise ServeError(f"the training server ({what}) serves another reward: " + "; ".join(wrong))
                 self._build(self.train.envs[0].spec_msg)
                 if resume and (self.dir / "checkpoint.pt").exists():
                     self.load_state_dict(ckpt.load(self.dir / "checkpoint.pt"))
