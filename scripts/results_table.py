@@ -51,8 +51,8 @@ EXPERIMENTS = [
     Experiment(
         task="push-target",
         merged="benches/results/learner_shaping_push_sg/merged/curves.json",
-        note="TD3, no demonstrations, progress form c = 10, symmetry augmentation, 150k env steps (sparse: two seeds "
-        "to 300k). Learned = the shipped push-target model (round 6), pixels + gripper width.",
+        note="TD3, no demonstrations, progress form c = 10, symmetry augmentation, 150k env steps (sparse: seeds 2 and "
+        "3 to 300k, their final policies too). Learned = the shipped push-target model (round 6), pixels + gripper width.",
         rows=[
             Row("sparse (floor)", "sparse, 0 demos", learn="--task push-target --reward sparse"),
             Row("oracle progress (ceiling)", "oracle, c=10, 0 demos", learn="--task push-target --reward oracle"),
