@@ -426,9 +426,9 @@ def soft_progress_phi(logits, tau, P, a):
     return (logits.softmax(1) * (P[None] + a[None] * tau)).sum(1)
 
 
-def evaluate_progress(model, flat, frames, stride, P, a, batch=512, blank=False):
-    """(progress MAE, stage accuracy) on `flat`; `blank`: every frame replaced by its own mean colour (the pixel
-    dependence ablation of tests/shipped_models.rs: a model that reads its cameras must get much worse)."""
+def predict(model, flat, frames, stride, P, a, batch=512, blank=False):
+    """Hard progress phi and stage of every frame of `flat`; `blank`: every frame replaced by its own mean colour
+    (the pixel dependence ablation of tests/shipped_models.rs: a model that reads its cameras must get much worse)."""
     model.eval()
     phis, ks = [], []
     with torch.no_grad():
@@ -437,13 +437,15 @@ def evaluate_progress(model, flat, frames, stride, P, a, batch=512, blank=False)
             imgs = flat.window(g, frames, stride)
             if blank:
                 imgs = np.broadcast_to(imgs.mean(axis=(3, 4), keepdims=True).round(), imgs.shape).astype(np.uint8)
-            x = to_tensor(imgs)
-            st = torch.from_numpy(flat.state[g])
-            logits, tau = model(x, st)
+            logits, tau = model(to_tensor(imgs), torch.from_numpy(flat.state[g]))
             phis.append(progress_phi(logits, tau, P, a).numpy())
             ks.append(logits.argmax(1).numpy())
-    phi = np.concatenate(phis)
-    k = np.concatenate(ks)
+    return np.concatenate(phis), np.concatenate(ks)
+
+
+def evaluate_progress(model, flat, frames, stride, P, a, batch=512, blank=False):
+    """(progress MAE, stage accuracy) on `flat` ([`predict`]'s phi and stage against the truth)."""
+    phi, k = predict(model, flat, frames, stride, P, a, batch, blank)
     mae = float(np.abs(phi - flat.phi_gt).mean())
     acc = float((k == flat.stage).mean())
     return mae, acc

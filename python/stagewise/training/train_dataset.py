@@ -60,22 +60,6 @@ class AnnotatedFlat(tr.Flat):
         self.episodes = episodes
 
 
-def predict(model, flat, frames, stride, P, a, batch=512, blank=False):
-    """Hard progress phi and stage of every frame of `flat` (train.evaluate_progress, per frame)."""
-    model.eval()
-    phis, ks = [], []
-    with torch.no_grad():
-        for s in range(0, flat.n, batch):
-            g = np.arange(s, min(s + batch, flat.n))
-            imgs = flat.window(g, frames, stride)
-            if blank:
-                imgs = np.broadcast_to(imgs.mean(axis=(3, 4), keepdims=True).round(), imgs.shape).astype(np.uint8)
-            logits, tau = model(tr.to_tensor(imgs), torch.from_numpy(flat.state[g]))
-            phis.append(tr.progress_phi(logits, tau, P, a).numpy())
-            ks.append(logits.argmax(1).numpy())
-    return np.concatenate(phis), np.concatenate(ks)
-
-
 def ranks(x):
     """Average ranks (ties share their mean rank), as Spearman's correlation uses them."""
     order = np.argsort(x, kind="mergesort")
@@ -102,8 +86,8 @@ def spearman(x):
 
 
 def metrics(model, flat, args, P, a):
-    phi, k = predict(model, flat, args.frames, args.stride, P, a)
-    phi_b, _ = predict(model, flat, args.frames, args.stride, P, a, blank=True)
+    phi, k = tr.predict(model, flat, args.frames, args.stride, P, a)
+    phi_b, _ = tr.predict(model, flat, args.frames, args.stride, P, a, blank=True)
     vocs = [spearman(phi[flat.ep == i]) for i, e in enumerate(flat.episodes) if e.get("success") is not False]
     mae = float(np.abs(phi - flat.phi_gt).mean())
     mae_b = float(np.abs(phi_b - flat.phi_gt).mean())
