@@ -9,8 +9,8 @@ import time
 from typing import Optional, Sequence, Union
 
 import zenoh
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from . import _ed25519
 from .errors import NoRuntimeError
 from .session import DEFAULT_ROBOT, keys, open_session
 from .wire import SCHEMA, encode
@@ -43,7 +43,9 @@ def policy_message(
     signature = None
     if key is not None:
         secret = bytes.fromhex(key.strip()) if isinstance(key, str) else bytes(key)
-        signature = _ed25519.sign(secret, signing_message(robot, version, digest.digest()))
+        if len(secret) != 32:
+            raise ValueError(f"an Ed25519 secret key is 32 bytes (64 hex digits), got {len(secret)} bytes")
+        signature = Ed25519PrivateKey.from_private_bytes(secret).sign(signing_message(robot, version, digest.digest()))
     return encode(
         {
             "schema": SCHEMA,
@@ -54,6 +56,16 @@ def policy_message(
             "signature": signature,
         }
     )
+
+
+def public_key(secret: Union[str, bytes]) -> bytes:
+    """The Ed25519 public key (32 bytes) of a secret key (32 bytes, or 64 hex digits): what `stagewise run
+    --policy-key HEX` takes."""
+    raw = bytes.fromhex(secret.strip()) if isinstance(secret, str) else bytes(secret)
+    from cryptography.hazmat.primitives import serialization
+
+    return Ed25519PrivateKey.from_private_bytes(raw).public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def publish_policy(

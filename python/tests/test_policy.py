@@ -9,17 +9,19 @@ import numpy as np
 import pytest
 
 from stagewise import NoRuntimeError, StagewiseEnv, policy_message, publish_policy
-from stagewise import _ed25519
+from stagewise.policy import public_key
 from stagewise.launch import free_port, wait_for_output
 
 
-def test_ed25519_matches_rfc8032_test_vector_1():
+def test_ed25519_keys_match_rfc8032_test_vector_1():
     secret = bytes.fromhex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60")
-    assert _ed25519.public_key(secret).hex() == "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
-    assert _ed25519.sign(secret, b"").hex() == (
-        "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46b"
-        "d25bf5f0595bbe24655141438e7a100b"
-    )
+    assert public_key(secret).hex() == "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"
+    assert public_key(secret.hex()) == public_key(secret)
+
+
+def test_a_secret_key_of_another_length_is_refused():
+    with pytest.raises(ValueError, match="32 bytes"):
+        policy_message(b"onnx", 1, "11" * 31)
 
 
 def test_policy_message_layout():
@@ -85,7 +87,7 @@ def test_trained_policy_exports_and_runs_in_stagewise_run(serve, run_actor, tmp_
     from stagewise import TransitionStream
 
     secret = bytes(range(32))
-    public = _ed25519.public_key(secret).hex()
+    public = public_key(secret).hex()
     actor = run_actor(
         "--task", "pick-place", "--robot-name", "learner-test", "--policy", "random", "--reward", "oracle",
         "--envs", "1", "--episodes", "0", "--max-steps", "10", "--policy-key", public,
