@@ -229,7 +229,7 @@ README_BEGIN = "<!-- results: written by scripts/results_table.py from docs/resu
 README_END = "<!-- /results -->"
 
 
-def row_figures(exp: Experiment, row: Row, by_label: Dict[str, List[dict]]):
+def row_figures(row: Row, by_label: Dict[str, List[dict]]):
     """(runs sorted by seed, steps-to-80% text, final-success text) of one row."""
     runs = sorted(by_label[row.label], key=lambda r: r["seed"])
     curve = mean_curve(runs)
@@ -247,7 +247,7 @@ def readme_block() -> str:
     for exp in EXPERIMENTS:
         by_label = load_runs(exp)
         for row in exp.rows:
-            runs, reach, final = row_figures(exp, row, by_label)
+            runs, reach, final = row_figures(row, by_label)
             policy = f"`{row.policy}`" if row.policy else ""
             lines.append(f"| {exp.task} | {row.reward} | {len(runs)} | {reach} | {final} | {policy} |")
     lines.append(README_END)
@@ -283,7 +283,7 @@ def table() -> str:
                   "| reward | seeds | steps to 80% (mean curve) | final success, 200 fresh seeds | command | commit | policy |",
                   "|---|---|---|---|---|---|---|"]
         for row in exp.rows:
-            runs, reach, final = row_figures(exp, row, by_label)
+            runs, reach, final = row_figures(row, by_label)
             learn = f" Today: `stagewise learn {row.learn} --seeds {','.join(str(r['seed']) for r in runs)} --out DIR`." \
                 if row.learn else ""
             commands.append(f"`{' '.join(runs[0]['argv'])}`{learn}")
