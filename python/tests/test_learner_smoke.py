@@ -417,3 +417,27 @@ def test_the_served_reward_is_the_formula_the_shipped_results_learned_from(serve
         phi = phi2
     assert moved > 10  # the random arm moved the oracle's progress: the potential terms were checked, not only 0
     env.close()
+
+
+def test_the_value_potential_and_the_oracle_trap_reach_the_server_and_are_checked():
+    """`--shaping value --value-horizon K` becomes serve's `--shaping value:K` and is checked against the served
+    `value:K`; the oracle trap (the semantic-trap experiment) goes to the training server only, with the oracle."""
+    from stagewise.rl.envs import reward_mismatch
+
+    val = rl.build("push-target", {"reward": "model", "reward_form.shaping": "value",
+                                   "reward_form.value_horizon": 100.0, "reward_form.shaping_scale": 1.0})
+    assert rl.shaping_args(val) == ["--shaping", "value:100.0"]
+    served = {"source": "model", "gamma": 0.99, "shaping_scale": 1.0, "shaping": "value:100"}
+    assert reward_mismatch(val, served) == []
+    assert reward_mismatch(val, {**served, "shaping": "value:50"}) == ["value_horizon: serves 50.0, asked 100.0"]
+    assert reward_mismatch(val, {**served, "shaping": "value:x"}) != []
+    for bad in ({"reward_form.shaping": "value"}, {"reward_form.value_horizon": 50.0}):
+        with pytest.raises(ValueError, match="value_horizon"):
+            rl.build("push-target", bad)
+    trap = rl.build("push-target", {"reward": "oracle", "oracle_trap": "0.25:0.9"})
+    assert rl.serve_args(trap, "oracle", "r", 4, 200)[-2:] == ["--oracle-trap", "0.25:0.9"]
+    assert "--oracle-trap" not in rl.serve_args(trap, "sparse", "r-eval", 10, 0)
+    with pytest.raises(ValueError, match="oracle_trap"):
+        rl.build("push-target", {"reward": "model", "oracle_trap": "0.25:0.9"})
+    with pytest.raises(ValueError, match="oracle_trap"):
+        rl.build("push-target", {"reward": "oracle", "oracle_trap": "0.25:1.5"})

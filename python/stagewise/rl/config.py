@@ -7,12 +7,13 @@ success read as progress 1)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 TASKS = ("pick-place", "push-target", "stack")
 REWARDS = ("model", "oracle", "sparse")
-SHAPINGS = ("potential", "progress")
+SHAPINGS = ("potential", "value", "progress")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class RewardConfig:
     potential_scale: float = 1.0  # S (progress only)
     success_progress_one: bool = False  # progress only
     phi_offset: float = 0.0  # X (potential only)
+    value_horizon: float = 0.0  # K (value only): env steps a whole task takes
     gamma: float = 0.99  # the learner's discount, and the server's (they must agree)
 
 
@@ -82,6 +84,9 @@ class LearnConfig:
     # its `--robot-name`. It outlives the learner, so a restarted (`--resume`) learner reconnects to it.
     serve_endpoint: str = ""
     serve_robot: str = "sim0"
+    # The semantic-trap experiment (docs/shaping.md): "Z:PHI", the training server's oracle over-reads progress as
+    # at least PHI while the hand is at or above Z metres ("" : no trap). Only with --reward oracle.
+    oracle_trap: str = ""
     agent: AgentConfig = field(default_factory=AgentConfig)
     reward_form: RewardConfig = field(default_factory=RewardConfig)
 
@@ -100,6 +105,8 @@ class LearnConfig:
             (r.potential_scale == 1.0 or r.shaping == "progress", "potential_scale",
              "is a progress-shaping option (the potential form is all potential part)"),
             (r.phi_offset == 0.0 or r.shaping == "potential", "phi_offset", "is a potential-shaping option"),
+            ((r.value_horizon > 0.0) == (r.shaping == "value"), "value_horizon",
+             "K > 0 (steps per whole task) is what --shaping value needs, and only it"),
             (0.0 < r.gamma <= 1.0, "gamma", f"{r.gamma} is not in (0, 1]"),
             (self.steps > 0 and self.envs > 0 and self.action_repeat > 0, "steps/envs/action_repeat",
              "must be positive"),
@@ -111,6 +118,10 @@ class LearnConfig:
              "must lie in [0, 1]"),
             (len(a.net) > 0 and all(n > 0 for n in a.net), "net", f"{a.net} is not a list of positive widths"),
             (bool(self.serve_robot), "serve_robot", "must name the running server's --robot-name"),
+            (not self.oracle_trap or self.reward == "oracle", "oracle_trap", "is a trap in the oracle: it needs "
+             "--reward oracle"),
+            (not self.oracle_trap or _is_trap(self.oracle_trap), "oracle_trap",
+             f"{self.oracle_trap!r} is not Z:PHI with PHI in [0, 1] (e.g. 0.25:0.9)"),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -128,6 +139,14 @@ class LearnConfig:
         if "net" in agent:
             agent["net"] = tuple(agent["net"])
         return cls(agent=AgentConfig(**agent), reward_form=RewardConfig(**d.pop("reward_form", {})), **d)
+
+
+def _is_trap(text: str) -> bool:
+    z, sep, phi = text.partition(":")
+    try:
+        return bool(sep) and math.isfinite(float(z)) and 0.0 <= float(phi) <= 1.0
+    except ValueError:
+        return False
 
 
 # What a task's shipped result set differently from the defaults (its curves.json's argv): applied under the

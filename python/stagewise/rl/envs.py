@@ -134,6 +134,8 @@ def shaping_args(cfg: LearnConfig) -> List[str]:
         return []
     if r.shaping == "potential":
         return [] if r.phi_offset == 0.0 else ["--shaping", "potential", "--phi-offset", repr(r.phi_offset)]
+    if r.shaping == "value":
+        return ["--shaping", f"value:{r.value_horizon!r}"]
     out = ["--shaping", "progress", "--potential-scale", repr(r.potential_scale)]
     return out + (["--success-progress-one"] if r.success_progress_one else [])
 
@@ -147,10 +149,18 @@ def reward_mismatch(cfg: LearnConfig, spec: Optional[dict]) -> List[str]:
         want.update(shaping_scale=r.shaping_scale, shaping=r.shaping)
         if r.shaping == "progress":
             want.update(potential_scale=r.potential_scale, success_progress_one=r.success_progress_one)
+        elif r.shaping == "value":
+            want.update(value_horizon=r.value_horizon)
         else:
             want.update(phi_offset=r.phi_offset)
     # a server older than the reward forms sends no `shaping`: it shaped with the potential, offset 0
     got = {"shaping": "potential", "phi_offset": 0.0, **spec}
+    name, _, k = str(got["shaping"]).partition(":")
+    if name == "value":  # "value:K" carries its K
+        try:
+            got.update(shaping="value", value_horizon=float(k))
+        except ValueError:
+            pass  # reported as a mismatch of `shaping`
     out = []
     for k, v in want.items():
         g = got.get(k)
@@ -171,6 +181,8 @@ def serve_args(cfg: LearnConfig, reward: str, robot: str, envs: int, max_steps: 
             args += ["--model", cfg.model]
     if reward == cfg.reward:
         args += shaping_args(cfg)
+        if cfg.oracle_trap:
+            args += ["--oracle-trap", cfg.oracle_trap]
     return args
 
 
