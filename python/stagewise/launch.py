@@ -10,6 +10,13 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .errors import ServeError
+
+
+def repo_root() -> Path:
+    """The checkout this package sits in (python/stagewise/..): where `serve` finds `models/`."""
+    return Path(__file__).resolve().parents[2]
+
 
 def find_binary() -> str:
     """The `stagewise` binary: $STAGEWISE_BIN, else `stagewise` on PATH, else the repository's debug build."""
@@ -112,6 +119,19 @@ def serve(*args: str, log: Optional[str] = None, die_with_parent: bool = False) 
 def run(*args: str, log: Optional[str] = None) -> Process:
     """`stagewise run ARGS --listen tcp/127.0.0.1:PORT`."""
     return Process("run", args, log=log)
+
+
+def log_tail(p: Process, lines: int = 15) -> str:
+    """The last lines of a process's log, without a backtrace (the error, not where it came from)."""
+    text = p.output().split("Stack backtrace:")[0].strip().splitlines()
+    return "\n    ".join(text[-lines:]) if text else "(no output)"
+
+
+def serve_died(p: Process, what: str) -> ServeError:
+    """The error for a server that exited (its exit code) or does not answer, with the end of its log."""
+    code = p.proc.poll()
+    state = f"exited with code {code}" if code is not None else "is running but does not answer"
+    return ServeError(f"{what}: `{' '.join(p.argv[1:])}` {state} (log {p.log}):\n    {log_tail(p)}")
 
 
 def wait_for_output(p: Process, text: str, timeout: float) -> bool:
