@@ -28,7 +28,7 @@ def find_binary() -> str:
     on_path = shutil.which("stagewise")
     if on_path:
         return on_path
-    repo = Path(__file__).resolve().parents[2]
+    repo = repo_root()
     target = os.environ.get("CARGO_TARGET_DIR") or str(repo / "target")
     for profile in ("debug", "release"):
         p = Path(target) / profile / "stagewise"
@@ -76,9 +76,12 @@ class Process:
         ]
         self.log = log
         self._out = open(log, "wb") if log else subprocess.DEVNULL
-        repo = Path(__file__).resolve().parents[2]
+        repo = repo_root()
+        # A log file gets no terminal colours (tracing honours NO_COLOR).
+        env = {**os.environ, "NO_COLOR": "1"} if log else None
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._out, stderr=subprocess.STDOUT, cwd=cwd or (repo if (repo / "models").is_dir() else None),
+            self.argv, stdout=self._out, stderr=subprocess.STDOUT, env=env,
+            cwd=cwd or (repo if (repo / "models").is_dir() else None),
             preexec_fn=_die_with_parent if die_with_parent else None,
         )
 
@@ -122,8 +125,11 @@ def run(*args: str, log: Optional[str] = None) -> Process:
 
 
 def log_tail(p: Process, lines: int = 15) -> str:
-    """The last lines of a process's log, without a backtrace (the error, not where it came from)."""
+    """The end of a process's log: from its error (`Error:`, or clap's `error:`) when it wrote one, without the
+    backtrace; else its last lines."""
     text = p.output().split("Stack backtrace:")[0].strip().splitlines()
+    starts = [i for i, line in enumerate(text) if line.startswith(("Error:", "error:"))]
+    text = text[starts[-1]:] if starts else text
     return "\n    ".join(text[-lines:]) if text else "(no output)"
 
 

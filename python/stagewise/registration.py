@@ -109,7 +109,10 @@ class ServeOptions:
             raise ValueError(f"serve_args={self.serve_args!r}: a list of `stagewise serve` flags as strings")
 
     def argv(self, task: str, envs: int, robot: str, max_steps: int, images: bool) -> List[str]:
-        """The `stagewise serve` flags (its own --listen comes from launch)."""
+        """The `stagewise serve` flags (its own --listen comes from launch). The server runs in the checkout (for
+        `models/`), so a relative `model` path is made absolute here."""
+        if self.model is not None:
+            self.model = os.path.abspath(self.model)
         args = ["--task", task, "--envs", str(envs), "--robot-name", robot, "--max-steps", str(max_steps)]
         if self.reward is not None:
             args += ["--reward", self.reward]
@@ -168,7 +171,8 @@ def model_image_size(task: str, model: Optional[str]):
 
 class OwnedServe:
     """A `stagewise serve` started for an env: a child that dies with this process (Linux: the parent-death
-    signal), logging to a temporary file, stopped by :meth:`stop` (also when the env is garbage-collected)."""
+    signal), logging to a temporary file, stopped by :meth:`stop` (also when the env is garbage-collected). The
+    log is removed with it, unless `keep_log` (an error message names it)."""
 
     def __init__(self, args: Sequence[str]):
         fd, self.log = tempfile.mkstemp(prefix="stagewise-serve-", suffix=".log")
@@ -178,7 +182,8 @@ class OwnedServe:
         except BaseException:
             os.unlink(self.log)
             raise
-        self._finalizer = weakref.finalize(self, _stop, self.process, self.log)
+        self._keep = [False]
+        self._finalizer = weakref.finalize(self, _stop, self.process, self.log, self._keep)
 
     @property
     def endpoint(self) -> str:
@@ -188,13 +193,16 @@ class OwnedServe:
     def pid(self) -> int:
         return self.process.proc.pid
 
-    def stop(self) -> None:
-        """Ends the server (SIGTERM, then SIGKILL after 10 s) and removes its log."""
+    def stop(self, keep_log: bool = False) -> None:
+        """Ends the server (SIGTERM, then SIGKILL after 10 s) and removes its log (unless `keep_log`)."""
+        self._keep[0] = self._keep[0] or keep_log
         self._finalizer()
 
 
-def _stop(process: launch.Process, log: str) -> None:
+def _stop(process: launch.Process, log: str, keep: list) -> None:
     process.stop()
+    if keep[0]:
+        return
     try:
         os.unlink(log)
     except OSError:
@@ -286,9 +294,9 @@ class TaskEnv(StagewiseEnv):
             where = endpoint or self.server.endpoint
             self._session = open_session(where)
             connect(robot, lambda wait: StagewiseEnv.__init__(
-                self, robot, session=self._session, timeout=timeout, connect_timeout=wait, gamma=gamma,
-                render_mode=render_mode, observe_images=images), server=self.server, endpoint=where,
-                patience=connect_timeout)
+                self, robot, connect=where, session=self._session, timeout=timeout, connect_timeout=wait,
+                gamma=gamma, render_mode=render_mode, observe_images=images),
+                server=self.server, endpoint=where, patience=connect_timeout)
             if endpoint is not None:
                 check_joined(self, opts)
             if images and isinstance(self.observation_space, gym.spaces.Box):
@@ -298,13 +306,14 @@ class TaskEnv(StagewiseEnv):
             if task_served != task:
                 raise ValueError(f"`{self.client.keys['env_reset']}` serves task {task_served!r}, not {task!r}")
         except BaseException:
-            self.close()
+            self.close(keep_log=True)
             raise
 
-    def close(self):
+    def close(self, keep_log: bool = False):
+        """Closes the connection and ends the server this env started (`keep_log`: keep its log file)."""
         super().close()
         if self._session is not None:
             self._session.close()
             self._session = None
         if self.server is not None:
-            self.server.stop()
+            self.server.stop(keep_log)

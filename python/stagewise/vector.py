@@ -87,12 +87,13 @@ class StagewiseVectorEnv(VectorEnv):
             self.session = open_session(where)
             for name in robot_names(robot, num_envs):
                 self.envs.append(connect(name, lambda wait, name=name: StagewiseEnv(
-                    name, session=self.session, timeout=timeout, connect_timeout=wait, gamma=gamma,
+                    name, connect=where, session=self.session, timeout=timeout, connect_timeout=wait, gamma=gamma,
                     render_mode=render_mode, observe_images=images), server=self.server, endpoint=where,
                     patience=connect_timeout))
                 if endpoint is not None:
                     check_joined(self.envs[-1], opts)
         except BaseException:
+            self._keep_log = True
             self.close()
             raise
         first = self.envs[0]
@@ -171,4 +172,4 @@ class StagewiseVectorEnv(VectorEnv):
             self.session.close()
             self.session = None
         if self.server is not None:
-            self.server.stop()
+            self.server.stop(getattr(self, "_keep_log", False))
