@@ -155,6 +155,21 @@ def test_make_vec_is_one_server_with_n_envs_stepped_together():
     assert ended(envs.server)
 
 
+def test_make_vec_same_step_autoreset_gives_the_final_observation():
+    envs = gym.make_vec("stagewise/PushTarget-v0", num_envs=2, max_episode_steps=2, autoreset_mode="SameStep")
+    try:
+        envs.reset(seed=0)
+        act = np.zeros(envs.action_space.shape, np.float32)
+        envs.step(act)
+        obs, rew, term, trunc, info = envs.step(act)
+        assert trunc.all() and info["_final_obs"].all()
+        assert not np.array_equal(obs[0], info["final_obs"][0]), "the observation is the next episode's first"
+        obs, rew, term, trunc, info = envs.step(act)
+        assert not trunc.any() and "final_obs" not in info
+    finally:
+        envs.close()
+
+
 def test_joining_a_running_serve_leaves_it_running(serve):
     p = serve("--task", "push-target", "--reward", "oracle", "--robot-name", "arm")
     env = gym.make("stagewise/PushTarget-v0", endpoint=p.endpoint, robot_name="arm", reward="oracle")
