@@ -4,6 +4,7 @@ make_vec, gymnasium's and SB3's env checkers, render, joining a running server, 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -213,11 +214,15 @@ def test_bad_input_is_a_clear_error_and_leaves_no_server(tmp_path):
     assert children() == before, "nothing was started"
     # A server that cannot start: its exit and its error, at once (not a timeout).
     t0 = time.monotonic()
-    with pytest.raises(ServeError, match=r"exited with code 1.*\n.*Error: loading reward model.*missing\.toml"):
+    with pytest.raises(ServeError, match=r"exited with code 1.*\n.*Error: loading reward model.*missing\.toml") as e1:
         gym.make("stagewise/PushTarget-v0", reward="model", model=str(tmp_path / "missing.toml"))
     assert time.monotonic() - t0 < 30
-    with pytest.raises(ServeError, match=r"(?s)exited with code 2.*unexpected argument '--bogus'"):
+    with pytest.raises(ServeError, match=r"(?s)exited with code 2.*unexpected argument '--bogus'") as e2:
         gym.make("stagewise/PushTarget-v0", serve_args=["--bogus"])
+    for e in (e1, e2):  # the log the message names is kept (and removed here)
+        log = re.search(r"\(log (\S+)\)", str(e.value)).group(1)
+        assert "Error" in open(log).read() or "error" in open(log).read()
+        os.unlink(log)
     assert children() == before, "the failed servers are gone"
 
 
@@ -228,13 +233,15 @@ def test_the_server_dies_with_the_python_process():
         import os, signal, sys, gymnasium as gym
         env = gym.make("stagewise:stagewise/PushTarget-v0")
         env.reset(seed=0)
-        print(env.unwrapped.server.pid, flush=True)
+        print(env.unwrapped.server.pid, env.unwrapped.server.log, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == -9, out.stderr
-    pid = int(out.stdout.split()[-1])
+    pid, log = out.stdout.split()[-2:]
+    pid = int(pid)
     deadline = time.monotonic() + 15
     while running(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not running(pid), f"serve {pid} outlived the process that started it"
+    os.unlink(log)  # nobody was left to remove it
