@@ -14,25 +14,11 @@ import numpy as np
 
 from .. import launch
 from ..env import StagewiseEnv
-from ..errors import NoRuntimeError, StagewiseError, StepTimeoutError
+from ..errors import NoRuntimeError, ServeError, StagewiseError, StepTimeoutError
+from ..launch import serve_died
 from ..session import open_session
 from ..vec_env import robot_names
 from .config import LearnConfig
-
-
-class ServeError(RuntimeError):
-    """A `stagewise serve` the learner started exited or never answered."""
-
-
-def _log_tail(srv: launch.Process, lines: int = 15) -> str:
-    text = srv.output().split("Stack backtrace:")[0].strip().splitlines()  # the error, not its backtrace
-    return "\n    ".join(text[-lines:]) if text else "(no output)"
-
-
-def serve_died(srv: launch.Process, what: str) -> ServeError:
-    code = srv.proc.poll()
-    state = f"exited with code {code}" if code is not None else "is running but does not answer"
-    return ServeError(f"{what}: `{' '.join(srv.argv[1:])}` {state} (log {srv.log}):\n    {_log_tail(srv)}")
 
 
 class Envs:
