@@ -212,8 +212,8 @@ class Recorder:
     def transition(self, m: Dict[str, Any], key: str = "?") -> None:
         env, ep, t = int(m["env"]), int(m["episode"]), int(m["step"])
         p = f"env{env}/episode{ep}"
-        # Steps missing between two transitions of an episode were dropped on the way (a live viewer behind).
-        self.counts.dropped += max(t - self._next_step.get((env, ep), t), 0)
+        # Steps of an episode that never arrived were dropped on the way (a live viewer behind, or joined late).
+        self.counts.dropped += max(t - self._next_step.get((env, ep), 0), 0)
         self._next_step[(env, ep)] = t + 1
         self._at(t)
         self._scalar(f"{p}/phi", float(m["phi"]))
@@ -545,11 +545,16 @@ def view_live(
     ring: int = 256,
     idle_exit_s: Optional[float] = None,
     stop_after: Optional[int] = None,
+    until_stdin_closes: bool = False,
 ) -> None:
     """Subscribes to `stagewise/<robot>/{transition,progress,episode}` and shows what arrives until Ctrl-C (or
     `idle_exit_s` seconds without a message once something arrived, e.g. when the actor ended). Samples wait in a
     ring of `ring` per key that drops the oldest when the viewer falls behind (counted): zenoh's receiving thread
-    never waits on this process, so a slow viewer never slows the actor."""
+    never waits on this process, so a slow viewer never slows the actor. With `until_stdin_closes` it also ends
+    when its standard input closes (`run --rerun` closes it when the run ends, or the run died), after showing what
+    had arrived."""
+    import threading
+
     import zenoh
 
     from .session import open_session
@@ -562,8 +567,20 @@ def view_live(
                 f"stagewise/{robot}/{kind}", zenoh.handlers.RingChannel(ring)
             )
         print(f"view: listening on stagewise/{robot}/{{{','.join(KINDS)}}}", file=sys.stderr, flush=True)
+        stop = threading.Event()
+        if until_stdin_closes:
+
+            def watch() -> None:
+                try:
+                    while sys.stdin.buffer.read(4096):
+                        pass
+                finally:
+                    stop.set()
+
+            threading.Thread(target=watch, daemon=True).start()
         last = None
         shown = 0
+        ending = None
         while True:
             got = False
             for sub in subs.values():
@@ -578,6 +595,10 @@ def view_live(
             if got:
                 last = now
             elif last is not None and idle_exit_s is not None and now - last > idle_exit_s:
+                return
+            if stop.is_set() and ending is None:
+                ending = now + 0.5  # what is still on its way arrives, then the rings are drained
+            if ending is not None and now > ending and not got:
                 return
             if stop_after is not None and shown >= stop_after:
                 return
@@ -615,6 +636,9 @@ def _parser() -> argparse.ArgumentParser:
     lv.add_argument("--ring", type=int, default=256, help="samples kept per key while the viewer is behind")
     lv.add_argument("--idle-exit", type=float, default=None, help="exit after S seconds without a message")
     lv.add_argument("--nice", type=int, default=10, help="lower this process's CPU priority by N (default 10)")
+    lv.add_argument(
+        "--until-stdin-closes", action="store_true", help="end when standard input closes (run --rerun's child)"
+    )
     for s in (lg, ds, lv):
         s.add_argument("--rerun", nargs="+", required=True, metavar="MODE", help=rerun_help)
     return p
@@ -644,7 +668,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             eps = [int(x) for x in args.episodes.split(",")] if args.episodes else None
             view_dataset(args.path, recorder, eps)
         else:
-            view_live(recorder, args.robot, args.connect, args.zenoh_config, args.ring, args.idle_exit)
+            view_live(
+                recorder,
+                args.robot,
+                args.connect,
+                args.zenoh_config,
+                args.ring,
+                args.idle_exit,
+                until_stdin_closes=args.until_stdin_closes,
+            )
     except ViewError as e:
         print(f"view: error: {e}", file=sys.stderr)
         status = 1
