@@ -3,8 +3,9 @@
 Runs `stagewise run --task T --policy expert --envs N --episodes E` alternately without and with `--rerun save
 FILE.rrd` (the `stagewise view live` child subscribing to the run's stream; --rerun also turns on
 --stream-images, whose encoding cost is part of the price), R times each, and reads the actor's own rate from
-the run's summary line (`... N env-steps/s (S s stepping)`: the stepping loop only, without start-up). Off vs on
-alternate so that a machine whose load drifts biases neither. Writes the runs and the medians as JSON.
+the run's summary line (`... N env-steps/s (S s stepping)`: the stepping loop only, without start-up), and the CPU
+time of the run and its viewer per env-step (start-up included; steadier than rates on a shared machine). Off vs
+on alternate so that a machine whose load drifts biases neither. Writes the runs and the medians as JSON.
 
     .venv/bin/python benches/view_cost.py --envs 8 --episodes 24 --repeats 3 --out benches/view_cost.json
 
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -46,15 +48,27 @@ def one(exe: str, args: argparse.Namespace, viewer: bool, tmp: Path, i: int) -> 
     if viewer:
         cmd += ["--rerun", "save", str(tmp / f"run{i}.rrd")]
     t0 = time.monotonic()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.monotonic() - t0
+    # CPU seconds of the run and its viewer child (both waited for), start-up included.
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     m = RATE.search(out.stdout)
     if not m:
         sys.exit(f"no rate in the run's summary:\n{out.stdout}")
     shown = re.search(r"view: (\d+) transitions.*?(?:, (\d+) dropped)?", out.stderr)
-    r = {"viewer": viewer, "env_steps_per_s": float(m.group(1)), "stepping_s": float(m.group(2)), "wall_s": wall}
+    steps = int(re.search(r"(\d+) env-steps,", out.stdout).group(1))
+    r = {
+        "viewer": viewer,
+        "env_steps_per_s": float(m.group(1)),
+        "stepping_s": float(m.group(2)),
+        "wall_s": wall,
+        "env_steps": steps,
+        "cpu_ms_per_env_step": 1000.0 * cpu / steps,
+    }
     if viewer and shown:
         r["viewer_transitions"] = int(shown.group(1))
         d = re.search(r", (\d+) dropped", out.stderr)
@@ -82,6 +96,8 @@ def main() -> None:
                 print(json.dumps(r), flush=True)
     off = statistics.median(r["env_steps_per_s"] for r in runs if not r["viewer"])
     on = statistics.median(r["env_steps_per_s"] for r in runs if r["viewer"])
+    cpu_off = statistics.median(r["cpu_ms_per_env_step"] for r in runs if not r["viewer"])
+    cpu_on = statistics.median(r["cpu_ms_per_env_step"] for r in runs if r["viewer"])
     result = {
         "command": " ".join(sys.argv),
         "binary": exe,
@@ -93,9 +109,14 @@ def main() -> None:
         "median_env_steps_per_s_off": off,
         "median_env_steps_per_s_on": on,
         "cost_percent": 100.0 * (off - on) / off,
+        "median_cpu_ms_per_env_step_off": cpu_off,
+        "median_cpu_ms_per_env_step_on": cpu_on,
         "runs": runs,
     }
-    print(f"off {off:.1f} env-steps/s, on {on:.1f} env-steps/s: cost {result['cost_percent']:.1f}%")
+    print(
+        f"off {off:.1f} env-steps/s, on {on:.1f} env-steps/s: cost {result['cost_percent']:.1f}%; CPU per env-step "
+        f"(run + viewer, start-up included) {cpu_off:.2f} ms off, {cpu_on:.2f} ms on"
+    )
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 

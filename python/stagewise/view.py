@@ -120,7 +120,13 @@ def _port_open(host: str, port: int, timeout: float = 1.0) -> Optional[str]:
 def open_recording(sink: Sink, name: str):
     """A Rerun recording stream sending to `sink`. A viewer that is not there is a ViewError (nothing is
     buffered for a viewer that never comes)."""
-    import rerun as rr
+    try:
+        import rerun as rr
+    except ImportError:
+        raise ViewError(
+            f"the rerun-sdk package is not installed in {sys.executable}: run scripts/setup.sh (it pins it), or "
+            "pip install './python[view]'"
+        ) from None
 
     rec = rr.RecordingStream(application_id="stagewise", recording_id=None)
     rec.send_recording_name(name)
@@ -195,12 +201,16 @@ class Counts:
 class Recorder:
     """Logs Stagewise messages (decoded) and dataset frames to a Rerun recording stream."""
 
-    def __init__(self, rec):
+    def __init__(self, rec, frames_per_s: Optional[float] = None):
+        """`frames_per_s`: show at most this many camera frames per second and env (live: a person cannot
+        follow more, and images are most of a viewer's work); None shows every frame."""
         import rerun as rr
 
         self.rr = rr
         self.rec = rec
         self.counts = Counts()
+        self._frame_gap = 1.0 / frames_per_s if frames_per_s else 0.0
+        self._last_frame: Dict[int, float] = {}
         self._next_step: Dict[Tuple[int, int], int] = {}
 
     def _at(self, step: int) -> None:
@@ -229,6 +239,12 @@ class Recorder:
         if m.get("stage") is not None:
             self._scalar(f"{p}/stage", int(m["stage"]))
         obs = m.get("next_obs")
+        if obs is not None and self._frame_gap:
+            now = time.monotonic()
+            if now - self._last_frame.get(env, -1e9) < self._frame_gap:
+                obs = None
+            else:
+                self._last_frame[env] = now
         if obs is not None:
             for view, img in (obs.get("images") or {}).items():
                 a = tensor(img, key, f"next_obs.images[{view!r}]")
@@ -635,6 +651,12 @@ def _parser() -> argparse.ArgumentParser:
     lv.add_argument("--zenoh-config", help="zenoh JSON5 config file")
     lv.add_argument("--ring", type=int, default=256, help="samples kept per key while the viewer is behind")
     lv.add_argument("--idle-exit", type=float, default=None, help="exit after S seconds without a message")
+    lv.add_argument(
+        "--frames-per-s",
+        type=float,
+        default=10.0,
+        help="camera frames shown per second and env (default 10; 0 = every frame); scalars are all shown",
+    )
     lv.add_argument("--nice", type=int, default=10, help="lower this process's CPU priority by N (default 10)")
     lv.add_argument(
         "--until-stdin-closes", action="store_true", help="end when standard input closes (run --rerun's child)"
@@ -656,7 +678,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             args.source, lambda: f"live {getattr(args, 'robot', '')}"
         )()
         rec = open_recording(sink, name)
-        recorder = Recorder(rec)
+        recorder = Recorder(rec, getattr(args, "frames_per_s", None))
     except ViewError as e:
         print(f"view: error: {e}", file=sys.stderr)
         return 2
@@ -665,7 +687,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.source == "log":
             view_log(args.path, recorder)
         elif args.source == "dataset":
-            eps = [int(x) for x in args.episodes.split(",")] if args.episodes else None
+            try:
+                eps = [int(x) for x in args.episodes.split(",")] if args.episodes else None
+            except ValueError:
+                raise ViewError(f"--episodes {args.episodes}: expected comma-separated episode indices") from None
             view_dataset(args.path, recorder, eps)
         else:
             view_live(

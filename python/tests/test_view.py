@@ -167,7 +167,9 @@ def test_run_rerun_shows_the_live_stream_and_a_missing_viewer_never_stops_the_ru
     logged_n = sum(len(v) for v in logged(tmp_path / "live.swlog").values())
     shown = sum(v for k, v in got.items() if k.endswith("/phi"))
     assert 0.5 * logged_n <= shown <= logged_n, (shown, logged_n)
-    assert sum(v for k, v in got.items() if k.endswith("/camera/front")) == shown
+    # Frames at most 10 per second and env (the live default): some, never more than the steps shown.
+    frames = [v for k, v in got.items() if k.endswith("/camera/front")]
+    assert frames and 0 < sum(frames) <= shown, frames
     assert sum(v for k, v in got.items() if k.endswith("/summary")) == 2
     # No viewer at the address: the viewer says so, the run finishes every episode.
     closed = launch.free_port()
