@@ -200,3 +200,12 @@ def test_images_in_the_recording_are_the_logged_frames(run_log, tmp_path):
                 assert np.array_equal(np.frombuffer(bytes(buf), np.uint8), np.frombuffer(want["data"], np.uint8))
                 return
     pytest.fail("frame 11 of env 1 not found")
+
+
+def test_spawn_without_a_display_is_a_clear_error(run_log, tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    out = subprocess.run([launch.find_binary(), "view", "log", str(run_log), "--rerun", "spawn"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert out.returncode == 2 and "cannot spawn a Rerun viewer: no display" in out.stderr, out.stderr
