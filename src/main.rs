@@ -66,6 +66,11 @@ enum Command {
     /// Runs the Python package's learner from the project's venv with every argument as given: `stagewise learn
     /// --help` lists them.
     Learn(cmd::learn::LearnArgs),
+    /// Show a run's episode log, a LeRobot dataset or a running actor in Rerun (`python -m stagewise.view`).
+    ///
+    /// Runs the Python package's viewer from the project's venv with every argument as given: `stagewise view
+    /// --help` lists them (docs/view.md).
+    View(cmd::view::ViewArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -98,6 +103,7 @@ fn main() -> anyhow::Result<()> {
         Command::Annotate(a) => cmd::annotate::run(a),
         Command::Train(a) => cmd::train::run(*a),
         Command::Learn(a) => cmd::learn::run(a),
+        Command::View(a) => cmd::view::run(a),
     }
 }
 
