@@ -321,7 +321,8 @@ mod tests {
         }
         let e = refused(&["stagewise", "run", "--shaping", "rank:x"]);
         assert!(
-            e.to_string().contains("potential, progress or rank:W"),
+            e.to_string()
+                .contains("potential, value:K (K steps per whole task), progress or rank:W"),
             "{e}"
         );
     }
