@@ -13,14 +13,18 @@
 # Honours CARGO_TARGET_DIR (the release build goes there; default target/) and PYTHON (the interpreter of the
 # fresh venv; default python3). The dependencies are installed with the project's uv, constrained to
 # scripts/requirements.txt (the versions the tests run with; uv's cache serves them). Extra arguments go to
-# `stagewise run`. WHEEL_CHECK_KEEP=1 keeps the scratch directory.
+# `stagewise run`. The scratch directory (wheel, venv) is kept after a failure, and with WHEEL_CHECK_KEEP=1.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 ./scripts/setup.sh >/dev/null
 python="${PYTHON:-python3}"
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/stagewise-wheel-check.XXXXXX")"
-cleanup() { [ "${WHEEL_CHECK_KEEP:-0}" = 1 ] || rm -rf "$scratch"; }
+passed=0
+# Kept after a failure (the wheel, the venv, the main job's output) for a look; removed after a pass.
+cleanup() {
+  if [ "$passed" = 1 ] && [ "${WHEEL_CHECK_KEEP:-0}" != 1 ]; then rm -rf "$scratch"; else echo "wheel-check: kept $scratch"; fi
+}
 trap cleanup EXIT
 now() { date +%s; }
 t0=$(now)
@@ -59,6 +63,7 @@ expect model "model        push-target: $venv/share/stagewise/models/push-target
 "${clean[@]}" "$venv/bin/stagewise" run --task push-target --episodes 2 "$@"
 [ -s "$away/out/run.swlog" ] || { echo "wheel-check: the main job wrote no out/run.swlog" >&2; exit 1; }
 t3=$(now)
+passed=1
 cd "$root"
 
 inputs() {
