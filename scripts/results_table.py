@@ -51,15 +51,22 @@ EXPERIMENTS = [
     Experiment(
         task="push-target",
         merged="benches/results/learner_shaping_push_sg/merged/curves.json",
-        note="TD3, no demonstrations, progress form c = 10, symmetry augmentation, 150k env steps (sparse: seeds 2 and "
-        "3 to 300k, their final policies too). Learned = the shipped push-target model (round 6), pixels + gripper width.",
+        note="TD3, no demonstrations, symmetry augmentation, 150k env steps (sparse: seeds 2 and 3 to 300k, their final "
+        "policies too); the progress form at c = 10 unless a row names the policy-invariant forms (docs/shaping.md, "
+        "\"Which form teaches\"; `stagewise learn`'s default on this task is the potential form at c = 1). Learned = "
+        "the shipped push-target model (round 6), pixels + gripper width.",
         rows=[
             Row("sparse (floor)", "sparse, 0 demos", learn="--task push-target --reward sparse"),
             Row("oracle progress (ceiling)", "oracle, c=10, 0 demos", learn="--task push-target --reward oracle"),
-            Row("learned", "model, c=10, 0 demos, round 6 (shipped)", learn="--task push-target --reward model"),
+            Row("learned", "model, c=10, 0 demos, round 6 (shipped)",
+                learn="--task push-target --reward model --shaping progress"),
             Row("learned, success read as phi = 1", "model, c=10, 0 demos, success phi 1, round 6 (shipped)",
                 policy="models/policies/push-target-learned",
-                learn="--task push-target --reward model --success-progress-one"),
+                learn="--task push-target --reward model --shaping progress --success-progress-one"),
+            Row("learned, invariant (potential, c = 1)", "model, potential, c=1, 0 demos, round 6 (shipped)",
+                policy="models/policies/push-target-invariant"),
+            Row("learned, invariant (value potential K = 100, c = 1)",
+                "model, value K=100, c=1, 0 demos, round 6 (shipped)"),
         ],
     ),
     Experiment(
@@ -296,8 +303,8 @@ def table() -> str:
         lines += [f"![{exp.task}](results/{exp.task}.png)", ""]
     lines += cloning_table()
     lines += ["## Commands", "", "The RL rows' first seed's command (the other seeds differ in `--seeds` and "
-              "`--out`; the learner then was `benches/learner_shaping.py`). \"Today\" is the same set-up as a `stagewise learn` "
-              "command (its defaults per task are these set-ups); those commands were not re-run for this table.", ""]
+              "`--out`; the learner was `benches/learner_shaping.py`, or `python -m stagewise.rl`, which `stagewise "
+              "learn` runs). \"Today\" is the same set-up as a `stagewise learn` command (its defaults per task are these set-ups); those commands were not re-run for this table.", ""]
     lines += [f"{i}. {c}" for i, c in enumerate(commands, 1)]
     return "\n".join(lines) + "\n"
 

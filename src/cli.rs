@@ -99,27 +99,38 @@ impl std::fmt::Display for RewardSource {
 }
 
 /// The `--shaping` names; their parameters are flags of their own ([`ShapingArgs`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ShapingName {
     /// Potential-based (policy-invariant), `--phi-offset X` optional.
     Potential,
+    /// Potential-based with the value-like potential gamma^(K (1 - phi)) (policy-invariant), K steps per task.
+    Value(f64),
     /// The progress form (NOT policy-invariant), `--potential-scale S` and `--success-progress-one` optional.
     Progress,
     /// Windowed Spearman over the last W potentials (NOT policy-invariant).
     Rank(usize),
 }
 
-/// The `--shaping` values: `potential`, `progress`, `rank:W`. See docs/shaping.md.
+/// The `--shaping` values: `potential`, `value:K`, `progress`, `rank:W`. See docs/shaping.md.
 pub fn parse_shaping(s: &str) -> Result<ShapingName, String> {
+    let unknown = || {
+        format!(
+            "unknown shaping {s:?}: potential, value:K (K steps per whole task), progress or rank:W (W a \
+             window length in steps)"
+        )
+    };
     match s {
         "potential" => Ok(ShapingName::Potential),
         "progress" => Ok(ShapingName::Progress),
-        _ => match s.strip_prefix("rank:").map(str::parse) {
-            Some(Ok(window)) => Ok(ShapingName::Rank(window)),
-            _ => Err(format!(
-                "unknown shaping {s:?}: potential, progress or rank:W (W a window length in steps)"
-            )),
-        },
+        _ => {
+            if let Some(k) = s.strip_prefix("value:") {
+                return k.parse().map(ShapingName::Value).map_err(|_| unknown());
+            }
+            match s.strip_prefix("rank:").map(str::parse) {
+                Some(Ok(window)) => Ok(ShapingName::Rank(window)),
+                _ => Err(unknown()),
+            }
+        }
     }
 }
 
@@ -134,10 +145,11 @@ pub struct ShapingArgs {
     #[arg(long, default_value_t = 1.0)]
     pub shaping_scale: f64,
     /// How progress becomes a reward: `potential` (r_task + c (gamma phi' - phi), terminal potential 0;
-    /// policy-invariant), `progress` (adds the level c (1 - gamma) phi', c phi' at the end: NOT policy-invariant;
+    /// policy-invariant), `value:K` (the same with the potential gamma^(K (1 - phi)), the value of a success
+    /// K (1 - phi) steps away; policy-invariant), `progress` (adds the level c (1 - gamma) phi', c phi' at the end: NOT policy-invariant;
     /// with S = 1 it is r_task + c (phi' - phi)), `rank:W` (windowed Spearman; NOT policy-invariant).
     /// Default: potential.
-    #[arg(long, value_name = "potential|progress|rank:W", value_parser = parse_shaping)]
+    #[arg(long, value_name = "potential|value:K|progress|rank:W", value_parser = parse_shaping)]
     pub shaping: Option<ShapingName>,
     /// `--shaping progress` only: scale S of its potential part, r_task + S c (gamma phi' - phi) + c (1 - gamma)
     /// phi' (the same optimal policy for every S). Default 1.
@@ -158,6 +170,7 @@ impl ShapingArgs {
         let name = self.shaping.unwrap_or(ShapingName::Potential);
         let spelled = match name {
             ShapingName::Potential => "potential".to_string(),
+            ShapingName::Value(k) => format!("value:{k}"),
             ShapingName::Progress => "progress".to_string(),
             ShapingName::Rank(w) => format!("rank:{w}"),
         };
@@ -184,6 +197,7 @@ impl ShapingArgs {
                 potential_scale: self.potential_scale.unwrap_or(1.0),
                 success_progress_one: self.success_progress_one,
             },
+            ShapingName::Value(horizon) => RewardMode::ValuePotential { horizon },
             ShapingName::Rank(window) => RewardMode::WindowedRank { window },
         })
     }
@@ -368,6 +382,9 @@ mod tests {
             shaping(&["--shaping", "rank:8"]).unwrap().mode,
             RewardMode::WindowedRank { window: 8 }
         );
+        let value = shaping(&["--shaping", "value:100"]).unwrap();
+        assert_eq!(value.mode, RewardMode::ValuePotential { horizon: 100.0 });
+        assert!(value.mode.is_policy_invariant());
     }
 
     #[test]
@@ -387,9 +404,16 @@ mod tests {
             ),
             (
                 &["--shaping", "naive"],
-                "unknown shaping \"naive\": potential, progress or rank:W",
+                "unknown shaping \"naive\": potential, value:K (K steps per whole task), progress or rank:W",
             ),
-            (&["--shaping", "rank:x"], "potential, progress or rank:W"),
+            (&["--shaping", "rank:x"], "progress or rank:W"),
+            (&["--shaping", "value:x"], "unknown shaping \"value:x\""),
+            (&["--shaping", "value:0"], "value-potential horizon K is 0"),
+            (&["--shaping", "value:inf"], "value-potential horizon K is inf"),
+            (
+                &["--shaping", "value:50", "--phi-offset", "0.5"],
+                "--phi-offset 0.5 needs --shaping potential (this is --shaping value:50)",
+            ),
             (
                 &["--shaping", "progress", "--potential-scale", "inf"],
                 "potential scale S is inf",

@@ -69,6 +69,11 @@ enum Command {
     /// Where this binary finds ONNX Runtime, its Python package and the shipped reward models, and what to do
     /// about what is missing (exit code 1).
     Doctor(cmd::doctor::DoctorArgs),
+    /// Show a run's episode log, a LeRobot dataset or a running actor in Rerun (`python -m stagewise.view`).
+    ///
+    /// Runs the Python package's viewer from the project's venv with every argument as given: `stagewise view
+    /// --help` lists them (docs/view.md).
+    View(cmd::view::ViewArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -102,6 +107,7 @@ fn main() -> anyhow::Result<()> {
         Command::Train(a) => cmd::train::run(*a),
         Command::Learn(a) => cmd::learn::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        Command::View(a) => cmd::view::run(a),
     }
 }
 
@@ -319,7 +325,8 @@ mod tests {
         }
         let e = refused(&["stagewise", "run", "--shaping", "rank:x"]);
         assert!(
-            e.to_string().contains("potential, progress or rank:W"),
+            e.to_string()
+                .contains("potential, value:K (K steps per whole task), progress or rank:W"),
             "{e}"
         );
     }

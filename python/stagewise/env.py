@@ -131,12 +131,12 @@ def _box(b: Dict[str, Any], dtype=np.float32) -> gym.spaces.Box:
     return gym.spaces.Box(low=low, high=high, shape=low.shape, dtype=dtype)
 
 
-def spaces_from_spec(spec: Dict[str, Any]) -> Tuple[gym.Space, gym.spaces.Box]:
-    """(observation_space, action_space) of an env spec: the state as a Box when the env serves no frames, else
-    a Dict with `state` and one uint8 [H, W, 3] Box per camera view."""
+def spaces_from_spec(spec: Dict[str, Any], images: bool = True) -> Tuple[gym.Space, gym.spaces.Box]:
+    """(observation_space, action_space) of an env spec: the state as a Box when the env serves no frames (or
+    `images` is False), else a Dict with `state` and one uint8 [H, W, 3] Box per camera view."""
     state = _box(spec["state"])
     views = spec.get("views") or []
-    if views:
+    if views and images:
         d = {"state": state}
         for v in views:
             d[v["name"]] = gym.spaces.Box(0, 255, (int(v["height"]), int(v["width"]), 3), np.uint8)
@@ -155,9 +155,15 @@ class StagewiseEnv(gym.Env):
     Monitor), `action_clipped`, and with a shaped reward `task_reward` and `phi`.
 
     `gamma`: the learner's discount; when given, a shaped reward served with another gamma is refused (shaping is
-    policy-invariant only when the two agree)."""
+    policy-invariant only when the two agree).
 
-    metadata = {"render_modes": []}
+    `render_mode="rgb_array"`: :meth:`render` returns the last observation's camera frames side by side
+    (uint8 [H, W * views, 3]); it needs a server that sends frames (`stagewise serve --images`), else ValueError.
+    `observe_images=False`: the observation is the state alone even when the server sends frames (they are then
+    kept for :meth:`render` only). `metadata["render_modes"]` is `["rgb_array"]` only when the server sends
+    frames, and `render_fps` its control rate."""
+
+    metadata = {"render_modes": ["rgb_array"]}
 
     def __init__(
         self,
@@ -168,8 +174,17 @@ class StagewiseEnv(gym.Env):
         timeout: float = 10.0,
         connect_timeout: float = 10.0,
         gamma: Optional[float] = None,
+        render_mode: Optional[str] = None,
+        observe_images: bool = True,
     ):
         super().__init__()
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(
+                f"render_mode={render_mode!r}: a Stagewise env renders 'rgb_array' (the camera frames the server "
+                "sends) or nothing (None)"
+            )
+        self.render_mode = render_mode
+        self._frames: Optional[Dict[str, np.ndarray]] = None
         self.client = RemoteEnv(
             robot, connect=connect, session=session, timeout=timeout, connect_timeout=connect_timeout
         )
@@ -177,7 +192,20 @@ class StagewiseEnv(gym.Env):
         self._check_reset(first)
         self.spec_msg: Dict[str, Any] = first["spec"]
         self.reward_spec: Optional[Dict[str, Any]] = first.get("reward")
-        self.observation_space, self.action_space = spaces_from_spec(self.spec_msg)
+        views = self.spec_msg.get("views") or []
+        if render_mode == "rgb_array" and not views:
+            self.client.close()
+            raise ValueError(
+                f"render_mode='rgb_array' needs camera frames, but `{self.client.keys['env_reset']}` sends the state "
+                "only (start `stagewise serve` with --images)"
+            )
+        self.metadata = {
+            **type(self).metadata,
+            "render_modes": ["rgb_array"] if views else [],
+            "render_fps": float(self.spec_msg.get("control_hz") or 50.0),
+        }
+        self.observation_space, self.action_space = spaces_from_spec(self.spec_msg, observe_images)
+        self._keep_frames(observation(first["obs"], self.client.keys["env_reset"]))
         rs = self.reward_spec
         if gamma is not None and rs is not None and rs.get("source") != "sparse":
             if abs(float(rs["gamma"]) - float(gamma)) > 1e-9:
@@ -193,8 +221,20 @@ class StagewiseEnv(gym.Env):
         if msg.get("spec") is None or msg.get("obs") is None:
             raise WireError(self.client.keys["env_reset"], "reset_reply", "no `spec` or `obs` and no `error`")
 
+    def _keep_frames(self, obs: Dict[str, Any]) -> None:
+        if self.render_mode is not None:
+            self._frames = obs["images"]
+
+    def render(self):
+        """The last observation's camera frames side by side, views in the spec's order (uint8 [H, W * views, 3]),
+        with `render_mode="rgb_array"`; None without a render mode."""
+        if self.render_mode is None or not self._frames:
+            return None
+        return np.concatenate([np.asarray(f) for f in self._frames.values()], axis=1)
+
     def _obs(self, o: Dict[str, Any], key: str) -> Any:
         obs = observation(o, key)
+        self._keep_frames(obs)
         state = np.asarray(obs["state"], dtype=np.float32)
         if isinstance(self.observation_space, gym.spaces.Dict):
             out = {"state": state}

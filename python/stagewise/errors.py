@@ -62,3 +62,7 @@ class RemoteError(StagewiseError):
         self.key = key
         self.reason = reason
         super().__init__(f"`{key}`: the runtime refused the request: {reason}")
+
+
+class ServeError(StagewiseError, RuntimeError):
+    """A `stagewise serve` this package started exited or never answered (the message quotes its log)."""

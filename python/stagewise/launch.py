@@ -11,6 +11,13 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .errors import ServeError
+
+
+def repo_root() -> Path:
+    """The checkout this package sits in (python/stagewise/..): where `serve` finds `models/`."""
+    return Path(__file__).resolve().parents[2]
+
 
 def find_binary() -> str:
     """The `stagewise` binary: $STAGEWISE_BIN, else the one installed with this package (`pip install` of the
@@ -27,7 +34,7 @@ def find_binary() -> str:
     on_path = shutil.which("stagewise")
     if on_path:
         return on_path
-    repo = Path(__file__).resolve().parents[2]
+    repo = repo_root()
     target = os.environ.get("CARGO_TARGET_DIR") or str(repo / "target")
     for profile in ("debug", "release"):
         p = Path(target) / profile / "stagewise"
@@ -75,9 +82,12 @@ class Process:
         ]
         self.log = log
         self._out = open(log, "wb") if log else subprocess.DEVNULL
-        repo = Path(__file__).resolve().parents[2]
+        repo = repo_root()
+        # A log file gets no terminal colours (tracing honours NO_COLOR).
+        env = {**os.environ, "NO_COLOR": "1"} if log else None
         self.proc = subprocess.Popen(
-            self.argv, stdout=self._out, stderr=subprocess.STDOUT, cwd=cwd or (repo if (repo / "models").is_dir() else None),
+            self.argv, stdout=self._out, stderr=subprocess.STDOUT, env=env,
+            cwd=cwd or (repo if (repo / "models").is_dir() else None),
             preexec_fn=_die_with_parent if die_with_parent else None,
         )
 
@@ -118,6 +128,22 @@ def serve(*args: str, log: Optional[str] = None, die_with_parent: bool = False) 
 def run(*args: str, log: Optional[str] = None) -> Process:
     """`stagewise run ARGS --listen tcp/127.0.0.1:PORT`."""
     return Process("run", args, log=log)
+
+
+def log_tail(p: Process, lines: int = 15) -> str:
+    """The end of a process's log: from its error (`Error:`, or clap's `error:`) when it wrote one, without the
+    backtrace; else its last lines."""
+    text = p.output().split("Stack backtrace:")[0].strip().splitlines()
+    starts = [i for i, line in enumerate(text) if line.startswith(("Error:", "error:"))]
+    text = text[starts[-1]:] if starts else text
+    return "\n    ".join(text[-lines:]) if text else "(no output)"
+
+
+def serve_died(p: Process, what: str) -> ServeError:
+    """The error for a server that exited (its exit code) or does not answer, with the end of its log."""
+    code = p.proc.poll()
+    state = f"exited with code {code}" if code is not None else "is running but does not answer"
+    return ServeError(f"{what}: `{' '.join(p.argv[1:])}` {state} (log {p.log}):\n    {log_tail(p)}")
 
 
 def wait_for_output(p: Process, text: str, timeout: float) -> bool:

@@ -53,6 +53,11 @@ def _endpoints(e: Union[str, Iterable[str], None]) -> list:
     return list(e)
 
 
+def robot_names(robot: str, n: int) -> list:
+    """The robot names `stagewise serve --robot-name R --envs N` serves: `R` for one env, else `R-0 .. R-(N-1)`."""
+    return [robot] if n == 1 else [f"{robot}-{i}" for i in range(n)]
+
+
 def keys(robot: str) -> dict:
     """The key expressions of a robot (docs/wire.md)."""
     base = f"stagewise/{robot}"

@@ -13,12 +13,7 @@ import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from .env import StagewiseEnv
-from .session import DEFAULT_ROBOT, open_session
-
-
-def robot_names(robot: str, n: int) -> list:
-    """The robot names `stagewise serve --robot-name R --envs N` serves: `R` for one env, else `R-0 .. R-(N-1)`."""
-    return [robot] if n == 1 else [f"{robot}-{i}" for i in range(n)]
+from .session import DEFAULT_ROBOT, open_session, robot_names  # noqa: F401 (robot_names: re-exported)
 
 
 class StagewiseVecEnv(DummyVecEnv):

@@ -45,8 +45,8 @@ def test_nstep_returns_and_bootstrap_factors():
 def test_the_reward_form_is_asked_of_the_server_with_the_runtime_flags():
     """The learner re-shapes nothing: its reward form becomes the training server's flags (the runtime's contract),
     the evaluation server stays sparse, and options of the other form are refused before anything starts."""
-    prog = rl.build("push-target", {"reward": "model", "reward_form.potential_scale": 0.1,
-                                    "reward_form.success_progress_one": True})
+    prog = rl.build("push-target", {"reward": "model", "reward_form.shaping": "progress",
+                                    "reward_form.potential_scale": 0.1, "reward_form.success_progress_one": True})
     train = rl.serve_args(prog, "model", "r", 4, 200)
     assert train[train.index("--shaping"):] == ["--shaping", "progress", "--potential-scale", "0.1",
                                                 "--success-progress-one"]
@@ -62,7 +62,7 @@ def test_the_reward_form_is_asked_of_the_server_with_the_runtime_flags():
         with pytest.raises(ValueError, match="progress-shaping option"):
             rl.build("push-target", {"reward_form.shaping": "potential", **bad})
     with pytest.raises(ValueError, match="phi_offset"):
-        rl.build("push-target", {"reward_form.phi_offset": 1.0})
+        rl.build("push-target", {"reward_form.shaping": "progress", "reward_form.phi_offset": 1.0})
 
 
 def test_a_server_serving_another_reward_than_asked_is_named():
@@ -75,9 +75,12 @@ def test_a_server_serving_another_reward_than_asked_is_named():
     assert reward_mismatch(cfg, {**served, "potential_scale": 1.0}) == ["potential_scale: serves 1.0, asked 0.1"]
     # an older server (no `shaping`) shaped with the potential form, offset 0
     old = {"source": "oracle", "gamma": 0.99, "shaping_scale": 10.0}
-    pot = rl.build("push-target", {"reward": "oracle", "reward_form.shaping": "potential"})
+    pot = rl.build("push-target", {"reward": "oracle", "reward_form.shaping": "potential",
+                                   "reward_form.shaping_scale": 10.0})
     assert reward_mismatch(pot, old) == []
-    assert reward_mismatch(rl.build("push-target", {"reward": "oracle"}), old) == [
+    # the potential forms' own default c is 1 (the scale they teach at)
+    assert rl.build("push-target", {"reward": "oracle", "reward_form.shaping": "potential"}).reward_form.shaping_scale == 1.0
+    assert reward_mismatch(rl.build("push-target", {"reward": "oracle", "reward_form.shaping": "progress"}), old) == [
         "shaping: serves 'potential', asked 'progress'", "potential_scale: serves None, asked 1.0",
         "success_progress_one: serves None, asked False"]
     assert reward_mismatch(dataclasses.replace(pot, reward="sparse"), {"source": "sparse"}) == []
@@ -90,8 +93,14 @@ def test_task_defaults_are_the_shipped_set_ups_and_flags_win():
     assert (pick.max_steps, pick.gripper_flip, pick.gripper_flip_hold, pick.gripper_flip_rise) == (300, 0.02, 8, True)
     assert pick.agent.gripper_binary and pick.reward_form.potential_scale == 0.1
     assert pick.reward_form.success_progress_one
+    # the default follows the figures: the invariant potential form at c = 1 on push-target (and where a task
+    # measured nothing else); pick-place keeps its measured progress form until the invariant one is measured there
     push = rl.build("push-target", {"reward": "model"})
-    assert (push.reward_form.shaping, push.reward_form.shaping_scale, push.max_steps) == ("progress", 10.0, 200)
+    assert (push.reward_form.shaping, push.reward_form.shaping_scale, push.max_steps) == ("potential", 1.0, 200)
+    assert (pick.reward_form.shaping, pick.reward_form.shaping_scale) == ("progress", 10.0)
+    pick_pot = rl.build("pick-place", {"reward": "model", "reward_form.shaping": "potential"})
+    assert (pick_pot.reward_form.shaping_scale, pick_pot.reward_form.potential_scale) == (1.0, 1.0)
+    assert not pick_pot.reward_form.success_progress_one and pick_pot.max_steps == 300
     args = cli.parse(["--task", "pick-place", "--reward", "model", "--out", "x", "--no-gripper-binary",
                       "--potential-scale", "1"])
     given = runner.resolve(args)[0]
@@ -388,17 +397,17 @@ def _served(serve, *flags, gamma):
     return StagewiseEnv(connect=p.endpoint, connect_timeout=30, gamma=gamma)
 
 
-@pytest.mark.parametrize("form", ["progress", "potential"])
+@pytest.mark.parametrize("form", ["progress", "potential", "value"])
 def test_the_served_reward_is_the_formula_the_shipped_results_learned_from(serve, form):
     """The learner no longer re-shapes the reward: the forms of the shipped results are served by the runtime with
     the flags the learner passes (rl.shaping_args). Checked against the bench script's formulas, step by step, from
     the served phi and task reward: progress r_task + S c (gamma phi' - phi) + c (1 - gamma) phi' (terminated:
     r_task - S c phi + c phi*); potential with offset X r_task + c (gamma (phi' - X) - (phi - X)) (terminated:
     r_task - c (phi - X))."""
-    c, s, x, g = 10.0, 0.3, 1.0, 0.97
-    cfg = rl.build("push-target", {"reward": "oracle", "reward_form.gamma": g, "reward_form.shaping": form,
-                                   **({"reward_form.potential_scale": s} if form == "progress" else
-                                      {"reward_form.phi_offset": x})})
+    c, s, x, g, k = 10.0, 0.3, 1.0, 0.97, 40.0
+    extra = {"progress": {"reward_form.potential_scale": s}, "potential": {"reward_form.phi_offset": x},
+             "value": {"reward_form.value_horizon": k}}[form]
+    cfg = rl.build("push-target", {"reward": "oracle", "reward_form.gamma": g, "reward_form.shaping": form, **extra})
     env = _served(serve, "--shaping-scale", str(c), *rl.shaping_args(cfg), gamma=g)
     _, info = env.reset(seed=5)
     phi, rng, moved = info["phi"], np.random.default_rng(0), 0
@@ -407,6 +416,9 @@ def test_the_served_reward_is_the_formula_the_shipped_results_learned_from(serve
         phi2, task = info["phi"], info["task_reward"]
         if form == "progress":
             want = (task - s * c * phi + c * phi2) if term else task + s * c * (g * phi2 - phi) + c * (1 - g) * phi2
+        elif form == "value":  # the potential g^(K (1 - phi)), terminal potential 0
+            pot = lambda p: g ** (k * (1 - p))  # noqa: E731
+            want = task + c * ((0.0 if term else g * pot(phi2)) - pot(phi))
         else:
             want = (task - c * (phi - x)) if term else task + c * (g * (phi2 - x) - (phi - x))
         assert r == pytest.approx(want, abs=1e-4), (phi, phi2, task, term)
@@ -417,3 +429,27 @@ def test_the_served_reward_is_the_formula_the_shipped_results_learned_from(serve
         phi = phi2
     assert moved > 10  # the random arm moved the oracle's progress: the potential terms were checked, not only 0
     env.close()
+
+
+def test_the_value_potential_and_the_oracle_trap_reach_the_server_and_are_checked():
+    """`--shaping value --value-horizon K` becomes serve's `--shaping value:K` and is checked against the served
+    `value:K`; the oracle trap (the semantic-trap experiment) goes to the training server only, with the oracle."""
+    from stagewise.rl.envs import reward_mismatch
+
+    val = rl.build("push-target", {"reward": "model", "reward_form.shaping": "value",
+                                   "reward_form.value_horizon": 100.0, "reward_form.shaping_scale": 1.0})
+    assert rl.shaping_args(val) == ["--shaping", "value:100.0"]
+    served = {"source": "model", "gamma": 0.99, "shaping_scale": 1.0, "shaping": "value:100"}
+    assert reward_mismatch(val, served) == []
+    assert reward_mismatch(val, {**served, "shaping": "value:50"}) == ["value_horizon: serves 50.0, asked 100.0"]
+    assert reward_mismatch(val, {**served, "shaping": "value:x"}) != []
+    for bad in ({"reward_form.shaping": "value"}, {"reward_form.value_horizon": 50.0}):
+        with pytest.raises(ValueError, match="value_horizon"):
+            rl.build("push-target", bad)
+    trap = rl.build("push-target", {"reward": "oracle", "oracle_trap": "0.25:0.9"})
+    assert rl.serve_args(trap, "oracle", "r", 4, 200)[-2:] == ["--oracle-trap", "0.25:0.9"]
+    assert "--oracle-trap" not in rl.serve_args(trap, "sparse", "r-eval", 10, 0)
+    with pytest.raises(ValueError, match="oracle_trap"):
+        rl.build("push-target", {"reward": "model", "oracle_trap": "0.25:0.9"})
+    with pytest.raises(ValueError, match="oracle_trap"):
+        rl.build("push-target", {"reward": "oracle", "oracle_trap": "0.25:1.5"})

@@ -85,7 +85,7 @@ def test_the_wheels_dependencies_follow_the_package_and_the_pins():
     pkg = _toml(REPO / "python/pyproject.toml")["project"]
     deps = root["dependencies"]
     want = set(pkg["dependencies"])
-    for extra in ("learn", "training", "bc"):
+    for extra in ("learn", "training", "bc", "view"):
         want |= {r for r in pkg["optional-dependencies"][extra] if "python_version <" not in r}
     assert _names(want) <= _names(deps), f"the wheel lacks {sorted(_names(want) - _names(deps))}"
     pins = dict(line.split("==") for line in (REPO / "scripts/requirements.txt").read_text().splitlines()

@@ -183,6 +183,16 @@ pub struct Randomization {
     pub table_color: Option<[u8; 3]>,
 }
 
+/// A deliberate over-read of the oracle's progress, for the semantic-trap experiment (docs/shaping.md, "The
+/// semantic trap"): while the TCP is at or above `min_tcp_z` and the task is not done, the oracle reads at least
+/// `phi`, as a learned model reads a state it has never seen (round 8 read the hand parked out of view as 0.55).
+/// Success, failure and the task reward are unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OracleTrap {
+    pub min_tcp_z: f32,
+    pub phi: f32,
+}
+
 /// Everything a [`crate::SimEnv`] needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimConfig {
@@ -205,6 +215,9 @@ pub struct SimConfig {
     /// Solver iterations per physics step (rapier default 4).
     pub solver_iterations: usize,
     pub randomization: Randomization,
+    /// The semantic-trap variant of the oracle (None: the oracle as it is).
+    #[serde(default)]
+    pub oracle_trap: Option<OracleTrap>,
 }
 
 impl SimConfig {
@@ -225,6 +238,7 @@ impl SimConfig {
             sleeping: true,
             solver_iterations: 4,
             randomization: Randomization::default(),
+            oracle_trap: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! [`SimEnv`]: the simulator behind the `stagewise_core::Env` trait (gymnasium's shape).
 
 use crate::camera::Camera;
-use crate::config::{ConfigError, SimConfig, Task};
+use crate::config::{ConfigError, OracleTrap, SimConfig, Task};
 use crate::oracle::{self, OracleReading};
 use crate::world::{World, MAX_SPEED, MAX_WIDTH, WS_HI, WS_LO};
 use rand::SeedableRng;
@@ -57,6 +57,17 @@ pub struct SimEnv {
     step: u64,
     done: bool,
     last: Option<OracleReading>,
+}
+
+/// `r` with the trap's over-read: at least `trap.phi` while the TCP is at or above `trap.min_tcp_z` and the
+/// task is not done (success, failure and stage stay the oracle's).
+fn trapped(trap: Option<OracleTrap>, world: &World, mut r: OracleReading) -> OracleReading {
+    if let Some(t) = trap {
+        if !r.success && !r.failure && world.tcp().z >= t.min_tcp_z {
+            r.progress = r.progress.max(t.phi);
+        }
+    }
+    r
 }
 
 impl SimEnv {
@@ -130,6 +141,11 @@ impl SimEnv {
             .iter()
             .map(|c| c.render(w, self.cfg.depth, self.cfg.render_threads))
             .collect()
+    }
+
+    /// The oracle's reading, with the configured trap applied.
+    fn read_oracle(&self, world: &World) -> OracleReading {
+        trapped(self.cfg.oracle_trap, world, oracle::evaluate(world))
     }
 
     fn observe(&self, world: &World) -> Observation {
@@ -217,7 +233,7 @@ impl Env for SimEnv {
         }
         self.step = 0;
         self.done = false;
-        self.last = Some(oracle::evaluate(&world));
+        self.last = Some(self.read_oracle(&world));
         let obs = self.observe(&world);
         self.world = Some(world);
         Ok(obs)
@@ -233,7 +249,7 @@ impl Env for SimEnv {
         let delta = Vec3::new(a[0], a[1], a[2]) * scale;
         world.control(delta, (a[3] + 1.0) * 0.5 * MAX_WIDTH);
         self.step += 1;
-        let r = oracle::evaluate(world);
+        let r = trapped(self.cfg.oracle_trap, &*world, oracle::evaluate(world));
         self.last = Some(r);
         let terminated = r.success || r.failure;
         let truncated = !terminated && self.step >= self.cfg.max_steps;

@@ -16,7 +16,7 @@ pub mod world;
 
 pub use camera::Camera;
 pub use config::{
-    CameraConfig, CameraMount, ConfigError, Randomization, SimConfig, Task, UnknownTask,
+    CameraConfig, CameraMount, ConfigError, OracleTrap, Randomization, SimConfig, Task, UnknownTask,
 };
 pub use env::{action_spec, check_action, state_spec, state_vector, SimEnv, ACTION_NAMES};
 pub use expert::{

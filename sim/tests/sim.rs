@@ -574,3 +574,43 @@ fn fingers_closing_on_a_block_top_do_not_pick_it_up() {
     assert_eq!(w.attached(), None, "a block lifted by its top");
     assert!(w.block_pos(0).z < 0.03, "block at z {}", w.block_pos(0).z);
 }
+
+#[test]
+fn the_oracle_trap_over_reads_a_raised_hand_and_nothing_else() {
+    use stagewise_sim::OracleTrap;
+    let phi_after_raising = |trap: Option<OracleTrap>| {
+        let mut cfg = small(Task::PushTarget);
+        cfg.oracle_trap = trap;
+        let mut env = SimEnv::new(cfg).expect("env");
+        env.reset(3).expect("reset");
+        let mut last = None;
+        for _ in 0..60 {
+            // straight up at full speed: the hand leaves the block and the target behind
+            let r = env.step(&[0.0, 0.0, 1.0, 1.0]).expect("step");
+            last = Some(r);
+        }
+        let r = last.expect("a step");
+        (
+            r.info.progress_oracle.expect("oracle"),
+            r.info.success,
+            r.reward,
+        )
+    };
+    let (clean, _, _) = phi_after_raising(None);
+    assert!(
+        clean < 0.2,
+        "the raised hand is early progress for the oracle: {clean}"
+    );
+    let (over, success, reward) = phi_after_raising(Some(OracleTrap {
+        min_tcp_z: 0.2,
+        phi: 0.9,
+    }));
+    assert!((over - 0.9).abs() < 1e-6, "the trap reads {over}");
+    assert!(!success && reward == 0.0, "the trap is not success");
+    // below the trap's height (here above the workspace's ceiling, 0.35 m) the oracle is its own
+    let (low, _, _) = phi_after_raising(Some(OracleTrap {
+        min_tcp_z: 0.36,
+        phi: 0.9,
+    }));
+    assert!(low < 0.2, "{low}");
+}

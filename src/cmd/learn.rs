@@ -23,12 +23,16 @@ pub struct LearnArgs {
     pub args: Vec<OsString>,
 }
 
-/// The learner's command line: `<python> -P -m stagewise.rl ARGS...` with its environment. `-P`: the working
+/// `<python> -P -m MODULE ARGS...` with the environment every Python subcommand gets. `-P`: the working
 /// directory is not on Python's path (a `stagewise/` folder where the command runs is not imported).
-pub fn command(python: &std::path::Path, args: &[OsString]) -> anyhow::Result<Command> {
+pub fn module_command(
+    python: &std::path::Path,
+    module: &str,
+    args: &[OsString],
+) -> anyhow::Result<Command> {
     let exe = std::env::current_exe().context("locating the stagewise executable")?;
     let mut cmd = Command::new(python);
-    cmd.args(["-P", "-m", MODULE]).args(args);
+    cmd.args(["-P", "-m", module]).args(args);
     cmd.env("STAGEWISE_BIN", &exe);
     let ort = stagewise_model::runtime::ORT_DYLIB_ENV;
     if std::env::var_os(ort).is_none_or(|v| v.is_empty()) {
@@ -36,30 +40,42 @@ pub fn command(python: &std::path::Path, args: &[OsString]) -> anyhow::Result<Co
             Ok(lib) => {
                 cmd.env(ort, lib);
             }
-            // The learner may not need it (its `serve` finds the library itself): say so and go on.
-            Err(e) => tracing::debug!(error = %e, "no ONNX Runtime library to hand to the learner"),
+            // The module may not need it (the learner's `serve` finds the library itself): say so and go on.
+            Err(e) => tracing::debug!(error = %e, "no ONNX Runtime library to hand to {module}"),
         }
     }
     Ok(cmd)
 }
 
-pub fn run(args: LearnArgs) -> anyhow::Result<()> {
-    // STAGEWISE_PYTHON, as `train --python` reads it; every flag here belongs to the learner.
+/// The project's Python (`STAGEWISE_PYTHON`, as `train --python` reads it, else the venv search), for `what`.
+pub fn project_python(what: &str) -> anyhow::Result<std::path::PathBuf> {
     let explicit = std::env::var_os("STAGEWISE_PYTHON")
         .filter(|v| !v.is_empty())
         .map(std::path::PathBuf::from);
-    let python = super::python::find_python(explicit.as_deref())
-        .context("stagewise learn runs `python -m stagewise.rl`")?;
-    // Clap takes the global `--log` out of the subcommand's arguments; the learner gets them as typed.
-    let forwarded = forwarded(std::env::args_os()).unwrap_or(args.args);
-    let mut cmd = command(&python, &forwarded)?;
-    tracing::debug!(command = ?cmd, "learn");
-    exec(&mut cmd, &python)
+    super::python::find_python(explicit.as_deref()).with_context(|| what.to_string())
 }
 
-/// The arguments after the `learn` word of `stagewise [--log L] learn ARGS...`, as typed (`None`: the command
-/// line is not a `learn` one).
-pub fn forwarded(argv: impl IntoIterator<Item = OsString>) -> Option<Vec<OsString>> {
+/// Runs `python -m module` with the arguments after `word` on the command line as typed (clap takes the global
+/// `--log` out of the subcommand's arguments), else `parsed`; on Unix this process becomes Python.
+pub fn run_module(module: &str, word: &str, parsed: Vec<OsString>) -> anyhow::Result<()> {
+    let python = project_python(&format!("stagewise {word} runs `python -m {module}`"))?;
+    let forwarded = forwarded_after(std::env::args_os(), word).unwrap_or(parsed);
+    let mut cmd = module_command(&python, module, &forwarded)?;
+    tracing::debug!(command = ?cmd, "{word}");
+    exec(&mut cmd, &python, module)
+}
+
+pub fn run(args: LearnArgs) -> anyhow::Result<()> {
+    // Every flag here belongs to the learner.
+    run_module(MODULE, "learn", args.args)
+}
+
+/// The arguments after the subcommand `word` of `stagewise [--log L] WORD ARGS...`, as typed (`None`: the
+/// command line is not a `word` one).
+pub fn forwarded_after(
+    argv: impl IntoIterator<Item = OsString>,
+    word: &str,
+) -> Option<Vec<OsString>> {
     let mut it = argv.into_iter().skip(1);
     loop {
         let a = it.next()?;
@@ -68,25 +84,25 @@ pub fn forwarded(argv: impl IntoIterator<Item = OsString>) -> Option<Vec<OsStrin
                 it.next()?;
             }
             Some(s) if s.starts_with("--log=") => {}
-            Some("learn") => return Some(it.collect()),
+            Some(w) if w == word => return Some(it.collect()),
             _ => return None,
         }
     }
 }
 
 #[cfg(unix)]
-fn exec(cmd: &mut Command, python: &std::path::Path) -> anyhow::Result<()> {
+fn exec(cmd: &mut Command, python: &std::path::Path, module: &str) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     // Returns only when the exec failed.
     let e = cmd.exec();
-    Err(e).with_context(|| format!("running {} -m {MODULE}", python.display()))
+    Err(e).with_context(|| format!("running {} -m {module}", python.display()))
 }
 
 #[cfg(not(unix))]
-fn exec(cmd: &mut Command, python: &std::path::Path) -> anyhow::Result<()> {
+fn exec(cmd: &mut Command, python: &std::path::Path, module: &str) -> anyhow::Result<()> {
     let status = cmd
         .status()
-        .with_context(|| format!("running {} -m {MODULE}", python.display()))?;
+        .with_context(|| format!("running {} -m {module}", python.display()))?;
     std::process::exit(status.code().unwrap_or(1));
 }
 
@@ -100,7 +116,7 @@ mod tests {
 
     #[test]
     fn everything_after_learn_is_forwarded_as_typed() {
-        let fwd = |s: &[&str]| forwarded(args(s));
+        let fwd = |s: &[&str]| forwarded_after(args(s), "learn");
         let rest = ["--log", "warn", "--help", "--", "-x"];
         let mut argv = vec!["stagewise", "learn"];
         argv.extend(rest);
@@ -115,5 +131,9 @@ mod tests {
         );
         assert_eq!(fwd(&["stagewise", "train", "learn"]), None);
         assert_eq!(fwd(&["stagewise", "--log"]), None);
+        assert_eq!(
+            forwarded_after(args(&["stagewise", "view", "log", "a.swlog"]), "view"),
+            Some(args(&["log", "a.swlog"]))
+        );
     }
 }

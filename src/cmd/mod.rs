@@ -20,4 +20,5 @@ pub mod serve;
 pub mod sim;
 pub mod sim_args;
 pub mod train;
+pub mod view;
 pub mod zenoh_args;

@@ -6,6 +6,7 @@
 use super::ort_args::OrtArgs;
 use super::robot::LinkKeyArgs;
 use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
+use super::view::{LiveViewer, RerunSink};
 use super::zenoh_args::{Role, ZenohArgs};
 use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
@@ -23,7 +24,7 @@ use stagewise_stream::{Node, PublisherOptions, Subscription};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -84,6 +85,12 @@ pub struct RunArgs {
     /// Do not open a zenoh session (score and log only).
     #[arg(long)]
     pub no_stream: bool,
+    /// Show the run in Rerun (docs/view.md): `spawn` (a viewer on this machine), `connect [ADDR]` (a running
+    /// viewer, default 127.0.0.1:9876) or `save FILE.rrd`. Turns on --stream-images; a `stagewise view live`
+    /// process subscribes to this run's stream at a lower CPU priority, drops what it cannot keep up with, and
+    /// never holds the actor back (a viewer that fails is reported and the run goes on).
+    #[arg(long, num_args = 1..=2, value_names = ["MODE", "ARG"])]
+    pub rerun: Vec<String>,
     /// Seconds to wait for a transition subscriber before the first step (0 = start at once; messages put before
     /// a subscriber is matched are lost).
     #[arg(long, default_value_t = 0.0)]
@@ -448,6 +455,7 @@ fn attach_stream(
     hz: f64,
     trust: PolicyTrust,
     spec: &EnvSpec,
+    viewer: Option<&mut LiveViewer>,
 ) -> anyhow::Result<(Actor, Subscription)> {
     let keys = actor.keys().clone();
     // At a fixed rate the actor must never wait on a learner (a queue to a publisher thread; full, it drops);
@@ -458,7 +466,10 @@ fn attach_stream(
         PublisherOptions::backpressure()
     };
     let publisher = node.publisher(&keys, options)?;
-    if a.wait_subscribers > 0.0
+    if let Some(viewer) = viewer {
+        // Bounded: a viewer that fails or never comes delays the first step by VIEWER_START at most.
+        viewer.wait_subscribed(VIEWER_START, |d| publisher.wait_for_subscribers(d));
+    } else if a.wait_subscribers > 0.0
         && !publisher.wait_for_subscribers(Duration::from_secs_f64(a.wait_subscribers))
     {
         tracing::warn!(
@@ -485,9 +496,27 @@ fn attach_stream(
     Ok((actor.with_policy_updates(updates), subscription))
 }
 
-/// Runs the actor until `--episodes` or Ctrl-C, with the house progress bar; returns its statistics and every
-/// episode's return.
-fn run_episodes(actor: &mut Actor, episodes: u64) -> anyhow::Result<(RunStats, Vec<f64>)> {
+/// How long `run --rerun` waits for its viewer to subscribe before the first step (Python, rerun and zenoh start
+/// in a few seconds on a busy machine), and how long it gives the viewer to finish at the end.
+const VIEWER_START: Duration = Duration::from_secs(30);
+const VIEWER_FINISH: Duration = Duration::from_secs(60);
+
+/// The `--rerun` viewer, started beside the actor; a viewer that cannot start is reported, never fatal.
+fn start_viewer(a: &RunArgs, sink: &RerunSink, robot: &str) -> Option<LiveViewer> {
+    let started = super::view::viewer_endpoints(&a.zenoh.config(Role::Listen))
+        .and_then(|endpoints| LiveViewer::spawn(sink, robot, endpoints));
+    match started {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!("--rerun: no viewer ({e:#}); the run goes on without it");
+            None
+        }
+    }
+}
+
+/// Runs the actor until `--episodes` or Ctrl-C, with the house progress bar; returns its statistics, every
+/// episode's return and the seconds it stepped.
+fn run_episodes(actor: &mut Actor, episodes: u64) -> anyhow::Result<(RunStats, Vec<f64>, f64)> {
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -496,6 +525,7 @@ fn run_episodes(actor: &mut Actor, episodes: u64) -> anyhow::Result<(RunStats, V
     }
     let bar = crate::cli::progress_bar((episodes > 0).then_some(episodes), "running", "episodes");
     let mut returns = Vec::new();
+    let started = Instant::now();
     let stats = actor.run(&stop, |ep, stats| {
         returns.push(ep.episode_return);
         let recent = &returns[returns.len().saturating_sub(20)..];
@@ -508,18 +538,20 @@ fn run_episodes(actor: &mut Actor, episodes: u64) -> anyhow::Result<(RunStats, V
         ));
         bar.set_position(stats.episodes);
     })?;
+    let secs = started.elapsed().as_secs_f64();
     bar.finish();
-    Ok((stats, returns))
+    Ok((stats, returns, secs))
 }
 
 /// The run's closing report on stdout.
-fn print_summary(a: &RunArgs, stats: &RunStats, returns: &[f64], hz: f64) {
+fn print_summary(a: &RunArgs, stats: &RunStats, returns: &[f64], hz: f64, secs: f64) {
     let mean = returns.iter().sum::<f64>() / returns.len().max(1) as f64;
     println!(
-        "{} episodes, {} env-steps, success rate {:.1}%, mean return {mean:+.4}",
+        "{} episodes, {} env-steps, success rate {:.1}%, mean return {mean:+.4}; {:.1} env-steps/s ({secs:.2} s stepping)",
         stats.episodes,
         stats.env_steps,
-        100.0 * stats.successes as f64 / stats.episodes.max(1) as f64
+        100.0 * stats.successes as f64 / stats.episodes.max(1) as f64,
+        stats.env_steps as f64 / secs.max(1e-9)
     );
     if let Clock::Fixed { hz } = Clock::from_hz(hz) {
         println!(
@@ -550,6 +582,12 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         state_file: policy_state_file(&a, &stream_robot)?,
     };
     let reward = reward_choice(&a)?;
+    let rerun = (!a.rerun.is_empty())
+        .then(|| RerunSink::parse(&a.rerun))
+        .transpose()?;
+    if rerun.is_some() && a.no_stream {
+        bail!("--rerun shows this run's stream: it cannot go with --no-stream (view the log afterwards: `stagewise view log {}`)", a.log_file.display());
+    }
     let envs = Envs::open(&a, robot_url, &reward)?;
     let spec = envs.spec();
     let progress = progress_source(&a, &reward, &envs, &spec)?;
@@ -566,7 +604,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         clock: Clock::from_hz(hz),
         max_episodes: (a.episodes > 0).then_some(a.episodes),
         max_steps: None,
-        stream_images: a.stream_images,
+        stream_images: a.stream_images || rerun.is_some(),
     };
     let mut actor = Actor::new(envs.into_envs(), progress, policy, config)?
         .with_log(EpisodeLog::create(&a.log_file)?);
@@ -581,15 +619,22 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     };
     // Keep the subscription alive for the whole run.
     let mut _subscription = None;
+    let mut viewer = None;
     if let Some(node) = &node {
-        let (attached, sub) = attach_stream(actor, node, &a, hz, trust, &spec)?;
+        viewer = rerun
+            .as_ref()
+            .and_then(|sink| start_viewer(&a, sink, actor.keys().robot()));
+        let (attached, sub) = attach_stream(actor, node, &a, hz, trust, &spec, viewer.as_mut())?;
         (actor, _subscription) = (attached, Some(sub));
     }
-    let (stats, returns) = run_episodes(&mut actor, a.episodes)?;
-    print_summary(&a, &stats, &returns, hz);
+    let (stats, returns, secs) = run_episodes(&mut actor, a.episodes)?;
+    print_summary(&a, &stats, &returns, hz, secs);
     if let Some(node) = node {
         drop(actor);
         std::thread::sleep(Duration::from_millis(100));
+        if let Some(v) = viewer {
+            v.finish(VIEWER_FINISH);
+        }
         node.close().ok();
     }
     Ok(())

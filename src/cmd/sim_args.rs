@@ -2,7 +2,7 @@
 
 use stagewise_core::{Env, EnvError, EnvSpec, Observation, StepResult};
 use stagewise_runtime::{Policy, PolicyError};
-use stagewise_sim::{Degradation, Expert, Randomization, SimConfig, SimEnv, Task};
+use stagewise_sim::{Degradation, Expert, OracleTrap, Randomization, SimConfig, SimEnv, Task};
 use std::sync::{Arc, Mutex};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -20,6 +20,29 @@ pub struct SimEnvArgs {
     pub max_steps: Option<u64>,
     #[command(flatten)]
     pub scene: crate::cli::SceneArgs,
+    /// Experiment (docs/shaping.md, "The semantic trap"): the oracle over-reads progress as at least PHI while
+    /// the TCP is at or above height Z metres (the task's success is unchanged). Format `Z:PHI`, e.g. `0.25:0.9`.
+    #[arg(long, value_name = "Z:PHI", value_parser = parse_oracle_trap)]
+    pub oracle_trap: Option<OracleTrap>,
+}
+
+/// `Z:PHI` -> the trap (PHI in [0, 1], Z finite).
+fn parse_oracle_trap(s: &str) -> Result<OracleTrap, String> {
+    let (z, phi) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?} is not Z:PHI (e.g. 0.25:0.9)"))?;
+    let num = |v: &str, what: &str| {
+        v.trim()
+            .parse::<f32>()
+            .ok()
+            .filter(|x| x.is_finite())
+            .ok_or_else(|| format!("{what} {v:?} in {s:?} is not a finite number"))
+    };
+    let (min_tcp_z, phi) = (num(z, "height Z")?, num(phi, "progress PHI")?);
+    if !(0.0..=1.0).contains(&phi) {
+        return Err(format!("progress PHI {phi} in {s:?} is not in [0, 1]"));
+    }
+    Ok(OracleTrap { min_tcp_z, phi })
 }
 
 impl SimEnvArgs {
@@ -31,6 +54,7 @@ impl SimEnvArgs {
         cfg.render_threads = 1;
         cfg.randomization = Randomization::default();
         self.scene.apply(&mut cfg.randomization);
+        cfg.oracle_trap = self.oracle_trap;
         cfg
     }
 }

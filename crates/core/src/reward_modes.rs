@@ -12,6 +12,12 @@
 //!   kept, which rewards stalling near the goal (Robo-Dopamine's "semantic trap"; `tests/invariance.rs` builds an
 //!   MDP where it changes the optimal policy). The level `c (1 - gamma) phi'` (`c phi*` at the end) is what moves
 //!   the optimal policy; the part `S` scales is potential-based, so every `S` has the same optimal policy.
+//! - [`value_potential_reward`] (policy-invariant): the potential `gamma^(K (1 - phi))`, terminal potential 0:
+//!   the value of a success reached `K (1 - phi)` steps from now, i.e. progress read as time to go at the pace
+//!   of `K` steps per whole task (`K` from the demonstrations' lengths). Ng et al. (1999) show that the
+//!   potential nearest the optimal value `V*` shapes best: the shaped critic then learns `Q* - V*` (the
+//!   advantage, near 0) instead of `Q* - c phi`, and the per-step reward stays a signal the critic cannot
+//!   cancel. `c = 1` matches a task reward of 1.
 //! - [`windowed_rank_reward`] (NOT policy-invariant): the Rank-Then-Act signal, Spearman's rho of the last `W`
 //!   progress values against their time indices, in [-1, 1]. It rewards monotone progress regardless of its
 //!   size, is blind to how far the task is from done and pays the same for a tiny steady creep as for a
@@ -37,6 +43,29 @@ pub fn potential_reward(
     } else {
         task_reward + scale * (gamma * phi_next - phi) + scale * offset * (1.0 - gamma)
     }
+}
+
+/// The value-like potential `gamma^(horizon (1 - phi))` of progress `phi` (see the module docs).
+pub fn value_potential(gamma: f64, horizon: f64, phi: f64) -> f64 {
+    gamma.powf(horizon * (1.0 - phi))
+}
+
+/// The potential-based reward with the value-like potential and terminal potential 0 (see the module docs).
+pub fn value_potential_reward(
+    gamma: f64,
+    scale: f64,
+    horizon: f64,
+    phi: f64,
+    phi_next: f64,
+    task_reward: f64,
+    terminated: bool,
+) -> f64 {
+    let next = if terminated {
+        0.0
+    } else {
+        value_potential(gamma, horizon, phi_next)
+    };
+    task_reward + scale * (gamma * next - value_potential(gamma, horizon, phi))
 }
 
 /// The progress form: potential part scaled by `potential_scale` plus the level (see the module docs). When
@@ -123,6 +152,25 @@ mod tests {
         );
         let end = progress_reward(0.9, 2.0, 0.1, 0.25, 1.0, 1.0, true);
         assert!(close(end, 1.0 - 0.1 * 2.0 * 0.25 + 2.0 * 1.0), "{end}");
+    }
+
+    #[test]
+    fn the_value_potential_is_the_discounted_success_k_steps_per_task_away() {
+        let (g, k) = (0.99, 50.0);
+        assert!(close(value_potential(g, k, 1.0), 1.0));
+        assert!(close(value_potential(g, k, 0.0), 0.99f64.powi(50)));
+        assert!(close(value_potential(g, k, 0.5), 0.99f64.powi(25)));
+        // moving at the pace of K steps per task earns exactly nothing, standing still pays (gamma - 1) Phi
+        let pace = value_potential_reward(g, 1.0, k, 0.5, 0.5 + 1.0 / k, 0.0, false);
+        assert!(pace.abs() < 1e-12, "{pace}");
+        let still = value_potential_reward(g, 1.0, k, 0.5, 0.5, 0.0, false);
+        assert!(
+            close(still, (g - 1.0) * value_potential(g, k, 0.5)),
+            "{still}"
+        );
+        // the success step: task reward 1, terminal potential 0
+        let end = value_potential_reward(g, 1.0, k, 0.98, 1.0, 1.0, true);
+        assert!(close(end, 1.0 - value_potential(g, k, 0.98)), "{end}");
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //!
 //! - `Potential { offset: X }` (default, `X = 0`), policy-invariant: the potential `phi - X`, terminal potential
 //!   0: `r_task + c (gamma phi' - phi) + c X (1 - gamma)`, terminated `r_task - c phi + c X`.
+//! - `ValuePotential { horizon: K }`, policy-invariant: the potential `gamma^(K (1 - phi))` (progress read as the
+//!   discounted value of a success `K (1 - phi)` steps away), terminal potential 0.
 //! - `Progress { potential_scale: S, success_progress_one }`, NOT policy-invariant:
 //!   `r_task + S c (gamma phi' - phi) + c (1 - gamma) phi'`, terminated `r_task - S c phi + c phi*` with
 //!   `phi* = 1` on a success when `success_progress_one`, else `phi'`. `S = 1` is the plain delta
@@ -28,7 +30,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::reward_modes::{potential_reward, progress_reward, windowed_rank_reward};
+use crate::reward_modes::{
+    potential_reward, progress_reward, value_potential_reward, windowed_rank_reward,
+};
 use crate::types::Transition;
 
 /// What was wrong with a shaping configuration or a step.
@@ -48,6 +52,8 @@ pub enum ShapingError {
     BadPotentialScale(f64),
     #[error("potential offset X is {0}: it must be finite")]
     BadOffset(f64),
+    #[error("value-potential horizon K is {0}: it must be finite and > 0 (steps per whole task)")]
+    BadHorizon(f64),
     #[error("the windowed rank reward (window {window}) depends on the episode's history, not on one transition: use a VecShaper")]
     NeedsHistory { window: usize },
     #[error("a vectorised shaper needs at least one env")]
@@ -100,8 +106,8 @@ impl Default for SuccessDetection {
     }
 }
 
-/// How the per-step reward is made from progress (module docs, `docs/shaping.md`). Only `Potential` keeps the
-/// optimal policy.
+/// How the per-step reward is made from progress (module docs, `docs/shaping.md`). Only `Potential` and
+/// `ValuePotential` keep the optimal policy.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RewardMode {
@@ -111,6 +117,9 @@ pub enum RewardMode {
         #[serde(default)]
         offset: f64,
     },
+    /// Potential `gamma^(horizon (1 - phi))`, terminal potential 0: `r_task + c (gamma Phi' - Phi)`, terminated
+    /// `r_task - c Phi`. Policy-invariant; `horizon` is the steps a whole task takes (`K`).
+    ValuePotential { horizon: f64 },
     /// `r_task + S c (gamma phi' - phi) + c (1 - gamma) phi'`, terminated `r_task - S c phi + c phi*` (`phi* = 1`
     /// on a success with `success_progress_one`, else `phi'`). NOT policy-invariant (the level moves it); the
     /// optimal policy is the same for every `S`. `S = 1`: `r_task + c (phi' - phi)`, the plain delta.
@@ -144,7 +153,7 @@ impl RewardMode {
 
     /// Whether the mode keeps the task's optimal policy.
     pub fn is_policy_invariant(&self) -> bool {
-        matches!(self, Self::Potential { .. })
+        matches!(self, Self::Potential { .. } | Self::ValuePotential { .. })
     }
 }
 
@@ -222,6 +231,9 @@ impl ShapingConfig {
             RewardMode::Potential { offset } if !offset.is_finite() => {
                 Err(ShapingError::BadOffset(offset))
             }
+            RewardMode::ValuePotential { horizon } if !(horizon.is_finite() && horizon > 0.0) => {
+                Err(ShapingError::BadHorizon(horizon))
+            }
             _ => Ok(()),
         }
     }
@@ -275,6 +287,10 @@ impl ShapingConfig {
                 potential_reward(gamma, c, offset, phi, phi_next, task_reward, terminated),
                 if terminated { 0.0 } else { phi_next },
             ),
+            RewardMode::ValuePotential { horizon } => (
+                value_potential_reward(gamma, c, horizon, phi, phi_next, task_reward, terminated),
+                if terminated { 0.0 } else { phi_next },
+            ),
             RewardMode::Progress {
                 potential_scale,
                 success_progress_one,
@@ -307,7 +323,7 @@ pub struct ShapedStep {
     pub task_reward: f64,
     /// Cached potential of the state the action was taken in.
     pub phi: f64,
-    /// Potential of the next state as used in the reward: 0 when terminated in `Potential` mode, `phi*` (1 for a
+    /// Potential of the next state as used in the reward: 0 when terminated in a potential mode, `phi*` (1 for a
     /// success read as done) when terminated in `Progress` mode, else the observed one.
     pub phi_next: f64,
     /// The model's progress for the next state, as observed (cached for the next step).

@@ -239,6 +239,43 @@ proptest! {
         }
     }
 
+    /// The value-like potential `gamma^(K (1 - phi))` is a potential like any other: the shaped Q is
+    /// `Q - c Phi_V(s)` at every (t, s, a) under a terminating time limit, for any horizon K > 0 (progress in
+    /// [0, 1], so the potential stays in (0, 1]).
+    #[test]
+    fn the_value_potential_keeps_the_optimal_policy(
+        seed in any::<u64>(),
+        n_live in 1usize..6,
+        n_term in 1usize..3,
+        n_actions in 2usize..4,
+        horizon in 1usize..7,
+        gamma in 0.3f64..=1.0,
+        scale in -3.0f64..3.0,
+        k in 0.5f64..200.0,
+    ) {
+        let mdp = random_mdp(seed, n_live, n_term, n_actions);
+        let mut rng = SplitMix(seed ^ 0x5A5A);
+        let phi: Vec<Vec<f64>> = (0..=horizon).map(|_| (0..mdp.n()).map(|_| rng.range(0.0, 1.0)).collect()).collect();
+        let config = ShapingConfig::new(gamma, scale).unwrap().with_mode(RewardMode::ValuePotential { horizon: k });
+        let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
+        let shaped = |s: usize, t: usize, a: usize, s2: usize, term: bool| {
+            let ends = term || t + 1 == horizon;
+            config.reward(phi[t][s], phi[t + 1][s2], mdp.r[s][a][s2], ends, false).unwrap()
+        };
+        let zeros = vec![0.0; mdp.n()];
+        let q = mdp.finite_horizon_q(horizon, gamma, &task, &zeros);
+        let qs = mdp.finite_horizon_q(horizon, gamma, &shaped, &zeros);
+        for t in 0..horizon {
+            for s in 0..n_live {
+                assert_same_policy(&q[t][s], &qs[t][s], &format!("t {t} s {s}"));
+                let phi_v = gamma.powf(k * (1.0 - phi[t][s]));
+                for a in 0..n_actions {
+                    prop_assert!((qs[t][s][a] - (q[t][s][a] - scale * phi_v)).abs() < 1e-9);
+                }
+            }
+        }
+    }
+
     /// The time limit only truncates (training convenience): the potential of the last state is kept and the
     /// learner bootstraps from it. With each learner bootstrapping from its own exact value (computed
     /// independently by infinite-horizon value iteration on its own reward), the time-limited problems agree.

@@ -935,7 +935,7 @@ pub struct RewardSpecMsg {
     pub gamma: f64,
     /// Shaping scale `c` in `r = r_task + c * (gamma * phi' - phi)` (0 for `"sparse"`).
     pub shaping_scale: f64,
-    /// How progress became the reward (`--shaping`): `"potential"`, `"progress"` or `"rank:W"`. Missing for
+    /// How progress became the reward (`--shaping`): `"potential"`, `"value:K"`, `"progress"` or `"rank:W"`. Missing for
     /// `"sparse"` and from older servers (which shape with `"potential"`, no offset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shaping: Option<String>,
@@ -956,6 +956,9 @@ impl RewardSpecMsg {
         use stagewise_core::RewardMode;
         let (shaping, offset, scale, one) = match *mode {
             RewardMode::Potential { offset } => ("potential".to_string(), Some(offset), None, None),
+            RewardMode::ValuePotential { horizon } => {
+                (format!("value:{horizon}"), None, None, None)
+            }
             RewardMode::Progress {
                 potential_scale,
                 success_progress_one,

@@ -28,15 +28,23 @@ stagewise binary is $STAGEWISE_BIN, else `stagewise` on PATH, else the checkout'
 # (flag, config key, type, help); a flag left out keeps the task's default (config.TASK_DEFAULTS over LearnConfig)
 OPTIONS = {
     "reward form (asked of the training `serve`; the learner takes the served reward as it is)": [
-        ("--shaping", "reward_form.shaping", SHAPINGS, "progress (default; NOT policy-invariant: r_task + S c (gamma "
-         "phi' - phi) + c (1 - gamma) phi') or potential (r_task + c (gamma (phi' - X) - (phi - X)), invariant)"),
-        ("--shaping-scale", "reward_form.shaping_scale", float, "c (default 10)"),
+        ("--shaping", "reward_form.shaping", SHAPINGS, "potential (default; r_task + c (gamma (phi' - X) - (phi - "
+         "X)), policy-invariant), value (r_task + c (gamma Phi' - Phi), Phi = gamma^(K (1 - phi)), invariant; with "
+         "--value-horizon K) or progress (pick-place's default; NOT policy-invariant: r_task + S c (gamma phi' - "
+         "phi) + c (1 - gamma) phi')"),
+        ("--shaping-scale", "reward_form.shaping_scale", float, "c (default: 10 for progress, 1 for potential and "
+         "value, the scales they were measured with)"),
         ("--potential-scale", "reward_form.potential_scale", float, "progress: S, scale of the potential part "
          "(default 1; pick-place 0.1)"),
         ("--success-progress-one", "reward_form.success_progress_one", bool, "progress: a step that ends in success "
          "reads phi' = 1 (default off; pick-place on)"),
         ("--phi-offset", "reward_form.phi_offset", float, "potential: X, the potential is phi - X (default 0)"),
+        ("--value-horizon", "reward_form.value_horizon", float, "value: K, the potential is gamma^(K (1 - phi)), "
+         "the value of a success K (1 - phi) env steps away (K: the steps a whole task takes, e.g. the "
+         "demonstrations' mean length)"),
         ("--gamma", "reward_form.gamma", float, "discount of the learner and the shaping (default 0.99)"),
+        ("--oracle-trap", "oracle_trap", str, "experiment, --reward oracle only: Z:PHI, the oracle over-reads "
+         "progress as at least PHI while the hand is at or above Z m (the semantic-trap test, docs/shaping.md)"),
     ],
     "learner": [
         ("--algo", "agent.algo", ("td3", "sac"), "default td3"),

@@ -1,18 +1,20 @@
 """Typed configuration of a learning run. The defaults are the measured set-up of the shipped results
 (benches/results/learner_shaping_push_sg: TD3, 128x128, LayerNorm critics, each action held 4 env steps, 2 critic
-updates per decision, n-step 3, symmetry augmentation, the progress reward form at c = 10); `TASK_DEFAULTS` adds
-what a task's shipped result changed (pick-place: 300-step episodes, the gripper options, the potential part x0.1,
-success read as progress 1)."""
+updates per decision, n-step 3, symmetry augmentation) with the policy-invariant potential form at c = 1
+(benches/results/invariant_push, docs/shaping.md "Which form teaches"); `TASK_DEFAULTS` adds what a task's shipped
+result changed (pick-place: the progress form at c = 10 with the potential part x0.1 and success read as progress 1,
+300-step episodes, the gripper options)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 TASKS = ("pick-place", "push-target", "stack")
 REWARDS = ("model", "oracle", "sparse")
-SHAPINGS = ("potential", "progress")
+SHAPINGS = ("potential", "value", "progress")
 
 
 @dataclass(frozen=True)
@@ -35,13 +37,16 @@ class RewardConfig:
     """The reward form the training `serve` is asked for (`--shaping ...`); the learner takes the served reward as
     it is. `progress` (NOT policy-invariant): r = r_task + S c (gamma phi' - phi) + c (1 - gamma) phi' (terminated:
     r_task - S c phi + c phi*, phi* = 1 on success with `success_progress_one`, else phi'); `potential`: r = r_task +
-    c (gamma (phi' - X) - (phi - X)), terminal potential 0 (policy-invariant). Ignored for `--reward sparse`."""
+    c (gamma (phi' - X) - (phi - X)), terminal potential 0 (policy-invariant); `value`: the same with the potential
+    gamma^(K (1 - phi)), K = `value_horizon` env steps per whole task (policy-invariant). Ignored for `--reward
+    sparse`. The default c is the one each form was measured with (`SHAPING_SCALE`)."""
 
-    shaping: str = "progress"
-    shaping_scale: float = 10.0  # c
+    shaping: str = "potential"
+    shaping_scale: float = 1.0  # c
     potential_scale: float = 1.0  # S (progress only)
     success_progress_one: bool = False  # progress only
     phi_offset: float = 0.0  # X (potential only)
+    value_horizon: float = 0.0  # K (value only): env steps a whole task takes
     gamma: float = 0.99  # the learner's discount, and the server's (they must agree)
 
 
@@ -82,6 +87,9 @@ class LearnConfig:
     # its `--robot-name`. It outlives the learner, so a restarted (`--resume`) learner reconnects to it.
     serve_endpoint: str = ""
     serve_robot: str = "sim0"
+    # The semantic-trap experiment (docs/shaping.md): "Z:PHI", the training server's oracle over-reads progress as
+    # at least PHI while the hand is at or above Z metres ("" : no trap). Only with --reward oracle.
+    oracle_trap: str = ""
     agent: AgentConfig = field(default_factory=AgentConfig)
     reward_form: RewardConfig = field(default_factory=RewardConfig)
 
@@ -100,6 +108,8 @@ class LearnConfig:
             (r.potential_scale == 1.0 or r.shaping == "progress", "potential_scale",
              "is a progress-shaping option (the potential form is all potential part)"),
             (r.phi_offset == 0.0 or r.shaping == "potential", "phi_offset", "is a potential-shaping option"),
+            ((r.value_horizon > 0.0) == (r.shaping == "value"), "value_horizon",
+             "K > 0 (steps per whole task) is what --shaping value needs, and only it"),
             (0.0 < r.gamma <= 1.0, "gamma", f"{r.gamma} is not in (0, 1]"),
             (self.steps > 0 and self.envs > 0 and self.action_repeat > 0, "steps/envs/action_repeat",
              "must be positive"),
@@ -111,6 +121,10 @@ class LearnConfig:
              "must lie in [0, 1]"),
             (len(a.net) > 0 and all(n > 0 for n in a.net), "net", f"{a.net} is not a list of positive widths"),
             (bool(self.serve_robot), "serve_robot", "must name the running server's --robot-name"),
+            (not self.oracle_trap or self.reward == "oracle", "oracle_trap", "is a trap in the oracle: it needs "
+             "--reward oracle"),
+            (not self.oracle_trap or _is_trap(self.oracle_trap), "oracle_trap",
+             f"{self.oracle_trap!r} is not Z:PHI with PHI in [0, 1] (e.g. 0.25:0.9)"),
         ]
         for ok, name, why in checks:
             if not ok:
@@ -130,10 +144,20 @@ class LearnConfig:
         return cls(agent=AgentConfig(**agent), reward_form=RewardConfig(**d.pop("reward_form", {})), **d)
 
 
+def _is_trap(text: str) -> bool:
+    z, sep, phi = text.partition(":")
+    try:
+        return bool(sep) and math.isfinite(float(z)) and 0.0 <= float(phi) <= 1.0
+    except ValueError:
+        return False
+
+
 # What a task's shipped result set differently from the defaults (its curves.json's argv): applied under the
 # flags a user gives.
 TASK_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "pick-place": {
+        # the progress form: the invariant one is not yet measured on pick-place (docs/shaping.md, "Which form teaches")
+        "reward_form.shaping": "progress", "reward_form.shaping_scale": 10.0,
         "max_steps": 300, "eval_every": 20_000, "steps": 300_000, "gripper_flip": 0.02, "gripper_flip_hold": 8,
         "gripper_flip_rise": True, "agent.gripper_binary": True, "reward_form.potential_scale": 0.1,
         "reward_form.success_progress_one": True,
@@ -141,10 +165,21 @@ TASK_DEFAULTS: Dict[str, Dict[str, Any]] = {
 }
 
 
+# The scale c each form was measured with (docs/lab/2026-12-06-invariant-shaping.md): the potential forms teach
+# with c Phi on the scale of the task's value (c = 1 for a task reward of 1) and park at c = 10.
+SHAPING_SCALE = {"progress": 10.0, "potential": 1.0, "value": 1.0}
+
+
 def build(task: str, overrides: Dict[str, Any]) -> LearnConfig:
     """The task's measured set-up with `overrides` (keys as in TASK_DEFAULTS: `field`, `agent.field`,
     `reward_form.field`) applied on top."""
-    values = {**TASK_DEFAULTS.get(task, {}), **overrides, "task": task}
+    defaults = dict(TASK_DEFAULTS.get(task, {}))
+    form = overrides.get("reward_form.shaping", defaults.get("reward_form.shaping", RewardConfig.shaping))
+    if form != defaults.get("reward_form.shaping", RewardConfig.shaping):
+        # a task's settings of its own reward form do not carry over to another form asked for
+        defaults = {k: v for k, v in defaults.items() if not k.startswith("reward_form.")}
+    values = {"reward_form.shaping_scale": SHAPING_SCALE.get(form, RewardConfig.shaping_scale), **defaults,
+              **overrides, "task": task}
     top, agent, reward = {}, {}, {}
     for k, v in values.items():
         group, _, name = k.rpartition(".")

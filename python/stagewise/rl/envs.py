@@ -14,25 +14,11 @@ import numpy as np
 
 from .. import launch
 from ..env import StagewiseEnv
-from ..errors import NoRuntimeError, StagewiseError, StepTimeoutError
+from ..errors import NoRuntimeError, ServeError, StagewiseError, StepTimeoutError
+from ..launch import serve_died
 from ..session import open_session
 from ..vec_env import robot_names
 from .config import LearnConfig
-
-
-class ServeError(RuntimeError):
-    """A `stagewise serve` the learner started exited or never answered."""
-
-
-def _log_tail(srv: launch.Process, lines: int = 15) -> str:
-    text = srv.output().split("Stack backtrace:")[0].strip().splitlines()  # the error, not its backtrace
-    return "\n    ".join(text[-lines:]) if text else "(no output)"
-
-
-def serve_died(srv: launch.Process, what: str) -> ServeError:
-    code = srv.proc.poll()
-    state = f"exited with code {code}" if code is not None else "is running but does not answer"
-    return ServeError(f"{what}: `{' '.join(srv.argv[1:])}` {state} (log {srv.log}):\n    {_log_tail(srv)}")
 
 
 class Envs:
@@ -134,6 +120,8 @@ def shaping_args(cfg: LearnConfig) -> List[str]:
         return []
     if r.shaping == "potential":
         return [] if r.phi_offset == 0.0 else ["--shaping", "potential", "--phi-offset", repr(r.phi_offset)]
+    if r.shaping == "value":
+        return ["--shaping", f"value:{r.value_horizon!r}"]
     out = ["--shaping", "progress", "--potential-scale", repr(r.potential_scale)]
     return out + (["--success-progress-one"] if r.success_progress_one else [])
 
@@ -147,10 +135,18 @@ def reward_mismatch(cfg: LearnConfig, spec: Optional[dict]) -> List[str]:
         want.update(shaping_scale=r.shaping_scale, shaping=r.shaping)
         if r.shaping == "progress":
             want.update(potential_scale=r.potential_scale, success_progress_one=r.success_progress_one)
+        elif r.shaping == "value":
+            want.update(value_horizon=r.value_horizon)
         else:
             want.update(phi_offset=r.phi_offset)
     # a server older than the reward forms sends no `shaping`: it shaped with the potential, offset 0
     got = {"shaping": "potential", "phi_offset": 0.0, **spec}
+    name, _, k = str(got["shaping"]).partition(":")
+    if name == "value":  # "value:K" carries its K
+        try:
+            got.update(shaping="value", value_horizon=float(k))
+        except ValueError:
+            pass  # reported as a mismatch of `shaping`
     out = []
     for k, v in want.items():
         g = got.get(k)
@@ -171,6 +167,8 @@ def serve_args(cfg: LearnConfig, reward: str, robot: str, envs: int, max_steps: 
             args += ["--model", cfg.model]
     if reward == cfg.reward:
         args += shaping_args(cfg)
+        if cfg.oracle_trap:
+            args += ["--oracle-trap", cfg.oracle_trap]
     return args
 
 

@@ -75,16 +75,20 @@ def _setup(r: dict):
     c = r.get("config")
     if c:
         rf, ag = c["reward_form"], c["agent"]
+        form = rf.get("shaping", "progress")
+        form = f"value K={rf['value_horizon']:g}" if form == "value" else form
+        form += f" X={rf['phi_offset']:g}" if form == "potential" and rf.get("phi_offset") else ""
+        form += f", trap {c['oracle_trap']}" if c.get("oracle_trap") else ""
         return ((c["demos"], rf["shaping_scale"], c["gripper_flip"], c["gripper_flip_hold"], ag["gripper_binary"],
-                 c["gripper_flip_rise"], rf["success_progress_one"], rf["potential_scale"]),
+                 c["gripper_flip_rise"], rf["success_progress_one"], rf["potential_scale"], form),
                 os.path.dirname(c.get("model") or ""))
     a = r.get("args")
     if a:
         return ((a.get("demos", 0), a.get("shaping_scale"), a.get("gripper_flip", 0.0), a.get("gripper_flip_hold", 1),
                  a.get("gripper_binary", False), a.get("gripper_flip_rise", False),
-                 a.get("success_progress_one", False), a.get("potential_scale", 1.0)),
+                 a.get("success_progress_one", False), a.get("potential_scale", 1.0), a.get("reward_form", "progress")),
                 os.path.dirname(a.get("model") or ""))
-    return (None, None, 0.0, 1, False, False, False, 1.0), ""
+    return (None, None, 0.0, 1, False, False, False, 1.0, "progress"), ""
 
 
 def run_label(runs: List[dict], model_names=None) -> None:
@@ -98,8 +102,10 @@ def run_label(runs: List[dict], model_names=None) -> None:
     models = {m for r, (_, m) in zip(runs, setups) if r["reward"] == "model"}
     if len({su for su, _ in setups}) <= 1 and len(models) <= 1:
         return
-    for r, ((demos, c, flip, hold, binary, rise, one, pot), model) in zip(runs, setups):
-        scale = "" if r["reward"] == "sparse" or c is None else f", c={c:g}"
+    for r, ((demos, c, flip, hold, binary, rise, one, pot, form), model) in zip(runs, setups):
+        # the progress form is the one every earlier result used: it stays unnamed, so their labels stay as they were
+        named = "" if form == "progress" or r["reward"] == "sparse" else f", {form}"
+        scale = named + ("" if r["reward"] == "sparse" or c is None else f", c={c:g}")
         scale += "" if r["reward"] == "sparse" or pot == 1.0 else f" (potential part x{pot:g})"
         flips = "" if not flip else f", flip {flip:g}" + (f" x{hold}" if hold > 1 else "") + (" rise" if rise else "")
         r["label"] = (f"{r['reward']}{scale}" + ("" if demos is None else f", {demos} demos") + flips

@@ -1,0 +1,211 @@
+"""`stagewise view`: a real run's episode log, a real recorded LeRobot dataset and a live run, each written to an
+.rrd and read back with the real rerun SDK (entities and their row counts); a cut log, a dataset without
+progress and a viewer that is not there give clear errors and what could be shown is still shown."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stagewise import launch
+from stagewise.view import read_log
+from stagewise.wire import decode
+
+ROOT = Path(__file__).resolve().parents[2]
+VIEWS = ("front", "side", "wrist")
+
+
+def stagewise(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [launch.find_binary(), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def rows(rrd: Path) -> Counter:
+    """Rows per entity path of a recording, read with the rerun SDK."""
+    from rerun.chunk import RrdReader
+
+    c: Counter = Counter()
+    for chunk in RrdReader(rrd).stream().collect().stream():
+        if not chunk.is_static:
+            c[chunk.entity_path] += chunk.num_rows
+    return c
+
+
+def scalars(rrd: Path, entity: str) -> dict:
+    """step -> value of a Scalars entity."""
+    from rerun.chunk import RrdReader
+
+    out = {}
+    for chunk in RrdReader(rrd).stream().collect().stream():
+        if chunk.entity_path == entity:
+            b = chunk.to_record_batch()
+            for step, v in zip(b.column("step").to_pylist(), b.column("Scalars:scalars").to_pylist()):
+                out[step] = v[0]
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_log(tmp_path_factory) -> Path:
+    """A real `stagewise run` log: 2 envs, one pick-place episode each, frames streamed, the shipped model."""
+    log = tmp_path_factory.mktemp("view") / "run.swlog"
+    out = stagewise("run", "--task", "pick-place", "--policy", "expert", "--envs", "2", "--episodes", "2",
+                    "--width", "32", "--height", "32", "--stream-images", "--no-stream", "--log-file", str(log))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    return log
+
+
+def logged(log: Path):
+    """The log's transitions by (env, episode), read independently of the viewer."""
+    by = {}
+    for key, payload in read_log(log):
+        if key.endswith("/transition"):
+            m = decode(payload, "transition", key)
+            by.setdefault((m["env"], m["episode"]), []).append(m)
+    return by
+
+
+def test_a_run_log_becomes_a_recording_with_every_step_of_every_env(run_log, tmp_path):
+    rrd = tmp_path / "run.rrd"
+    out = stagewise("view", "log", str(run_log), "--rerun", "save", str(rrd))
+    assert out.returncode == 0, out.stderr
+    by = logged(run_log)
+    assert sorted(by) == [(0, 0), (1, 0)]
+    got = rows(rrd)
+    for (env, ep), ts in by.items():
+        p = f"/env{env}/episode{ep}"
+        n = len(ts)
+        assert n > 50
+        for name in ("phi", "reward", "task_reward", "action", "success", "stage", *(f"camera/{v}" for v in VIEWS)):
+            assert got[f"{p}/{name}"] == n, (name, got)
+        assert got[f"{p}/summary"] == 1
+        # The values are the log's: phi at the step the action was taken.
+        phi = scalars(rrd, f"{p}/phi")
+        assert phi == pytest.approx({t["step"]: t["phi"] for t in ts})
+        assert max(phi.values()) > 0.5
+    assert not [k for k in got if "oracle" in k]  # a model run carries no oracle
+
+
+def test_a_cut_log_is_an_error_and_every_complete_record_is_still_shown(run_log, tmp_path):
+    data = run_log.read_bytes()
+    cut = tmp_path / "cut.swlog"
+    cut.write_bytes(data[: len(data) - 100])  # inside the last record
+    rrd = tmp_path / "cut.rrd"
+    out = stagewise("view", "log", str(cut), "--rerun", "save", str(rrd))
+    assert out.returncode == 1, out.stderr
+    assert f"{cut}: the log is cut at byte" in out.stderr, out.stderr
+    complete = sum(1 for key, _ in _complete(data[: len(data) - 100]) if key.endswith("/transition"))
+    got = rows(rrd)
+    assert sum(v for k, v in got.items() if k.endswith("/phi")) == complete
+    # Not a log at all: an error naming the file.
+    bad = tmp_path / "bad.swlog"
+    bad.write_bytes(b"hello")
+    out = stagewise("view", "log", str(bad), "--rerun", "save", str(tmp_path / "bad.rrd"))
+    assert out.returncode == 1 and f"{bad}: not a Stagewise episode log" in out.stderr, out.stderr
+
+
+def _complete(data: bytes):
+    """The complete records of a log's bytes (an independent reader for the test)."""
+    i = 16
+    while i + 4 <= len(data):
+        k = int.from_bytes(data[i : i + 4], "little")
+        if i + 8 + k > len(data):
+            return
+        p = int.from_bytes(data[i + 4 + k : i + 8 + k], "little")
+        if i + 8 + k + p > len(data):
+            return
+        yield data[i + 4 : i + 4 + k].decode(), data[i + 8 + k : i + 8 + k + p]
+        i += 8 + k + p
+
+
+def test_a_dataset_without_progress_is_shown_without_it_and_with_it_once_labelled(tmp_path):
+    ds = tmp_path / "ds"
+    out = stagewise("record", "--task", "pick-place", "--episodes", "2", "--degraded", "0", "--width", "32",
+                    "--height", "32", "--threads", "1", "--out", str(ds))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rrd = tmp_path / "ds.rrd"
+    out = stagewise("view", "dataset", str(ds), "--rerun", "save", str(rrd))
+    assert out.returncode == 0, out.stderr
+    assert "no sarm_progress.parquet" in out.stderr and "stagewise label" in out.stderr, out.stderr
+    got = rows(rrd)
+    import pyarrow.parquet as pq
+
+    frames = pq.read_table(next((ds / "data").rglob("*.parquet"))).column("episode_index").to_pylist()
+    for ep in (0, 1):
+        n = frames.count(ep)
+        for name in ("oracle_phi", "stage", "action", *(f"camera/{v}" for v in VIEWS)):
+            assert got[f"/episode{ep}/{name}"] == n, (name, got)
+        assert f"/episode{ep}/phi" not in got
+    out = stagewise("label", "--dataset", str(ds), "--model", "models/pick-place/pick-place-progress.toml")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rrd2 = tmp_path / "ds2.rrd"
+    out = stagewise("view", "dataset", str(ds), "--episodes", "1", "--rerun", "save", str(rrd2))
+    assert out.returncode == 0 and "sarm_progress" not in out.stderr, out.stderr
+    got = rows(rrd2)
+    assert got["/episode1/phi"] == frames.count(1) and "/episode0/phi" not in got
+    progress = pq.read_table(ds / "sarm_progress.parquet").to_pydict()
+    want = [p for e, p in zip(progress["episode_index"], progress["progress_sparse"]) if e == 1]
+    assert list(scalars(rrd2, "/episode1/phi").values()) == pytest.approx(want)
+    # An episode the dataset does not have: an error naming it.
+    out = stagewise("view", "dataset", str(ds), "--episodes", "7", "--rerun", "save", str(tmp_path / "x.rrd"))
+    assert out.returncode == 1 and "no episode 7" in out.stderr, out.stderr
+
+
+def test_run_rerun_shows_the_live_stream_and_a_missing_viewer_never_stops_the_run(tmp_path):
+    rrd = tmp_path / "live.rrd"
+    port = launch.free_port()
+    out = stagewise("run", "--task", "pick-place", "--policy", "expert", "--envs", "2", "--episodes", "2",
+                    "--width", "32", "--height", "32", "--listen", f"tcp/127.0.0.1:{port}",
+                    "--log-file", str(tmp_path / "live.swlog"), "--rerun", "save", str(rrd))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = rows(rrd)
+    # The viewer may drop what it cannot keep up with (never the actor's log): most steps arrive.
+    logged_n = sum(len(v) for v in logged(tmp_path / "live.swlog").values())
+    shown = sum(v for k, v in got.items() if k.endswith("/phi"))
+    assert 0.5 * logged_n <= shown <= logged_n, (shown, logged_n)
+    # Frames at most 10 per second and env (the live default): some, never more than the steps shown.
+    frames = [v for k, v in got.items() if k.endswith("/camera/front")]
+    assert frames and 0 < sum(frames) <= shown, frames
+    assert sum(v for k, v in got.items() if k.endswith("/summary")) == 2
+    # No viewer at the address: the viewer says so, the run finishes every episode.
+    closed = launch.free_port()
+    out = stagewise("run", "--task", "pick-place", "--policy", "expert", "--envs", "2", "--episodes", "2",
+                    "--width", "32", "--height", "32", "--listen", f"tcp/127.0.0.1:{launch.free_port()}",
+                    "--log-file", str(tmp_path / "nv.swlog"), "--rerun", "connect", f"127.0.0.1:{closed}")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"no Rerun viewer at 127.0.0.1:{closed}" in out.stderr, out.stderr[-3000:]
+    assert "2 episodes" in out.stdout, out.stdout
+    # Bad --rerun words are refused before anything starts.
+    out = stagewise("run", "--task", "pick-place", "--rerun", "show")
+    assert out.returncode != 0 and "save FILE.rrd" in out.stderr, out.stderr[-2000:]
+
+
+def test_images_in_the_recording_are_the_logged_frames(run_log, tmp_path):
+    rrd = tmp_path / "img.rrd"
+    assert stagewise("view", "log", str(run_log), "--rerun", "save", str(rrd)).returncode == 0
+    from rerun.chunk import RrdReader
+
+    ts = logged(run_log)[(1, 0)]
+    want = ts[10]["next_obs"]["images"]["wrist"]
+    for chunk in RrdReader(rrd).stream().collect().stream():
+        if chunk.entity_path == "/env1/episode0/camera/wrist":
+            b = chunk.to_record_batch()
+            steps = b.column("step").to_pylist()
+            if 11 in steps:
+                buf = b.column("Image:buffer").to_pylist()[steps.index(11)][0]
+                assert np.array_equal(np.frombuffer(bytes(buf), np.uint8), np.frombuffer(want["data"], np.uint8))
+                return
+    pytest.fail("frame 11 of env 1 not found")
+
+
+def test_spawn_without_a_display_is_a_clear_error(run_log, tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    out = subprocess.run([launch.find_binary(), "view", "log", str(run_log), "--rerun", "spawn"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert out.returncode == 2 and "cannot spawn a Rerun viewer: no display" in out.stderr, out.stderr
