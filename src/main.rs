@@ -66,6 +66,9 @@ enum Command {
     /// Runs the Python package's learner from the project's venv with every argument as given: `stagewise learn
     /// --help` lists them.
     Learn(cmd::learn::LearnArgs),
+    /// Where this binary finds ONNX Runtime, its Python package and the shipped reward models, and what to do
+    /// about what is missing (exit code 1).
+    Doctor(cmd::doctor::DoctorArgs),
     /// Show a run's episode log, a LeRobot dataset or a running actor in Rerun (`python -m stagewise.view`).
     ///
     /// Runs the Python package's viewer from the project's venv with every argument as given: `stagewise view
@@ -103,6 +106,7 @@ fn main() -> anyhow::Result<()> {
         Command::Annotate(a) => cmd::annotate::run(a),
         Command::Train(a) => cmd::train::run(*a),
         Command::Learn(a) => cmd::learn::run(a),
+        Command::Doctor(a) => cmd::doctor::run(a),
         Command::View(a) => cmd::view::run(a),
     }
 }

@@ -5,6 +5,7 @@
 //! Run one module with `cargo test -p stagewise --test integration <module>::`.
 
 mod common;
+mod install;
 mod label_e2e;
 mod layout;
 mod learn;

@@ -6,6 +6,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sysconfig
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -19,12 +20,17 @@ def repo_root() -> Path:
 
 
 def find_binary() -> str:
-    """The `stagewise` binary: $STAGEWISE_BIN, else `stagewise` on PATH, else the repository's debug build."""
+    """The `stagewise` binary: $STAGEWISE_BIN, else the one installed with this package (`pip install` of the
+    wheel puts it in the environment's scripts folder, `<venv>/bin/`, whether or not that is on PATH), else
+    `stagewise` on PATH, else the repository's debug build."""
     env = os.environ.get("STAGEWISE_BIN")
     if env:
         if not os.access(env, os.X_OK):
             raise FileNotFoundError(f"STAGEWISE_BIN={env} is not an executable file")
         return env
+    installed = Path(sysconfig.get_path("scripts")) / "stagewise"
+    if installed.is_file() and os.access(installed, os.X_OK):
+        return str(installed)
     on_path = shutil.which("stagewise")
     if on_path:
         return on_path

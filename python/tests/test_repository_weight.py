@@ -21,7 +21,9 @@ def tracked():
 
 
 def test_tracked_files_stay_within_the_budget():
-    sizes = {p: (REPO / p).stat().st_size for p in tracked() if (REPO / p).is_file()}
+    # lstat: a tracked symlink (the wheel's data files, packaging/wheel-data, point into models/) weighs its link,
+    # not its target a second time.
+    sizes = {p: (REPO / p).lstat().st_size for p in tracked() if (REPO / p).is_file()}
     total = sum(sizes.values())
     biggest = sorted(sizes.items(), key=lambda kv: -kv[1])[:5]
     assert total <= LIMIT_BYTES, f"tracked files {total / 1e6:.1f} MB > {LIMIT_BYTES / 1e6:.0f} MB; largest: {biggest}"

@@ -3,6 +3,7 @@
 pub mod adapt;
 pub mod annotate;
 pub mod bench;
+pub mod doctor;
 pub mod eval;
 pub mod label;
 pub mod learn;

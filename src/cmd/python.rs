@@ -40,7 +40,8 @@ fn pick_python(venvs: &[PathBuf]) -> anyhow::Result<PathBuf> {
     }
     bail!(
         "no Python with the stagewise package found (tried {}); run scripts/setup.sh in the checkout (it makes \
-         .venv with the package and its pinned dependencies), or name a Python with STAGEWISE_PYTHON",
+         .venv with the package and its pinned dependencies), install stagewise into a virtualenv with pip (the \
+         binary then finds that venv: docs/install.md), or name a Python with STAGEWISE_PYTHON",
         if tried.is_empty() {
             "nothing: the executable's path has no parent".to_string()
         } else {

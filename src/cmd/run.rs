@@ -35,7 +35,8 @@ pub struct RunArgs {
     /// alone). The same values as `serve --reward`. Default: model.
     #[arg(long, value_enum)]
     pub reward: Option<RewardSource>,
-    /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml).
+    /// Reward model manifest for `--reward model` (default: the task's shipped model, models/<task>/<task>-progress.toml
+    /// of the checkout the binary was built from or <venv>/share/stagewise/models of a pip install).
     #[arg(long, value_name = "MANIFEST")]
     pub model: Option<PathBuf>,
     #[command(flatten)]
@@ -141,14 +142,9 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
     }
     let manifest = match (source, a.model.clone()) {
         (RewardSource::Model, Some(m)) => Some(m),
-        (RewardSource::Model, None) => {
-            let task = a.sim.task.name();
-            let path = PathBuf::from(format!("models/{task}/{task}-progress.toml"));
-            if !path.exists() {
-                bail!("no shipped reward model for {task} at {}: pass --model MANIFEST or --reward oracle", path.display());
-            }
-            Some(path)
-        }
+        (RewardSource::Model, None) => Some(stagewise_model::runtime::find_shipped_model(
+            a.sim.task.name(),
+        )?),
         _ => None,
     };
     Ok(RewardChoice {
@@ -662,7 +658,9 @@ mod tests {
     /// `--reward` (source), `--model` (manifest) and `--shaping` (mode).
     #[test]
     fn reward_source_manifest_and_shaping_resolve() {
-        let shipped = Some(PathBuf::from("models/pick-place/pick-place-progress.toml"));
+        // The checkout this test was built from (never the working directory).
+        let checkout = stagewise_model::runtime::build_checkout().expect("checkout");
+        let shipped = Some(checkout.join("models/pick-place/pick-place-progress.toml"));
         let c = choice(&[]).unwrap();
         assert_eq!(
             (c.source, &c.manifest, c.mode),

@@ -38,7 +38,8 @@ pub struct ServeArgs {
     /// becomes the reward.
     #[arg(long, value_enum, default_value_t = RewardSource::Sparse)]
     pub reward: RewardSource,
-    /// Reward model manifest for `--reward model` (default: models/<task>/<task>-progress.toml).
+    /// Reward model manifest for `--reward model` (default: the task's shipped model, models/<task>/<task>-progress.toml
+    /// of the checkout the binary was built from or <venv>/share/stagewise/models of a pip install).
     #[arg(long, value_name = "MANIFEST")]
     pub model: Option<PathBuf>,
     #[command(flatten)]
@@ -163,17 +164,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.depth = false;
     let manifest = match (a.reward, &a.model) {
         (RewardSource::Model, Some(m)) => Some(m.clone()),
-        (RewardSource::Model, None) => {
-            let task = a.sim.task.name();
-            let path = PathBuf::from(format!("models/{task}/{task}-progress.toml"));
-            if !path.exists() {
-                bail!(
-                    "no shipped reward model for {task} at {}: pass --model MANIFEST or --reward oracle",
-                    path.display()
-                );
-            }
-            Some(path)
-        }
+        (RewardSource::Model, None) => Some(stagewise_model::runtime::find_shipped_model(
+            a.sim.task.name(),
+        )?),
         (_, Some(_)) => bail!("--model needs --reward model"),
         _ => None,
     };

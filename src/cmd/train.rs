@@ -172,7 +172,7 @@ pub fn check_python(python: &Path) -> anyhow::Result<()> {
         bail!(
             "{} cannot import the training pipeline's packages (stagewise, numpy, torch, onnx, onnxruntime, \
              pillow; Python >= 3.11): {}\nrun scripts/setup.sh (it installs the package and \
-             scripts/requirements.txt into .venv)",
+             scripts/requirements.txt into .venv), or pip install stagewise into that venv (docs/install.md)",
             python.display(),
             String::from_utf8_lossy(&out.stderr)
                 .lines()

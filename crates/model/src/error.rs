@@ -4,11 +4,22 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error(
-        "no ONNX Runtime library found: pass --ort-lib PATH, set ORT_DYLIB_PATH, or run scripts/setup.sh to \
-         install the onnxruntime wheel into the project's .venv (beside the executable, the venv it is installed \
-         in, or the checkout it was built from; the current directory is never searched). Tried: {searched}"
+        "no ONNX Runtime library found (searched beside the executable, the venv it is installed in and the \
+         checkout it was built from, never the current directory; tried: {searched}). To fix: install stagewise \
+         into a virtualenv with pip (its wheel brings the onnxruntime wheel: docs/install.md), run scripts/setup.sh \
+         in the checkout this binary was built from, or name the library with --ort-lib PATH or ORT_DYLIB_PATH \
+         (libonnxruntime.so.<version> in the capi/ folder of any venv's onnxruntime package); `stagewise doctor` \
+         shows every lookup"
     )]
     LibraryNotFound { searched: String },
+    /// `--reward model` without `--model` and no shipped model for the task where the binary looks.
+    #[error(
+        "no shipped reward model for {task} (tried {searched}; the binary looks in its install's \
+         share/stagewise/models and in the checkout it was built from, never the current directory): pass \
+         --model MANIFEST or --reward oracle, or install stagewise with pip (its wheel ships the models: \
+         docs/install.md)"
+    )]
+    ShippedModelNotFound { task: String, searched: String },
     #[error("could not load the ONNX Runtime library {path}")]
     LibraryLoad {
         path: PathBuf,

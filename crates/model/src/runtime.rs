@@ -359,17 +359,8 @@ pub fn venv_candidates_with(exe: &Path, build_checkout: Option<&Path>) -> Vec<Pa
             out.push(venv.to_path_buf());
         }
     }
-    // At most four levels up: target/<profile>/deps and target/<triple>/<profile>/deps.
-    if let Some(target) = dir
-        .ancestors()
-        .take(4)
-        .find(|a| a.file_name().is_some_and(|n| n == "target"))
-    {
-        if let Some(checkout) = target.parent() {
-            if checkout.join("Cargo.toml").is_file() {
-                out.push(checkout.join(".venv"));
-            }
-        }
+    if let Some(checkout) = target_checkout(dir) {
+        out.push(checkout.join(".venv"));
     }
     if let Some(checkout) = build_checkout {
         out.push(checkout.join(".venv"));
@@ -387,6 +378,86 @@ pub fn build_checkout() -> Option<PathBuf> {
     root.join("Cargo.toml")
         .is_file()
         .then(|| root.to_path_buf())
+}
+
+/// Where the shipped reward models are (`<dir>/<task>/<task>-progress.toml`) for the executable at `exe`, most
+/// specific first; [`find_shipped_model`] takes the first that has the task's model:
+///
+/// 1. `<prefix>/share/stagewise/models` when the executable is `<prefix>/bin/stagewise`: the wheel's data files
+///    (`pip install` puts the binary in `<venv>/bin/` and the models in `<venv>/share/stagewise/models/`);
+/// 2. `<checkout>/models` of the checkout whose cargo target directory holds the executable (as in
+///    [`venv_candidates`]);
+/// 3. `<checkout>/models` of the checkout this crate was compiled from ([`build_checkout`]).
+///
+/// Like the venvs, every entry comes from the executable's own path or from the build, none from the current
+/// directory: `stagewise run` from any directory runs the model that came with the binary.
+pub fn models_dirs(exe: &Path) -> Vec<PathBuf> {
+    models_dirs_with(exe, build_checkout().as_deref())
+}
+
+/// [`models_dirs`] with the build-time checkout given (`None`: no third entry).
+pub fn models_dirs_with(exe: &Path, build_checkout: Option<&Path>) -> Vec<PathBuf> {
+    let Some(dir) = exe.parent() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Some(prefix) = dir
+        .parent()
+        .filter(|_| dir.file_name().is_some_and(|n| n == "bin"))
+    {
+        out.push(prefix.join("share/stagewise/models"));
+    }
+    if let Some(checkout) = target_checkout(dir) {
+        out.push(checkout.join("models"));
+    }
+    if let Some(checkout) = build_checkout {
+        out.push(checkout.join("models"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|v| seen.insert(v.clone()));
+    out
+}
+
+/// The shipped reward model of `task` (`<dir>/<task>/<task>-progress.toml` of the first of [`models_dirs`] that
+/// has it): what `run` and `serve` load for `--reward model` without `--model`.
+pub fn find_shipped_model(task: &str) -> Result<PathBuf, ModelError> {
+    let dirs = std::env::current_exe()
+        .ok()
+        .map(|e| models_dirs(&e))
+        .unwrap_or_default();
+    find_shipped_model_in(task, &dirs)
+}
+
+/// [`find_shipped_model`] in the directories given; the error names every place tried.
+pub fn find_shipped_model_in(task: &str, dirs: &[PathBuf]) -> Result<PathBuf, ModelError> {
+    let file = format!("{task}/{task}-progress.toml");
+    let mut tried = Vec::new();
+    for d in dirs {
+        let m = d.join(&file);
+        if m.is_file() {
+            return Ok(m);
+        }
+        tried.push(m.display().to_string());
+    }
+    Err(ModelError::ShippedModelNotFound {
+        task: task.to_string(),
+        searched: if tried.is_empty() {
+            "nothing: the executable's path is unknown".into()
+        } else {
+            tried.join(", ")
+        },
+    })
+}
+
+/// `<checkout>` when `dir` (an executable's directory) is in `<checkout>/target/` at most four levels down
+/// (`<profile>/`, `<profile>/deps/`, `<triple>/<profile>/[deps/]`) and `<checkout>/Cargo.toml` exists.
+fn target_checkout(dir: &Path) -> Option<&Path> {
+    let target = dir
+        .ancestors()
+        .take(4)
+        .find(|a| a.file_name().is_some_and(|n| n == "target"))?;
+    let checkout = target.parent()?;
+    checkout.join("Cargo.toml").is_file().then_some(checkout)
 }
 
 fn existing(p: &Path, source: &str) -> Result<PathBuf, ModelError> {
@@ -572,6 +643,66 @@ mod tests {
             vec![venv.join("bin/.venv"), venv.clone(), ws.join(".venv")]
         );
         assert_eq!(canon(&find_for(&exe).expect("found")), lib);
+    }
+
+    /// The shipped models: the wheel's data files of the prefix the executable is installed in, the checkout
+    /// whose target directory holds it, the checkout it was built from; never the working directory.
+    #[test]
+    fn shipped_models_are_found_from_the_executable() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let model = |dir: &Path, task: &str| {
+            let d = dir.join(task);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            let m = d.join(format!("{task}-progress.toml"));
+            std::fs::write(&m, "kind = \"stage_progress\"\n").expect("write");
+            m
+        };
+        // A pip install: <prefix>/bin/stagewise, <prefix>/share/stagewise/models.
+        let venv = tmp.path().join("env");
+        let share = venv.join("share/stagewise/models");
+        let exe = venv.join("bin/stagewise");
+        let ws = tmp.path().join("ws");
+        assert_eq!(
+            models_dirs_with(&exe, Some(&ws)),
+            vec![share.clone(), ws.join("models")]
+        );
+        let m = model(&share, "push-target");
+        assert_eq!(
+            find_shipped_model_in("push-target", &models_dirs_with(&exe, Some(&ws)))
+                .expect("found"),
+            m
+        );
+        // A task the install lacks: the build checkout's, and the error lists both places when neither has it.
+        let m2 = model(&ws.join("models"), "stack");
+        assert_eq!(
+            find_shipped_model_in("stack", &models_dirs_with(&exe, Some(&ws))).expect("found"),
+            m2
+        );
+        let e = find_shipped_model_in("pick-place", &models_dirs_with(&exe, Some(&ws)))
+            .expect_err("none")
+            .to_string();
+        assert!(
+            e.contains(
+                &share
+                    .join("pick-place/pick-place-progress.toml")
+                    .display()
+                    .to_string()
+            ) && e.contains(
+                &ws.join("models/pick-place/pick-place-progress.toml")
+                    .display()
+                    .to_string()
+            ),
+            "{e}"
+        );
+        // A checkout build: <checkout>/target/<profile>/stagewise; no `bin` folder, no share/.
+        std::fs::write(ws.join("Cargo.toml"), "[workspace]\n").expect("write");
+        let built = ws.join("target/release/stagewise");
+        assert_eq!(models_dirs_with(&built, Some(&ws)), vec![ws.join("models")]);
+        // Elsewhere, with models/ in a parent (where a working directory might be): nothing.
+        let loose = tmp.path().join("loose");
+        model(&loose.join("models"), "push-target");
+        assert!(models_dirs_with(&loose.join("tool/stagewise"), None).is_empty());
+        assert!(find_shipped_model_in("push-target", &[]).is_err());
     }
 
     /// The build-time checkout is this workspace's root, wherever the target directory is.
