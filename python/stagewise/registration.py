@@ -13,6 +13,7 @@ without a limit of its own, so that any `max_episode_steps` holds. A vector env'
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -56,6 +57,17 @@ def register_envs() -> None:
         )
 
 
+def _value_horizon(shaping) -> Optional[float]:
+    """K of a "value:K" shaping (K finite and > 0), else None."""
+    if not isinstance(shaping, str) or not shaping.startswith("value:"):
+        return None
+    try:
+        k = float(shaping[len("value:"):])
+    except ValueError:
+        return None
+    return k if math.isfinite(k) and k > 0 else None
+
+
 @dataclass
 class ServeOptions:
     """What a started `stagewise serve` is asked for: the keyword arguments of the ids that become its flags
@@ -90,8 +102,9 @@ class ServeOptions:
             raise ValueError(f"model={self.model!r} needs reward='model' (got reward={self.reward!r})")
         if self.shaping is not None and self.shaping not in ("potential", "progress") and not (
             self.shaping.startswith("rank:") and self.shaping[5:].isdigit()
-        ):
-            raise ValueError(f"shaping={self.shaping!r}: 'potential', 'progress' or 'rank:W' (W a window in steps)")
+        ) and _value_horizon(self.shaping) is None:
+            raise ValueError(f"shaping={self.shaping!r}: 'potential', 'value:K' (K > 0 steps per whole task), "
+                             "'progress' or 'rank:W' (W a window in steps)")
         form = self.shaping or "potential"
         if self.potential_scale is not None and form != "progress":
             raise ValueError(f"potential_scale needs shaping='progress' (this is shaping={form!r})")
@@ -144,7 +157,10 @@ class ServeOptions:
         out = []
         for k, v in want.items():
             g = served.get(k)
-            same = g is not None and abs(float(g) - float(v)) <= 1e-9 if isinstance(v, float) else g == v
+            if k == "shaping" and _value_horizon(v) is not None:  # "value:100" is "value:100.0"
+                same = _value_horizon(g) is not None and abs(_value_horizon(g) - _value_horizon(v)) <= 1e-9
+            else:
+                same = g is not None and abs(float(g) - float(v)) <= 1e-9 if isinstance(v, float) else g == v
             if not same:
                 out.append(f"{k}: serves {g!r}, asked {v!r}")
         return out
@@ -240,8 +256,8 @@ class TaskEnv(StagewiseEnv):
 
     Reward and shaping (as `stagewise serve` takes them; None: the server's default): `reward`
     ('sparse' | 'model' | 'oracle', default sparse), `model` (a manifest, reward='model'), `gamma` (the learner's
-    discount; also checked against the served one), `shaping_scale`, `shaping` ('potential' | 'progress' |
-    'rank:W'), `potential_scale`, `success_progress_one`, `phi_offset`. Cameras: `width`, `height` (reward='model'
+    discount; also checked against the served one), `shaping_scale`, `shaping` ('potential' | 'value:K' |
+    'progress' | 'rank:W'), `potential_scale`, `success_progress_one`, `phi_offset`. Cameras: `width`, `height` (reward='model'
     defaults to the model's input size), `images=True` (frames in the observation: a Dict space),
     `render_mode='rgb_array'` (the frames side by side from render()). `serve_args`: more `serve` flags as
     strings (e.g. ['--random-colors', '--hz', '50']). `endpoint` (+ `robot_name`, default sim0): join that server

@@ -245,3 +245,19 @@ def test_the_server_dies_with_the_python_process():
         time.sleep(0.1)
     assert not running(pid), f"serve {pid} outlived the process that started it"
     os.unlink(log)  # nobody was left to remove it
+
+
+def test_the_value_potential_is_a_shaping_the_ids_take_and_check():
+    """`shaping='value:K'` (the policy-invariant value potential, docs/shaping.md) passes the ids' checks, a bad K
+    does not, and a joined server's "value:100" is the same as the asked "value:100.0"."""
+    from stagewise.registration import ServeOptions
+
+    ok = ServeOptions(reward="oracle", shaping="value:100.0")
+    ok.validate("push-target")
+    assert "value:100.0" in ok.argv("push-target", 1, "r", 300, False)
+    for bad in ("value:0", "value:x", "value:-3", "value:inf"):
+        with pytest.raises(ValueError, match="value:K"):
+            ServeOptions(reward="oracle", shaping=bad).validate("push-target")
+    served = {"source": "oracle", "shaping": "value:100"}
+    assert ok.mismatch(served) == []
+    assert ok.mismatch({**served, "shaping": "value:50"}) == ["shaping: serves 'value:50', asked 'value:100.0'"]
