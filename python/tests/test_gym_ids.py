@@ -199,7 +199,8 @@ def test_bad_input_is_a_clear_error_and_leaves_no_server(tmp_path):
     for kwargs, match in [
         ({"reward": "dense"}, r"reward='dense': one of 'sparse', 'model', 'oracle'"),
         ({"shaping": "progress"}, r"shaping: the sparse reward has no progress to shape"),
-        ({"reward": "oracle", "shaping": "exp"}, r"shaping='exp': 'potential', 'progress' or 'rank:W'"),
+        ({"reward": "oracle", "shaping": "exp"},
+         r"shaping='exp': 'potential', 'value:K' \(K > 0 steps per whole task\), 'progress' or 'rank:W'"),
         ({"reward": "oracle", "potential_scale": 0.1}, r"potential_scale needs shaping='progress'"),
         ({"gamma": 1.5}, r"gamma=1.5"),
         ({"render_mode": "ansi"}, r"render_mode='ansi'"),
