@@ -16,8 +16,8 @@
 //!   the value of a success reached `K (1 - phi)` steps from now, i.e. progress read as time to go at the pace
 //!   of `K` steps per whole task (`K` from the demonstrations' lengths). Ng et al. (1999) show that the
 //!   potential nearest the optimal value `V*` shapes best: the shaped critic then learns `Q* - V*` (the
-//!   advantage, near 0) instead of `Q* - c phi`, and the per-step reward stays a signal the critic cannot
-//!   cancel. `c = 1` matches a task reward of 1.
+//!   advantage, near 0) instead of `Q* - c phi`, so the per-step reward is itself an advantage-like signal
+//!   rather than a part the critic must learn to cancel. `c = 1` matches a task reward of 1.
 //! - [`windowed_rank_reward`] (NOT policy-invariant): the Rank-Then-Act signal, Spearman's rho of the last `W`
 //!   progress values against their time indices, in [-1, 1]. It rewards monotone progress regardless of its
 //!   size, is blind to how far the task is from done and pays the same for a tiny steady creep as for a
