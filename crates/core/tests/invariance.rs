@@ -198,6 +198,42 @@ fn assert_same_policy(q: &[f64], q_shaped: &[f64], what: &str) {
     }
 }
 
+/// Shapes `mdp`'s reward with `config` under a time limit that ends the task (reaching it is termination, so the
+/// potential there is 0 by the terminal rule), the potentials `phi[t][s]` taken when each state is visited, and
+/// checks Ng et al.'s `Q_shaped = Q - c Phi` at every (t, s, a) of a live state, `Phi = potential(phi[t][s])`, and
+/// that the optimal actions agree.
+fn assert_shaped_q_is_q_minus_c_potential(
+    mdp: &Mdp,
+    config: &ShapingConfig,
+    phi: &[Vec<f64>],
+    horizon: usize,
+    potential: impl Fn(f64) -> f64,
+) {
+    let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
+    let shaped = |s: usize, t: usize, a: usize, s2: usize, term: bool| {
+        let ends = term || t + 1 == horizon;
+        config
+            .reward(phi[t][s], phi[t + 1][s2], mdp.r[s][a][s2], ends, false)
+            .unwrap()
+    };
+    let zeros = vec![0.0; mdp.n()];
+    let q = mdp.finite_horizon_q(horizon, config.gamma, &task, &zeros);
+    let qs = mdp.finite_horizon_q(horizon, config.gamma, &shaped, &zeros);
+    for t in 0..horizon {
+        for s in (0..mdp.n()).filter(|&s| !mdp.terminal[s]) {
+            assert_same_policy(&q[t][s], &qs[t][s], &format!("t {t} s {s}"));
+            let bill = config.scale * potential(phi[t][s]);
+            for (a, (shaped_q, task_q)) in qs[t][s].iter().zip(&q[t][s]).enumerate() {
+                let d = shaped_q - (task_q - bill);
+                assert!(
+                    d.abs() < 1e-9,
+                    "t {t} s {s} a {a}: Q_shaped - (Q - c Phi) = {d}"
+                );
+            }
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -219,24 +255,8 @@ proptest! {
         let mut rng = SplitMix(seed ^ 0xABCD);
         let phi: Vec<Vec<f64>> = (0..=horizon).map(|_| (0..mdp.n()).map(|_| rng.range(-2.0, 2.0)).collect()).collect();
         let config = ShapingConfig::new(gamma, scale).unwrap().with_mode(RewardMode::Potential { offset });
-        let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
-        let shaped = |s: usize, t: usize, a: usize, s2: usize, term: bool| {
-            // at the time limit the episode ends: terminated
-            let ends = term || t + 1 == horizon;
-            config.reward(phi[t][s], phi[t + 1][s2], mdp.r[s][a][s2], ends, false).unwrap()
-        };
-        let zeros = vec![0.0; mdp.n()];
-        let q = mdp.finite_horizon_q(horizon, gamma, &task, &zeros);
-        let qs = mdp.finite_horizon_q(horizon, gamma, &shaped, &zeros);
-        for t in 0..horizon {
-            for s in 0..n_live {
-                assert_same_policy(&q[t][s], &qs[t][s], &format!("t {t} s {s}"));
-                // Ng et al.: Q_shaped = Q - c * Phi(s), Phi = phi - offset
-                for a in 0..n_actions {
-                    prop_assert!((qs[t][s][a] - (q[t][s][a] - scale * (phi[t][s] - offset))).abs() < 1e-9);
-                }
-            }
-        }
+        // Ng et al.: Q_shaped = Q - c * Phi(s), Phi = phi - offset
+        assert_shaped_q_is_q_minus_c_potential(&mdp, &config, &phi, horizon, |p| p - offset);
     }
 
     /// The value-like potential `gamma^(K (1 - phi))` is a potential like any other: the shaped Q is
@@ -257,23 +277,7 @@ proptest! {
         let mut rng = SplitMix(seed ^ 0x5A5A);
         let phi: Vec<Vec<f64>> = (0..=horizon).map(|_| (0..mdp.n()).map(|_| rng.range(0.0, 1.0)).collect()).collect();
         let config = ShapingConfig::new(gamma, scale).unwrap().with_mode(RewardMode::ValuePotential { horizon: k });
-        let task = |s: usize, _t: usize, a: usize, s2: usize, _term: bool| mdp.r[s][a][s2];
-        let shaped = |s: usize, t: usize, a: usize, s2: usize, term: bool| {
-            let ends = term || t + 1 == horizon;
-            config.reward(phi[t][s], phi[t + 1][s2], mdp.r[s][a][s2], ends, false).unwrap()
-        };
-        let zeros = vec![0.0; mdp.n()];
-        let q = mdp.finite_horizon_q(horizon, gamma, &task, &zeros);
-        let qs = mdp.finite_horizon_q(horizon, gamma, &shaped, &zeros);
-        for t in 0..horizon {
-            for s in 0..n_live {
-                assert_same_policy(&q[t][s], &qs[t][s], &format!("t {t} s {s}"));
-                let phi_v = gamma.powf(k * (1.0 - phi[t][s]));
-                for a in 0..n_actions {
-                    prop_assert!((qs[t][s][a] - (q[t][s][a] - scale * phi_v)).abs() < 1e-9);
-                }
-            }
-        }
+        assert_shaped_q_is_q_minus_c_potential(&mdp, &config, &phi, horizon, |p| gamma.powf(k * (1.0 - p)));
     }
 
     /// The time limit only truncates (training convenience): the potential of the last state is kept and the
