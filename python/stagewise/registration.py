@@ -13,7 +13,6 @@ without a limit of its own, so that any `max_episode_steps` holds. A vector env'
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import time
@@ -24,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import gymnasium as gym
 
 from . import launch
+from .wire import value_horizon
 from .env import StagewiseEnv
 from .errors import NoRuntimeError, ServeError
 from .session import DEFAULT_ROBOT, open_session
@@ -55,17 +55,6 @@ def register_envs() -> None:
             max_episode_steps=MAX_EPISODE_STEPS[task],
             kwargs={"task": task},
         )
-
-
-def _value_horizon(shaping) -> Optional[float]:
-    """K of a "value:K" shaping (K finite and > 0), else None."""
-    if not isinstance(shaping, str) or not shaping.startswith("value:"):
-        return None
-    try:
-        k = float(shaping[len("value:"):])
-    except ValueError:
-        return None
-    return k if math.isfinite(k) and k > 0 else None
 
 
 @dataclass
@@ -102,7 +91,7 @@ class ServeOptions:
             raise ValueError(f"model={self.model!r} needs reward='model' (got reward={self.reward!r})")
         if self.shaping is not None and self.shaping not in ("potential", "progress") and not (
             self.shaping.startswith("rank:") and self.shaping[5:].isdigit()
-        ) and _value_horizon(self.shaping) is None:
+        ) and value_horizon(self.shaping) is None:
             raise ValueError(f"shaping={self.shaping!r}: 'potential', 'value:K' (K > 0 steps per whole task), "
                              "'progress' or 'rank:W' (W a window in steps)")
         form = self.shaping or "potential"
@@ -157,8 +146,8 @@ class ServeOptions:
         out = []
         for k, v in want.items():
             g = served.get(k)
-            if k == "shaping" and _value_horizon(v) is not None:  # "value:100" is "value:100.0"
-                same = _value_horizon(g) is not None and abs(_value_horizon(g) - _value_horizon(v)) <= 1e-9
+            if k == "shaping" and value_horizon(v) is not None:  # "value:100" is "value:100.0"
+                same = value_horizon(g) is not None and abs(value_horizon(g) - value_horizon(v)) <= 1e-9
             else:
                 same = g is not None and abs(float(g) - float(v)) <= 1e-9 if isinstance(v, float) else g == v
             if not same:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional
 
 import msgpack
@@ -69,3 +70,15 @@ def observation(o: Optional[Dict[str, Any]], key: str = "?") -> Optional[Dict[st
         "depth": {k: tensor(v, key, f"depth[{k!r}]") for k, v in (o.get("depth") or {}).items()},
         "state": tensor(o["state"], key, "state"),
     }
+
+
+def value_horizon(shaping: Any) -> Optional[float]:
+    """K of a reward spec's `shaping` "value:K" (the value potential, docs/shaping.md), K finite and > 0; else
+    None (another form, or a malformed K)."""
+    if not isinstance(shaping, str) or not shaping.startswith("value:"):
+        return None
+    try:
+        k = float(shaping[len("value:"):])
+    except ValueError:
+        return None
+    return k if math.isfinite(k) and k > 0 else None

@@ -18,6 +18,7 @@ from ..errors import NoRuntimeError, ServeError, StagewiseError, StepTimeoutErro
 from ..launch import serve_died
 from ..session import open_session
 from ..vec_env import robot_names
+from ..wire import value_horizon
 from .config import LearnConfig
 
 
@@ -141,12 +142,9 @@ def reward_mismatch(cfg: LearnConfig, spec: Optional[dict]) -> List[str]:
             want.update(phi_offset=r.phi_offset)
     # a server older than the reward forms sends no `shaping`: it shaped with the potential, offset 0
     got = {"shaping": "potential", "phi_offset": 0.0, **spec}
-    name, _, k = str(got["shaping"]).partition(":")
-    if name == "value":  # "value:K" carries its K
-        try:
-            got.update(shaping="value", value_horizon=float(k))
-        except ValueError:
-            pass  # reported as a mismatch of `shaping`
+    k = value_horizon(got["shaping"])
+    if k is not None:  # "value:K" carries its K (a malformed one is reported as a mismatch of `shaping`)
+        got.update(shaping="value", value_horizon=k)
     out = []
     for k, v in want.items():
         g = got.get(k)
