@@ -198,6 +198,10 @@ class Counts:
         return s
 
 
+# How old buffered scalars get before they go to Rerun (what a live view lags by).
+FLUSH_S = 0.25
+
+
 class Recorder:
     """Logs Stagewise messages (decoded) and dataset frames to a Rerun recording stream."""
 
@@ -212,12 +216,41 @@ class Recorder:
         self._frame_gap = 1.0 / frames_per_s if frames_per_s else 0.0
         self._last_frame: Dict[int, float] = {}
         self._next_step: Dict[Tuple[int, int], int] = {}
+        self._step = 0
+        # Scalars wait here and go to Rerun as columns, one call per entity per flush: a `log` call per value was
+        # most of the live viewer's CPU at 8 envs.
+        self._columns: Dict[str, Tuple[List[int], List[np.ndarray]]] = {}
+        self._buffered = 0
+        self._flushed_at = time.monotonic()
 
     def _at(self, step: int) -> None:
-        self.rec.set_time("step", sequence=int(step))
+        self._step = int(step)
+
+    def _log(self, path: str, archetype: Any) -> None:
+        """Logs one (non-scalar) archetype at the current step."""
+        self.rec.set_time("step", sequence=self._step)
+        self.rec.log(path, archetype)
 
     def _scalar(self, path: str, value: Any) -> None:
-        self.rec.log(path, self.rr.Scalars(np.asarray(value, dtype=np.float64).reshape(-1)))
+        steps, values = self._columns.setdefault(path, ([], []))
+        steps.append(self._step)
+        values.append(np.asarray(value, dtype=np.float64).reshape(-1))
+        self._buffered += 1
+        if self._buffered >= 8192:
+            self.flush()
+        else:
+            self.flush(older_than_s=FLUSH_S)
+
+    def flush(self, older_than_s: float = 0.0) -> None:
+        """Sends the buffered scalars; with `older_than_s`, only when the last flush is older than that."""
+        if older_than_s and time.monotonic() - self._flushed_at < older_than_s:
+            return
+        for path, (steps, values) in self._columns.items():
+            column = self.rr.Scalars.columns(scalars=np.concatenate(values)).partition([v.size for v in values])
+            self.rec.send_columns(path, indexes=[self.rr.TimeColumn("step", sequence=steps)], columns=column)
+        self._columns.clear()
+        self._buffered = 0
+        self._flushed_at = time.monotonic()
 
     def transition(self, m: Dict[str, Any], key: str = "?") -> None:
         env, ep, t = int(m["env"]), int(m["episode"]), int(m["step"])
@@ -248,7 +281,7 @@ class Recorder:
         if obs is not None:
             for view, img in (obs.get("images") or {}).items():
                 a = tensor(img, key, f"next_obs.images[{view!r}]")
-                self.rec.log(f"{p}/camera/{view}", self.rr.Image(a, color_model="RGB"))
+                self._log(f"{p}/camera/{view}", self.rr.Image(a, color_model="RGB"))
         self.counts.transitions += 1
 
     def progress(self, m: Dict[str, Any]) -> None:
@@ -262,7 +295,7 @@ class Recorder:
     def episode(self, m: Dict[str, Any]) -> None:
         p = f"env{int(m['env'])}/episode{int(m['episode'])}"
         self._at(int(m["length"]))
-        self.rec.log(
+        self._log(
             f"{p}/summary",
             self.rr.TextLog(
                 f"episode {m['episode']} of env {m['env']}: {m['length']} steps, return {m['return']:+.4f}, "
@@ -515,11 +548,11 @@ def view_dataset(root: Path, recorder: Recorder, episodes: Optional[List[int]] =
                     data = cell.get("bytes") if isinstance(cell, dict) else None
                     if not data:
                         raise ViewError(f"{file}: column `{key}`, frame {f} of episode {e}: no embedded image bytes")
-                    recorder.rec.log(f"{p}/camera/{view}", rr.EncodedImage(contents=data, media_type="image/png"))
+                    recorder._log(f"{p}/camera/{view}", rr.EncodedImage(contents=data, media_type="image/png"))
             else:
                 for f, img in zip(frames, ds.video_frames(key, e, n)):
                     recorder._at(f)
-                    recorder.rec.log(f"{p}/camera/{view}", rr.Image(img, color_model="RGB"))
+                    recorder._log(f"{p}/camera/{view}", rr.Image(img, color_model="RGB"))
         for i, f in enumerate(frames):
             recorder._at(f)
             if progress is not None and int(index[i]) in progress:
@@ -540,7 +573,7 @@ def view_dataset(root: Path, recorder: Recorder, episodes: Optional[List[int]] =
         if ok is not None:
             recorder._at(frames[-1] if frames else 0)
             recorder._scalar(f"{p}/success", float(bool(ok)))
-            recorder.rec.log(
+            recorder._log(
                 f"{p}/summary",
                 rr.TextLog(f"episode {e}: {n} frames, success {bool(ok)}", level="INFO" if ok else "WARN"),
             )
@@ -619,6 +652,7 @@ def view_live(
             if stop_after is not None and shown >= stop_after:
                 return
             if not got:
+                recorder.flush(older_than_s=FLUSH_S)
                 time.sleep(0.005)
     finally:
         for sub in subs.values():
@@ -708,6 +742,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        recorder.flush()
         rec.flush()
         rec.disconnect()
     print(f"view: {recorder.counts.line()} -> {sink.describe()}", file=sys.stderr)

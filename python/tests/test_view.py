@@ -167,9 +167,16 @@ def test_run_rerun_shows_the_live_stream_and_a_missing_viewer_never_stops_the_ru
     logged_n = sum(len(v) for v in logged(tmp_path / "live.swlog").values())
     shown = sum(v for k, v in got.items() if k.endswith("/phi"))
     assert 0.5 * logged_n <= shown <= logged_n, (shown, logged_n)
-    # Frames at most 10 per second and env (the live default): some, never more than the steps shown.
+    # Frames: the run puts them on every 10th step of an episode and its last (RGB, no depth), the viewer shows at
+    # most 10 per second and env of those: some, never more than a tenth of the steps plus the episodes' ends.
     frames = [v for k, v in got.items() if k.endswith("/camera/front")]
-    assert frames and 0 < sum(frames) <= shown, frames
+    assert frames and 0 < sum(frames) <= logged_n // 10 + 2, (frames, logged_n)
+    for ts in logged(tmp_path / "live.swlog").values():
+        for m in ts:
+            obs, last = m.get("next_obs"), m["terminated"] or m["truncated"]
+            assert (obs is not None) == ((m["step"] + 1) % 10 == 0 or last), (m["step"], last)
+            assert obs is None or not obs.get("depth"), "no depth on a viewer's frames"
+
     assert sum(v for k, v in got.items() if k.endswith("/summary")) == 2
     # No viewer at the address: the viewer says so, the run finishes every episode.
     closed = launch.free_port()

@@ -16,8 +16,9 @@ use stagewise_bridge::{
 use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig, SuccessDetection};
 use stagewise_model::{Manifest, PolicyModel, StateMap};
 use stagewise_runtime::{
-    Actor, ActorConfig, Clock, EpisodeLog, GateConfig, OnnxPolicy, Policy, PolicyGate, PolicyState,
-    PolicyUpdates, ProgressSource, RandomPolicy, RunStats, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
+    Actor, ActorConfig, Clock, EpisodeLog, FrameStream, GateConfig, OnnxPolicy, Policy, PolicyGate,
+    PolicyState, PolicyUpdates, ProgressSource, RandomPolicy, RunStats, DEFAULT_POLICY_MAX_BYTES,
+    POLICY_QUEUE,
 };
 use stagewise_sim::SimEnv;
 use stagewise_stream::{Node, PublisherOptions, Subscription};
@@ -86,7 +87,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_stream: bool,
     /// Show the run in Rerun (docs/view.md): `spawn` (a viewer on this machine), `connect [ADDR]` (a running
-    /// viewer, default 127.0.0.1:9876) or `save FILE.rrd`. Turns on --stream-images; a `stagewise view live`
+    /// viewer, default 127.0.0.1:9876) or `save FILE.rrd`. Puts RGB frames on every 10th step's transition (all
+    /// of them, with depth, under --stream-images); a `stagewise view live`
     /// process subscribes to this run's stream at a lower CPU priority, drops what it cannot keep up with, and
     /// never holds the actor back (a viewer that fails is reported and the run goes on).
     #[arg(long, num_args = 1..=2, value_names = ["MODE", "ARG"])]
@@ -496,6 +498,10 @@ fn attach_stream(
     Ok((actor.with_policy_updates(updates), subscription))
 }
 
+/// `run --rerun` without `--stream-images` puts RGB frames (no depth) on every 10th step of an episode and its
+/// last: 5 frames/s per env at a 50 Hz control rate (a person watching follows that), a twentieth of the bytes.
+const VIEWER_FRAME_EVERY: u64 = 10;
+
 /// How long `run --rerun` waits for its viewer to subscribe before the first step (Python, rerun and zenoh start
 /// in a few seconds on a busy machine), and how long it gives the viewer to finish at the end.
 const VIEWER_START: Duration = Duration::from_secs(30);
@@ -604,7 +610,13 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         clock: Clock::from_hz(hz),
         max_episodes: (a.episodes > 0).then_some(a.episodes),
         max_steps: None,
-        stream_images: a.stream_images || rerun.is_some(),
+        frames: match (a.stream_images, rerun.is_some()) {
+            (true, _) => FrameStream::Every,
+            (false, true) => FrameStream::Sampled {
+                every: VIEWER_FRAME_EVERY,
+            },
+            (false, false) => FrameStream::Off,
+        },
     };
     let mut actor = Actor::new(envs.into_envs(), progress, policy, config)?
         .with_log(EpisodeLog::create(&a.log_file)?);

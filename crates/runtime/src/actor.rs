@@ -26,8 +26,33 @@ pub struct ActorConfig {
     pub max_episodes: Option<u64>,
     /// Stop after this many env-steps (all envs together).
     pub max_steps: Option<u64>,
-    /// Put the next observation's frames and state on every transition (off: state only).
-    pub stream_images: bool,
+    /// Which transitions carry the next observation's frames.
+    pub frames: FrameStream,
+}
+
+/// Which transitions carry the next observation (frames and state) on the stream and in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FrameStream {
+    /// None: the transitions carry state only.
+    #[default]
+    Off,
+    /// Every transition, RGB and depth (a learner that reads pixels).
+    Every,
+    /// Every `every`-th step of each episode and its last step, RGB only: what a person watching can follow,
+    /// at a fraction of the encoding (a viewer; depth, 4 bytes a pixel against RGB's 3, is most of a frame).
+    Sampled { every: u64 },
+}
+
+impl FrameStream {
+    /// The frames of `step` (0-based within its episode) as the config asks, or `None`.
+    fn message(self, step: u64, done: bool, obs: &Observation) -> Option<ObservationMsg> {
+        match self {
+            FrameStream::Off => None,
+            FrameStream::Every => Some(ObservationMsg::from_observation(obs)),
+            FrameStream::Sampled { every } => ((step + 1).is_multiple_of(every.max(1)) || done)
+                .then(|| ObservationMsg::from_observation_rgb(obs)),
+        }
+    }
 }
 
 /// One finished episode.
@@ -235,8 +260,12 @@ impl Actor {
                 t.success = shaped.success || step.info.success;
                 let robot = self.sink.keys().robot();
                 let mut msg = TransitionMsg::from_transition(robot, &t);
-                if self.config.stream_images {
-                    msg = msg.with_next_obs(ObservationMsg::from_observation(&step.obs));
+                if let Some(obs) = self
+                    .config
+                    .frames
+                    .message(shaped.step, shaped.done(), &step.obs)
+                {
+                    msg = msg.with_next_obs(obs);
                 }
                 let pmsg = out.progress.as_ref().map(|p| {
                     ProgressMsg::new(robot, env as u32, shaped.episode, shaped.step + 1, p)

@@ -6,7 +6,7 @@
 use stagewise_core::{Env, ShapingConfig};
 use stagewise_model::ModelForm;
 use stagewise_runtime::{
-    Actor, ActorConfig, Clock, EpisodeLog, LogReader, ProgressSource, RandomPolicy,
+    Actor, ActorConfig, Clock, EpisodeLog, FrameStream, LogReader, ProgressSource, RandomPolicy,
 };
 use stagewise_sim::{SimConfig, SimEnv, Task};
 use stagewise_wire::{decode, ProgressMsg, TransitionMsg};
@@ -40,7 +40,7 @@ fn run(form: ModelForm, log: PathBuf) -> (Vec<ProgressMsg>, Vec<TransitionMsg>) 
         clock: Clock::Free,
         max_episodes: Some(9),
         max_steps: None,
-        stream_images: false,
+        frames: FrameStream::Off,
     };
     let mut actor = Actor::new(
         envs,

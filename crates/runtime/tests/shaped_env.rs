@@ -336,7 +336,9 @@ fn bad_calls_are_errors_that_name_the_env() {
 
 #[test]
 fn an_actor_on_the_sparse_source_streams_the_task_reward_and_no_progress() {
-    use stagewise_runtime::{Actor, ActorConfig, Clock, EpisodeLog, LogReader, RandomPolicy};
+    use stagewise_runtime::{
+        Actor, ActorConfig, Clock, EpisodeLog, FrameStream, LogReader, RandomPolicy,
+    };
     use stagewise_wire::{decode, TransitionMsg};
     let envs = boxed(vec![
         sim(Task::PickPlace, 6, false),
@@ -350,7 +352,7 @@ fn an_actor_on_the_sparse_source_streams_the_task_reward_and_no_progress() {
         clock: Clock::Free,
         max_episodes: Some(4),
         max_steps: None,
-        stream_images: false,
+        frames: FrameStream::Off,
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("sparse.swlog");
@@ -380,4 +382,73 @@ fn an_actor_on_the_sparse_source_streams_the_task_reward_and_no_progress() {
         }
     }
     assert_eq!((transitions, episodes), (stats.env_steps, stats.episodes));
+}
+
+/// Transitions and whether each carried frames (and depth), in log order, of two rendering pick-place envs.
+fn frames_on_transitions(frames: stagewise_runtime::FrameStream) -> Vec<(u64, bool, bool, bool)> {
+    use stagewise_runtime::{Actor, ActorConfig, Clock, EpisodeLog, LogReader, RandomPolicy};
+    use stagewise_wire::{decode, TransitionMsg};
+    let with_depth = || {
+        let mut cfg = SimConfig::new(Task::PickPlace).with_resolution(32, 32);
+        (cfg.max_steps, cfg.render, cfg.depth) = (7, true, true);
+        SimEnv::new(cfg).expect("sim config")
+    };
+    let envs = boxed(vec![with_depth(), with_depth()]);
+    let policy = RandomPolicy::new(&envs[0].spec().action, 3);
+    let config = ActorConfig {
+        robot: "frames-test".into(),
+        base_seed: 0,
+        shaping: ShapingConfig::new(0.99, 1.0).expect("shaping"),
+        clock: Clock::Free,
+        max_episodes: Some(2),
+        max_steps: None,
+        frames,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("frames.swlog");
+    let mut actor = Actor::new(envs, ProgressSource::Sparse, Box::new(policy), config)
+        .expect("actor")
+        .with_log(EpisodeLog::create(&log).expect("log"));
+    actor
+        .run(&std::sync::atomic::AtomicBool::new(false), |_, _| {})
+        .expect("run");
+    drop(actor);
+    let mut reader = LogReader::open(&log).expect("open log");
+    let mut out = Vec::new();
+    while let Some(rec) = reader.next_record().expect("record") {
+        if rec.key.ends_with("/transition") {
+            let t = decode::<TransitionMsg>(&rec.payload).expect("transition");
+            let done = t.terminated || t.truncated;
+            let (has, depth) = t.next_obs.as_ref().map_or((false, false), |o| {
+                assert_eq!(o.images.len(), 3, "every view's RGB");
+                (true, !o.depth.is_empty())
+            });
+            out.push((t.step, done, has, depth));
+        }
+    }
+    assert!(!out.is_empty());
+    out
+}
+
+#[test]
+fn the_actor_streams_frames_on_every_transition_on_a_sample_of_them_or_on_none() {
+    use stagewise_runtime::FrameStream;
+    let every = frames_on_transitions(FrameStream::Every);
+    assert!(
+        every.iter().all(|&(_, _, has, depth)| has && depth),
+        "{every:?}"
+    );
+    let off = frames_on_transitions(FrameStream::Off);
+    assert!(off.iter().all(|&(_, _, has, _)| !has), "{off:?}");
+    // The viewer's sample: every third step of an episode and its last, RGB only.
+    let sampled = frames_on_transitions(FrameStream::Sampled { every: 3 });
+    for &(step, done, has, depth) in &sampled {
+        assert_eq!(
+            has,
+            (step + 1) % 3 == 0 || done,
+            "step {step} done {done}: {sampled:?}"
+        );
+        assert!(!depth, "no depth in the sample");
+    }
+    assert!(sampled.iter().any(|&(_, done, has, _)| has && !done));
 }

@@ -526,11 +526,20 @@ impl<D: TensorData> ObservationMsg<D> {
 impl ObservationMsg {
     /// Copies an observation into wire tensors.
     pub fn from_observation(obs: &Observation) -> Self {
+        Self::from_observation_views(obs, true)
+    }
+
+    /// The observation's RGB frames and state without depth (a viewer's frames: a third of the bytes).
+    pub fn from_observation_rgb(obs: &Observation) -> Self {
+        Self::from_observation_views(obs, false)
+    }
+
+    fn from_observation_views(obs: &Observation, with_depth: bool) -> Self {
         let mut images = TensorMap::new();
         let mut depth = TensorMap::new();
         for v in &obs.views {
             images.insert(v.name.clone(), Tensor::from_rgb(&v.rgb));
-            if let Some(d) = &v.depth {
+            if let Some(d) = v.depth.as_ref().filter(|_| with_depth) {
                 let shape = vec![u64::from(v.rgb.height()), u64::from(v.rgb.width())];
                 // A depth buffer of the wrong size is sent flat rather than dropped.
                 let t = Tensor::from_f32_shaped(shape, d).unwrap_or_else(|_| Tensor::from_f32(d));
