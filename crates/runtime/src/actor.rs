@@ -8,7 +8,7 @@ use crate::shaped::{ProgressSource, ShapedEnv};
 use crate::sink::Sink;
 use crate::updates::PolicyUpdates;
 use crate::RuntimeError;
-use stagewise_core::{Env, ErrorChain, Observation, ShapingConfig};
+use stagewise_core::{Env, ErrorChain, Observation, Progress, ShapingConfig};
 use stagewise_stream::{Counters, Keys, RobotPublisher};
 use stagewise_wire::{
     kind, now_ns, EpisodeMsg, ObservationMsg, ProgressMsg, Schema, TransitionMsg,
@@ -33,10 +33,12 @@ pub struct ActorConfig {
 /// Which transitions carry the next observation (frames and state) on the stream and in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FrameStream {
-    /// None: the transitions carry state only.
+    /// None: the transitions carry no observation (actions, rewards and flags only).
     #[default]
     Off,
-    /// Every transition, RGB and depth (a learner that reads pixels).
+    /// Every transition, RGB and depth (a learner that reads pixels), and each episode's reset observation on its
+    /// first transition (`obs`) with the progress read on it (a step-0 progress message): a log then holds every
+    /// frame of every episode (`stagewise log export`).
     Every,
     /// Every `every`-th step of each episode and its last step, RGB only: what a person watching can follow,
     /// at a fraction of the encoding (a viewer; depth, 4 bytes a pixel against RGB's 3, is most of a frame).
@@ -89,6 +91,9 @@ pub struct RunStats {
 struct EpisodeAcc {
     episode: u64,
     seed: u64,
+    /// With [`FrameStream::Every`], until the episode's first transition is sent: the progress read on its reset
+    /// observation (`Some(None)` without a progress source), sent with that transition.
+    reset_progress: Option<Option<Progress>>,
     ret: f64,
     task_ret: f64,
     length: u64,
@@ -260,6 +265,12 @@ impl Actor {
                 t.success = shaped.success || step.info.success;
                 let robot = self.sink.keys().robot();
                 let mut msg = TransitionMsg::from_transition(robot, &t);
+                // With every frame streamed, the episode's first transition also carries its reset observation
+                // (`self.obs` is still the observation the action was taken in) and the progress read on it.
+                let reset_progress = self.acc[env].reset_progress.take();
+                if reset_progress.is_some() {
+                    msg = msg.with_obs(ObservationMsg::from_observation(&self.obs[env]));
+                }
                 if let Some(obs) = self
                     .config
                     .frames
@@ -267,10 +278,16 @@ impl Actor {
                 {
                     msg = msg.with_next_obs(obs);
                 }
+                let reset_pmsg = reset_progress
+                    .flatten()
+                    .map(|p| ProgressMsg::new(robot, env as u32, shaped.episode, shaped.step, &p));
                 let pmsg = out.progress.as_ref().map(|p| {
                     ProgressMsg::new(robot, env as u32, shaped.episode, shaped.step + 1, p)
                 });
                 self.sink.transition(msg)?;
+                if let Some(pmsg) = reset_pmsg {
+                    self.sink.progress(pmsg)?;
+                }
                 if let Some(pmsg) = pmsg {
                     self.sink.progress(pmsg)?;
                 }
@@ -367,6 +384,7 @@ impl Actor {
             self.acc[r.env] = EpisodeAcc {
                 episode: r.episode,
                 seed: r.seed,
+                reset_progress: (self.config.frames == FrameStream::Every).then_some(r.progress),
                 ..Default::default()
             };
             obs.push(r.obs);

@@ -18,7 +18,7 @@ pub mod updates;
 
 pub use actor::{Actor, ActorConfig, FrameStream, RunStats};
 pub use clock::{Clock, ClockStats};
-pub use log::{EpisodeLog, LogReader, LogRecord};
+pub use log::{EpisodeLog, LogReader, LogRecord, TornTail};
 pub use policy::{
     GateConfig, OnnxPolicy, Policy, PolicyError, PolicyGate, PolicyKeyError, PolicyState,
     RandomPolicy, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
