@@ -36,6 +36,9 @@ enum Command {
     Policy(cmd::policy::PolicyArgs),
     /// Put an episode log back on the stream, byte for byte.
     Replay(cmd::replay::ReplayArgs),
+    /// Episode-log tools: `log export LOG --task TASK --out DIR` turns a run's log (`run --stream-images`) into
+    /// a LeRobot v3 dataset.
+    Log(cmd::log::LogArgs),
     /// Score a frame sequence (recorded PNGs or generated) with a reward model and print its progress.
     Score(cmd::score::ScoreArgs),
     /// Reward-model tools: `models check <manifest>`.
@@ -92,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         Command::Run(a) => cmd::run::run(*a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Replay(a) => cmd::replay::run(a),
+        Command::Log(a) => cmd::log::run(a),
         Command::Policy(a) => cmd::policy::run(a),
         Command::Score(a) => cmd::score::run(a),
         Command::Models(a) => cmd::models::run(a),

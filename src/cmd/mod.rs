@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod eval;
 pub mod label;
 pub mod learn;
+pub mod log;
 pub mod models;
 pub mod ort_args;
 pub mod policy;

@@ -80,7 +80,9 @@ pub struct RunArgs {
     /// Episode log (every published message, replayable with `stagewise replay`).
     #[arg(long, default_value = "out/run.swlog")]
     pub log_file: PathBuf,
-    /// Put each next observation's frames and state on the transitions (default: state only).
+    /// Put each next observation's frames and state on the transitions, and each episode's reset observation on
+    /// its first transition: a log `stagewise log export` turns into a dataset (default: no observations, only
+    /// actions, rewards and flags).
     #[arg(long)]
     pub stream_images: bool,
     /// Do not open a zenoh session (score and log only).
