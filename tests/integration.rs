@@ -9,6 +9,7 @@ mod install;
 mod label_e2e;
 mod layout;
 mod learn;
+mod log_export;
 mod own_task;
 mod robot_e2e;
 mod runtime_e2e;

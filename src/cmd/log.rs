@@ -330,6 +330,7 @@ impl Export<'_> {
             "progress" => {
                 let m: ProgressMsg = decode(payload)?;
                 if self.wanted(m.env) {
+                    check_stages(&m, self.args.task)?;
                     self.stage_probs_seen |= !m.stage_probs.is_empty();
                     self.open
                         .entry((m.env, m.episode))
@@ -597,6 +598,25 @@ fn frame_of(
         }
     }
     Ok((views, state))
+}
+
+/// The log does not name the run's task: `--task` is checked against what it does hold, the state's size
+/// ([`frame_of`]) and here the stages of the progress (a model's stage probabilities, every stage index).
+fn check_stages(m: &ProgressMsg, task: Task) -> anyhow::Result<()> {
+    let k = task.stage_names().len();
+    if (!m.stage_probs.is_empty() && m.stage_probs.len() != k) || m.stage as usize >= k {
+        bail!(
+            "env {} episode {} step {}: progress with {} stage probabilities at stage {}, task {} has {k} stages: \
+             was the run's --task another? (pass it as --task)",
+            m.env,
+            m.episode,
+            m.step,
+            m.stage_probs.len(),
+            m.stage,
+            task.name()
+        );
+    }
+    Ok(())
 }
 
 fn describe(views: &[ViewSpec]) -> String {
