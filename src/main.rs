@@ -135,7 +135,14 @@ mod tests {
     /// Every subcommand that takes `--task` (or `--provider`) refuses a wrong value with the valid ones.
     #[test]
     fn every_task_and_provider_flag_is_typed() {
-        for sub in ["run", "serve", "sim", "record", "eval policy"] {
+        for sub in [
+            "run",
+            "serve",
+            "sim",
+            "record",
+            "eval policy",
+            "log export x.swlog --out y",
+        ] {
             let mut args: Vec<&str> = vec!["stagewise"];
             args.extend(sub.split(' '));
             args.extend(["--task", "pick-plce"]);

@@ -27,7 +27,9 @@ use stagewise_dataset::{
 };
 use stagewise_runtime::LogReader;
 use stagewise_sim::{SimConfig, Task};
-use stagewise_stream::wire::{decode, EpisodeMsg, ObservationMsg, ProgressMsg, TransitionMsg};
+use stagewise_stream::wire::{
+    decode, Borrowed, EpisodeMsg, ObservationMsg, ProgressMsg, TensorData, TransitionMsg,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -99,8 +101,8 @@ struct Open {
     success: Vec<i64>,
     terminated: bool,
     done: bool,
-    /// The last transition's next observation: the next frame's.
-    next_obs: Option<ObservationMsg>,
+    /// The last transition's next observation (its camera frames and state): the next frame's.
+    next_obs: Option<(Vec<FrameImage>, Vec<f32>)>,
     /// The progress read on each step's observation (step -> (phi, stage)).
     progress: BTreeMap<u64, (f32, i64)>,
 }
@@ -322,7 +324,8 @@ impl Export<'_> {
         }
         match kind {
             "transition" => {
-                let m: TransitionMsg = decode(payload)?;
+                // Borrowed: the tensors are read from the record's bytes (depth maps are never copied).
+                let m: TransitionMsg<Borrowed> = decode(payload)?;
                 if self.wanted(m.env) {
                     self.transition(m)?;
                 }
@@ -356,7 +359,7 @@ impl Export<'_> {
     }
 
     /// A transition: frame `step` (its observation, action and outcome).
-    fn transition(&mut self, m: TransitionMsg) -> anyhow::Result<()> {
+    fn transition(&mut self, m: TransitionMsg<Borrowed>) -> anyhow::Result<()> {
         let file = self.args.file.display().to_string();
         let what = format!("env {} episode {} step {}", m.env, m.episode, m.step);
         let no_frames = || {
@@ -374,7 +377,8 @@ impl Export<'_> {
                 if open.done { " (it was done)" } else { "" }
             );
         }
-        let obs = if m.step == 0 {
+        let task = self.args.task;
+        let (views, state) = if m.step == 0 {
             if m.obs.is_none() && m.next_obs.is_some() {
                 bail!(
                     "{file}: the first transition of env {} episode {} carries no reset observation: the log was \
@@ -384,17 +388,21 @@ impl Export<'_> {
                     m.episode
                 );
             }
-            m.obs.ok_or_else(no_frames)?
+            let obs = m.obs.as_ref().ok_or_else(no_frames)?;
+            frame_of(obs, &mut self.layout, task)
+                .with_context(|| format!("{what}: its observation"))?
         } else {
             open.next_obs.take().ok_or_else(no_frames)?
         };
-        open.next_obs = Some(m.next_obs.ok_or_else(no_frames)?);
-        let (views, state) = frame_of(&obs, &mut self.layout, self.args.task)
-            .with_context(|| format!("{what}: its observation"))?;
+        let next = m.next_obs.as_ref().ok_or_else(no_frames)?;
+        open.next_obs = Some(
+            frame_of(next, &mut self.layout, task)
+                .with_context(|| format!("{what}: its next observation"))?,
+        );
         open.frames.push(FrameData {
             views,
             state,
-            action: m.action,
+            action: m.action.clone(),
             timestamp: 0.0,
         });
         open.reward.push(m.reward as f32);
@@ -552,8 +560,8 @@ impl Export<'_> {
 
 /// One observation's camera frames (in the layout's view order) and state, checked against the layout (fixed by
 /// the first observation: its views, their sizes, the task's state size).
-fn frame_of(
-    obs: &ObservationMsg,
+fn frame_of<D: TensorData>(
+    obs: &ObservationMsg<D>,
     layout: &mut Option<Layout>,
     task: Task,
 ) -> anyhow::Result<(Vec<FrameImage>, Vec<f32>)> {
