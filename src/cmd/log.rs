@@ -60,7 +60,7 @@ pub struct ExportArgs {
     #[arg(long, value_parser = crate::cli::task_parser())]
     pub task: Task,
     /// Frames per second of the dataset (default: the task's control rate).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub fps: Option<u32>,
     /// Export this robot's episodes (default: the log's only robot; a log of several needs it).
     #[arg(long, value_name = "NAME")]
@@ -145,7 +145,6 @@ struct Export<'a> {
     written: Vec<Written>,
     /// Records on keys that are not a robot's transition, progress or episode (skipped).
     other_records: u64,
-    frames: u64,
 }
 
 fn export(a: ExportArgs) -> anyhow::Result<()> {
@@ -163,7 +162,6 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         open: BTreeMap::new(),
         written: Vec::new(),
         other_records: 0,
-        frames: 0,
     };
     let result = ex.run(started);
     if result.is_err() && tmp.exists() {
@@ -447,7 +445,6 @@ impl Export<'_> {
         writer
             .add_episode(&ep)
             .with_context(|| format!("writing {what}"))?;
-        self.frames += len as u64;
         self.written.push(Written {
             episode_index: self.written.len(),
             env: m.env,
@@ -473,9 +470,6 @@ impl Export<'_> {
     fn info(&self, with_progress: bool) -> anyhow::Result<DatasetInfo> {
         let layout = self.layout.as_ref().context("internal: no frame seen")?;
         let task = self.args.task;
-        if self.args.fps == Some(0) {
-            bail!("--fps must be at least 1");
-        }
         let mut extra = vec![
             (REWARD, ExtraDtype::Float32),
             (TASK_REWARD, ExtraDtype::Float32),
