@@ -363,8 +363,8 @@ impl Export<'_> {
         let no_frames = || {
             anyhow::anyhow!(
                 "{file}: the transition of {what} carries no observation: the run was made without \
-                 --stream-images, and its log holds no frames or state to export; run `stagewise run \
-                 --stream-images` to log them"
+                 --stream-images (`--rerun` alone puts frames on every 10th step only), and its log does not \
+                 hold every frame and state to export; run `stagewise run --stream-images` to log them"
             )
         };
         let open = self.open.entry((m.env, m.episode)).or_default();
