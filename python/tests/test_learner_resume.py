@@ -94,6 +94,19 @@ def test_a_run_killed_after_a_checkpoint_resumes_without_losing_or_repeating_a_t
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "curves.json").read_text())["runs"][0]["checkpoints"] == run["checkpoints"]
     assert {k for k in _snapshot(out)} == set(snap)
+    # fewer steps is another recipe (refused); more steps extends the finished run from where it stopped
+    fewer = _learn("--resume", str(out), "--steps", "2000", timeout=300)
+    assert fewer.returncode == 2 and "steps: 3000 vs 2000" in fewer.stderr, fewer.stderr
+    more = _learn("--resume", str(out), "--steps", "4000", timeout=900)
+    assert more.returncode == 0, more.stderr
+    ext = json.loads((out / "curves.json").read_text())["runs"][0]
+    assert ext["done"] and 4000 <= ext["env_steps"] < 4016 and ext["resumed_from"] == [before["env_steps"],
+                                                                                        run["env_steps"]]
+    # the curve goes on: the old evaluations kept, one more at the new end, none repeated
+    assert ext["checkpoints"][:3] == run["checkpoints"] and [c["steps"] for c in ext["checkpoints"][3:]] == [
+        ext["env_steps"]]
+    saved = json.loads((out / "run.json").read_text())
+    assert saved["config"]["steps"] == 4000 and saved["extended"][0]["steps"] == [3000, 4000]
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc (Linux)")

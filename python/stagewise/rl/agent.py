@@ -262,14 +262,16 @@ class Replay:
                 "disc": self.disc[:n].clone(), "n": n, "i": self.i, "added": self.added, "cap": self.cap}
 
     def load_state_dict(self, d: dict) -> None:
-        if d["cap"] != self.cap or d["s"].shape[1:] != self.s.shape[1:] or d["a"].shape[1:] != self.a.shape[1:]:
+        """A checkpoint's buffer, into one of the same or (a run extended with more steps) a larger capacity: its
+        transitions kept, new ones filling the new room first."""
+        if d["cap"] > self.cap or d["s"].shape[1:] != self.s.shape[1:] or d["a"].shape[1:] != self.a.shape[1:]:
             raise ValueError(f"checkpoint replay of capacity {d['cap']} and shapes {tuple(d['s'].shape[1:])}/"
                              f"{tuple(d['a'].shape[1:])} does not fit this run's ({self.cap}, "
                              f"{tuple(self.s.shape[1:])}/{tuple(self.a.shape[1:])})")
         n = d["n"]
         for k in ("s", "a", "r", "s2", "disc"):
             getattr(self, k)[:n] = d[k]
-        self.n, self.i, self.added = n, d["i"], d["added"]
+        self.n, self.i, self.added = n, (d["i"] if d["cap"] == self.cap else n % self.cap), d["added"]
 
     def add(self, s, a, r, s2, disc):
         j = self.i

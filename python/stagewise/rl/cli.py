@@ -124,7 +124,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--seeds", type=_ints, default=None, metavar="S,S", help="comma-separated learner seeds (default 0)")
     ap.add_argument("--out", metavar="DIR", help="output directory (new or empty, unless --resume)")
     ap.add_argument("--resume", nargs="?", const=True, default=None, metavar="DIR",
-                    help="continue the run in DIR (or --out) from its last checkpoint; flags given must agree with it")
+                    help="continue the run in DIR (or --out) from its last checkpoint; flags given must agree with it, "
+                         "except a larger --steps, which extends the run (finished seeds too)")
     ap.add_argument("--smoke", action="store_true", help="CI size: 3000 steps, 100-step episodes, 64x64 nets, ...")
     for group, opts in OPTIONS.items():
         g = ap.add_argument_group(group)

@@ -67,12 +67,20 @@ def resolve(args: Dict[str, Any]):
         except TypeError as e:
             raise LearnError(f"--resume {out}: {e}") from None
         diff = config_diff(cfg, asked)
+        if asked.steps > cfg.steps:
+            # more steps extend the run (finished seeds too): a budget, not a change of recipe
+            diff = [d for d in diff if not d.startswith("steps:")]
+            saved.setdefault("extended", []).append({"steps": [cfg.steps, asked.steps], "argv": args["argv"]})
+            saved["config"]["steps"] = asked.steps
+            cfg = asked
         seeds = saved["seeds"]
         if args["seeds"] is not None and list(args["seeds"]) != seeds:
             diff.append(f"seeds: {seeds} vs {list(args['seeds'])}")
         if diff:
             raise LearnError(f"--resume {out}: the run there has another config ({run_file}; saved vs given): "
                              + "; ".join(diff))
+        if "extended" in saved:
+            ckpt.write_json(run_file, saved)
         return cfg, seeds, out
     try:
         cfg = build(given.pop("task"), given)
@@ -161,7 +169,7 @@ def learn(args: Dict[str, Any]) -> List[dict]:
             records[seed] = ckpt.load(path)["record"]
     t0 = time.time()
     for seed in seeds:
-        if records.get(seed, {}).get("done"):
+        if records.get(seed, {}).get("done") and records[seed].get("env_steps", 0) >= cfg.steps:
             continue
         run = SeedRun(cfg, seed, out, demos)
         start = records.get(seed, {}).get("env_steps", 0)

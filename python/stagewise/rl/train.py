@@ -249,6 +249,8 @@ class SeedRun:
                 f"{what} (python -m stagewise.rl)")
 
     def _evaluate(self, step: int) -> None:
+        if self.log and self.log[-1]["steps"] == step:
+            return  # a finished run extended (--resume --steps) was evaluated here at its end
         cfg, te = self.cfg, time.time()
         seeds = range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes)
         ev = evaluate(self.agent, self.evals, seeds, cfg.eval_repeat or cfg.action_repeat)
