@@ -5,7 +5,8 @@ Starts `stagewise serve --task T --envs N --reward R --images` in turn without a
 (each served env then publishes its steps, RGB frames on every 10th step, and a `stagewise view live` child writes
 them), steps the N envs in parallel from one Python client (`RemoteEnv.step_async` on each, then every reply, as a
 vectorised learner does) with random actions, resetting ended episodes, and times the stepping loop only (after
-W warm-up steps; start-up excluded). Off and on alternate, R times each, so that a machine whose load drifts biases
+W warm-up steps; start-up excluded), with the CPU time per env-step of serve, its viewer child and the client in
+that loop (steadier than rates on a shared machine). Off and on alternate, R times each, so that a machine whose load drifts biases
 neither; the cost is 1 - median(on) / median(off), and the median of the per-pair ratios is given too. Writes the
 runs and the medians as JSON.
 
@@ -46,6 +47,15 @@ def binary() -> str:
     sys.exit("no stagewise binary: cargo build --release (or set STAGEWISE_BIN)")
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc), 0 when it is gone."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(args, rerun: bool, tmp: Path, k: int) -> dict:
     """One serve process, stepped by the client: env-steps/s of the timed loop, and what serve printed."""
     extra = ["--rerun", "save", str(tmp / f"serve{k}.rrd")] if rerun else []
@@ -61,9 +71,11 @@ def measure(args, rerun: bool, tmp: Path, k: int) -> dict:
         dim = len(first[0]["spec"]["action"]["low"])
         steps = 0
         start = None
+        viewer = [int(c) for c in Path(f"/proc/{p.proc.pid}/task/{p.proc.pid}/children").read_text().split()]
         for n in range(args.warmup + args.steps):
             if n == args.warmup:
                 start = time.perf_counter()
+                cpu0 = (cpu_s(p.proc.pid), sum(cpu_s(c) for c in viewer), time.process_time())
             pending = [e.step_async(rng.uniform(-1, 1, dim).tolist()) for e in envs]
             for e, q in zip(envs, pending):
                 reply = q.result()
@@ -74,6 +86,7 @@ def measure(args, rerun: bool, tmp: Path, k: int) -> dict:
                 if n >= args.warmup:
                     steps += 1
         secs = time.perf_counter() - start
+        cpu1 = (cpu_s(p.proc.pid), sum(cpu_s(c) for c in viewer), time.process_time())
         for e in envs:
             e.close()
     finally:
@@ -89,6 +102,10 @@ def measure(args, rerun: bool, tmp: Path, k: int) -> dict:
         "env_steps": steps,
         "seconds": secs,
         "env_steps_per_s": steps / secs,
+        # CPU per env-step of the timed loop: serve (its threads), its viewer child, this client.
+        "cpu_ms_per_step": {
+            w: 1e3 * (b - a) / steps for w, a, b in zip(("serve", "viewer", "client"), cpu0, cpu1)
+        },
         "serve_rerun_lines": [line for line in out.splitlines() if line.startswith("--rerun ")],
         "warnings": [line for line in out.splitlines() if "WARN" in line][:5],
     }
@@ -118,6 +135,11 @@ def main() -> None:
     off = [m["env_steps_per_s"] for m in runs if not m["rerun"]]
     on = [m["env_steps_per_s"] for m in runs if m["rerun"]]
     pairs = [b / a for a, b in zip(off, on)]
+    cpu = {
+        mode: {w: statistics.median(m["cpu_ms_per_step"][w] for m in runs if m["rerun"] == on_)
+               for w in ("serve", "viewer", "client")}
+        for mode, on_ in (("off", False), ("on", True))
+    }  # fmt: skip
     result = {
         "args": {k: str(v) for k, v in vars(args).items()},
         "binary": os.environ["STAGEWISE_BIN"],
@@ -127,10 +149,12 @@ def main() -> None:
         "median_on": statistics.median(on),
         "cost": 1 - statistics.median(on) / statistics.median(off),
         "median_pair_ratio": statistics.median(pairs),
+        "median_cpu_ms_per_step": cpu,
     }
     print(
         f"off {result['median_off']:.1f}, on {result['median_on']:.1f} env-steps/s (medians of {args.repeats}): "
-        f"cost {100 * result['cost']:.1f}% (median of per-pair ratios {result['median_pair_ratio']:.3f})"
+        f"cost {100 * result['cost']:.1f}% (median of per-pair ratios {result['median_pair_ratio']:.3f}); CPU ms "
+        f"per env-step (medians): {json.dumps(cpu)}"
     )
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

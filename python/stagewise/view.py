@@ -235,21 +235,30 @@ class Recorder:
         self.rec.log(path, archetype)
 
     def _scalar(self, path: str, value: Any) -> None:
+        """Buffers a value (a number, or a sequence of numbers: one series each) at the current step. The value is
+        kept as it is and turned into arrays at the flush, one per entity: a numpy array per value was most of the
+        viewer's CPU per message."""
         steps, values = self._columns.setdefault(path, ([], []))
         steps.append(self._step)
-        values.append(np.asarray(value, dtype=np.float64).reshape(-1))
+        values.append(value)
         self._buffered += 1
         if self._buffered >= 8192:
             self.flush()
-        else:
-            self.flush(older_than_s=FLUSH_S)
 
     def flush(self, older_than_s: float = 0.0) -> None:
         """Sends the buffered scalars; with `older_than_s`, only when the last flush is older than that."""
         if older_than_s and time.monotonic() - self._flushed_at < older_than_s:
             return
         for path, (steps, values) in self._columns.items():
-            column = self.rr.Scalars.columns(scalars=np.concatenate(values)).partition([v.size for v in values])
+            try:  # every value the same length: one array, rows of equal size
+                a = np.asarray(values, dtype=np.float64)
+                flat, sizes = a.reshape(-1), [a.shape[1] if a.ndim == 2 else 1] * len(values)
+                if a.ndim > 2:
+                    raise ValueError("nested")
+            except ValueError:  # vectors of different lengths
+                parts = [np.asarray(v, dtype=np.float64).reshape(-1) for v in values]
+                flat, sizes = np.concatenate(parts), [p.size for p in parts]
+            column = self.rr.Scalars.columns(scalars=flat).partition(sizes)
             self.rec.send_columns(path, indexes=[self.rr.TimeColumn("step", sequence=steps)], columns=column)
         self._columns.clear()
         self._buffered = 0
@@ -271,8 +280,8 @@ class Recorder:
         self._scalar(f"{p}/phi", float(m["phi"]))
         self._scalar(f"{p}/reward", float(m["reward"]))
         self._scalar(f"{p}/task_reward", float(m["task_reward"]))
-        action = np.asarray(m["action"], dtype=np.float64)
-        if action.size:
+        action = [float(a) for a in m["action"]]
+        if action:
             self._scalar(f"{p}/action", action)
         self._at(t + 1)
         self._scalar(f"{p}/success", float(bool(m["success"])))
@@ -298,7 +307,7 @@ class Recorder:
         if probs:
             p = self._path(m)
             self._at(int(m["step"]))
-            self._scalar(f"{p}/stage_probs", np.asarray(probs, dtype=np.float64))
+            self._scalar(f"{p}/stage_probs", [float(x) for x in probs])
         self.counts.progress += 1
 
     def episode(self, m: Dict[str, Any]) -> None:
@@ -328,6 +337,7 @@ class Recorder:
                 self.progress(m)
             else:
                 self.episode(m)
+            self.flush(older_than_s=FLUSH_S)
         except (StagewiseError, KeyError, TypeError, ValueError) as e:
             self.counts.skipped += 1
             why = str(e) if isinstance(e, StagewiseError) else f"`{key}`: {kind} message: {e!r}"

@@ -131,7 +131,8 @@ impl ServeView {
     }
 
     /// Publishes one step (`out`, before its observation is turned into the reply): the transition, the reward
-    /// model's progress and, when the episode ended, its summary. Never blocks on the viewer.
+    /// model's progress when it has stage probabilities and, when the episode ended, its summary. Never blocks on
+    /// the viewer.
     fn step(&mut self, action: &[f32], out: &StepOutcome) {
         let robot = self.sink.keys().robot().to_string();
         let msg = transition_message(&robot, action.to_vec(), out, VIEW_FRAMES);
@@ -141,7 +142,10 @@ impl ServeView {
         self.acc.length += 1;
         self.acc.success |= msg.success;
         let mut sent = self.sink.transition(msg);
-        if let (Ok(()), Some(p)) = (&sent, out.progress.as_ref()) {
+        // Progress only when it says more than the transition (its stage probabilities, which the viewer shows):
+        // the oracle's and a stageless model's would double the messages for nothing.
+        let probs = out.progress.as_ref().filter(|p| !p.stage_probs.is_empty());
+        if let (Ok(()), Some(p)) = (&sent, probs) {
             sent = self
                 .sink
                 .progress(ProgressMsg::new(&robot, 0, s.episode, s.step + 1, p));
