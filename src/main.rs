@@ -31,7 +31,7 @@ enum Command {
     /// The main job: simulated envs + reward model + shaping + policy, streamed over zenoh and logged.
     Run(Box<cmd::run::RunArgs>),
     /// Serve one simulated env as zenoh queryables (env/reset, env/step) for remote learners.
-    Serve(cmd::serve::ServeArgs),
+    Serve(Box<cmd::serve::ServeArgs>),
     /// Push a policy to a running actor, or make a signing key pair.
     Policy(cmd::policy::PolicyArgs),
     /// Put an episode log back on the stream, byte for byte.
@@ -93,7 +93,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Run(a) => cmd::run::run(*a),
-        Command::Serve(a) => cmd::serve::run(a),
+        Command::Serve(a) => cmd::serve::run(*a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Log(a) => cmd::log::run(a),
         Command::Policy(a) => cmd::policy::run(a),

@@ -205,17 +205,20 @@ FLUSH_S = 0.25
 class Recorder:
     """Logs Stagewise messages (decoded) and dataset frames to a Rerun recording stream."""
 
-    def __init__(self, rec, frames_per_s: Optional[float] = None):
+    def __init__(self, rec, frames_per_s: Optional[float] = None, by_robot: bool = False):
         """`frames_per_s`: show at most this many camera frames per second and env (live: a person cannot
-        follow more, and images are most of a viewer's work); None shows every frame."""
+        follow more, and images are most of a viewer's work); None shows every frame. `by_robot`: put each
+        message under its robot's name (`<robot>/env<E>/...`: a view of several robots, e.g. the served envs
+        of `serve --envs N --rerun`, each env 0 of its own robot)."""
         import rerun as rr
 
         self.rr = rr
         self.rec = rec
         self.counts = Counts()
+        self.by_robot = by_robot
         self._frame_gap = 1.0 / frames_per_s if frames_per_s else 0.0
-        self._last_frame: Dict[int, float] = {}
-        self._next_step: Dict[Tuple[int, int], int] = {}
+        self._last_frame: Dict[Tuple[str, int], float] = {}
+        self._next_step: Dict[Tuple[str, int, int], int] = {}
         self._step = 0
         # Scalars wait here and go to Rerun as columns, one call per entity per flush: a `log` call per value was
         # most of the live viewer's CPU at 8 envs.
@@ -232,52 +235,67 @@ class Recorder:
         self.rec.log(path, archetype)
 
     def _scalar(self, path: str, value: Any) -> None:
+        """Buffers a value (a number, or a sequence of numbers: one series each) at the current step. The value is
+        kept as it is and turned into arrays at the flush, one per entity: a numpy array per value was most of the
+        viewer's CPU per message."""
         steps, values = self._columns.setdefault(path, ([], []))
         steps.append(self._step)
-        values.append(np.asarray(value, dtype=np.float64).reshape(-1))
+        values.append(value)
         self._buffered += 1
         if self._buffered >= 8192:
             self.flush()
-        else:
-            self.flush(older_than_s=FLUSH_S)
 
     def flush(self, older_than_s: float = 0.0) -> None:
         """Sends the buffered scalars; with `older_than_s`, only when the last flush is older than that."""
         if older_than_s and time.monotonic() - self._flushed_at < older_than_s:
             return
         for path, (steps, values) in self._columns.items():
-            column = self.rr.Scalars.columns(scalars=np.concatenate(values)).partition([v.size for v in values])
+            try:  # every value the same length: one array, rows of equal size
+                a = np.asarray(values, dtype=np.float64)
+                flat, sizes = a.reshape(-1), [a.shape[1] if a.ndim == 2 else 1] * len(values)
+                if a.ndim > 2:
+                    raise ValueError("nested")
+            except ValueError:  # vectors of different lengths
+                parts = [np.asarray(v, dtype=np.float64).reshape(-1) for v in values]
+                flat, sizes = np.concatenate(parts), [p.size for p in parts]
+            column = self.rr.Scalars.columns(scalars=flat).partition(sizes)
             self.rec.send_columns(path, indexes=[self.rr.TimeColumn("step", sequence=steps)], columns=column)
         self._columns.clear()
         self._buffered = 0
         self._flushed_at = time.monotonic()
 
+    def _path(self, m: Dict[str, Any]) -> str:
+        """`env<E>/episode<K>` of a message, under `<robot>/` when the view is by robot."""
+        p = f"env{int(m['env'])}/episode{int(m['episode'])}"
+        return f"{m['robot']}/{p}" if self.by_robot else p
+
     def transition(self, m: Dict[str, Any], key: str = "?") -> None:
         env, ep, t = int(m["env"]), int(m["episode"]), int(m["step"])
-        p = f"env{env}/episode{ep}"
+        robot = str(m.get("robot", "")) if self.by_robot else ""
+        p = self._path(m)
         # Steps of an episode that never arrived were dropped on the way (a live viewer behind, or joined late).
-        self.counts.dropped += max(t - self._next_step.get((env, ep), 0), 0)
-        self._next_step[(env, ep)] = t + 1
+        self.counts.dropped += max(t - self._next_step.get((robot, env, ep), 0), 0)
+        self._next_step[(robot, env, ep)] = t + 1
         self._at(t)
         self._scalar(f"{p}/phi", float(m["phi"]))
-        if m.get("oracle_phi") is not None:
-            self._scalar(f"{p}/oracle_phi", float(m["oracle_phi"]))
         self._scalar(f"{p}/reward", float(m["reward"]))
         self._scalar(f"{p}/task_reward", float(m["task_reward"]))
-        action = np.asarray(m["action"], dtype=np.float64)
-        if action.size:
+        action = [float(a) for a in m["action"]]
+        if action:
             self._scalar(f"{p}/action", action)
         self._at(t + 1)
         self._scalar(f"{p}/success", float(bool(m["success"])))
+        if m.get("oracle_phi") is not None:  # the simulator's progress of the next state: beside phi at t + 1
+            self._scalar(f"{p}/oracle_phi", float(m["oracle_phi"]))
         if m.get("stage") is not None:
             self._scalar(f"{p}/stage", int(m["stage"]))
         obs = m.get("next_obs")
         if obs is not None and self._frame_gap:
             now = time.monotonic()
-            if now - self._last_frame.get(env, -1e9) < self._frame_gap:
+            if now - self._last_frame.get((robot, env), -1e9) < self._frame_gap:
                 obs = None
             else:
-                self._last_frame[env] = now
+                self._last_frame[(robot, env)] = now
         if obs is not None:
             for view, img in (obs.get("images") or {}).items():
                 a = tensor(img, key, f"next_obs.images[{view!r}]")
@@ -287,13 +305,13 @@ class Recorder:
     def progress(self, m: Dict[str, Any]) -> None:
         probs = m.get("stage_probs") or []
         if probs:
-            p = f"env{int(m['env'])}/episode{int(m['episode'])}"
+            p = self._path(m)
             self._at(int(m["step"]))
-            self._scalar(f"{p}/stage_probs", np.asarray(probs, dtype=np.float64))
+            self._scalar(f"{p}/stage_probs", [float(x) for x in probs])
         self.counts.progress += 1
 
     def episode(self, m: Dict[str, Any]) -> None:
-        p = f"env{int(m['env'])}/episode{int(m['episode'])}"
+        p = self._path(m)
         self._at(int(m["length"]))
         self._log(
             f"{p}/summary",
@@ -319,6 +337,7 @@ class Recorder:
                 self.progress(m)
             else:
                 self.episode(m)
+            self.flush(older_than_s=FLUSH_S)
         except (StagewiseError, KeyError, TypeError, ValueError) as e:
             self.counts.skipped += 1
             why = str(e) if isinstance(e, StagewiseError) else f"`{key}`: {kind} message: {e!r}"
@@ -588,7 +607,7 @@ def view_dataset(root: Path, recorder: Recorder, episodes: Optional[List[int]] =
 
 def view_live(
     recorder: Recorder,
-    robot: str,
+    robots: Sequence[str],
     connect: Sequence[str],
     config_file: Optional[str] = None,
     ring: int = 256,
@@ -596,12 +615,12 @@ def view_live(
     stop_after: Optional[int] = None,
     until_stdin_closes: bool = False,
 ) -> None:
-    """Subscribes to `stagewise/<robot>/{transition,progress,episode}` and shows what arrives until Ctrl-C (or
-    `idle_exit_s` seconds without a message once something arrived, e.g. when the actor ended). Samples wait in a
-    ring of `ring` per key that drops the oldest when the viewer falls behind (counted): zenoh's receiving thread
-    never waits on this process, so a slow viewer never slows the actor. With `until_stdin_closes` it also ends
-    when its standard input closes (`run --rerun` closes it when the run ends, or the run died), after showing what
-    had arrived."""
+    """Subscribes to `stagewise/<robot>/{transition,progress,episode}` of each of `robots` and shows what
+    arrives until Ctrl-C (or `idle_exit_s` seconds without a message once something arrived, e.g. when the actor
+    ended). Samples wait in a ring of `ring` per key that drops the oldest when the viewer falls behind
+    (counted): zenoh's receiving thread never waits on this process, so a slow viewer never slows the actor. With
+    `until_stdin_closes` it also ends when its standard input closes (`run --rerun` and `serve --rerun` close it
+    when they end, or died), after showing what had arrived."""
     import threading
 
     import zenoh
@@ -611,11 +630,15 @@ def view_live(
     session = open_session(list(connect) or None, config_file=config_file)
     subs = {}
     try:
-        for kind in KINDS:
-            subs[kind] = session.declare_subscriber(
-                f"stagewise/{robot}/{kind}", zenoh.handlers.RingChannel(ring)
-            )
-        print(f"view: listening on stagewise/{robot}/{{{','.join(KINDS)}}}", file=sys.stderr, flush=True)
+        # Transitions last: a sender waiting for its transition subscriber (run/serve --rerun) then finds the
+        # progress and episode subscribers already there.
+        for kind in ("progress", "episode", "transition"):
+            for robot in robots:
+                subs[(robot, kind)] = session.declare_subscriber(
+                    f"stagewise/{robot}/{kind}", zenoh.handlers.RingChannel(ring)
+                )
+        for robot in robots:
+            print(f"view: listening on stagewise/{robot}/{{{','.join(KINDS)}}}", file=sys.stderr, flush=True)
         stop = threading.Event()
         if until_stdin_closes:
 
@@ -680,7 +703,13 @@ def _parser() -> argparse.ArgumentParser:
     ds.add_argument("path", type=Path)
     ds.add_argument("--episodes", help="comma-separated episode indices (default: all)")
     lv = sub.add_parser("live", help="a running `stagewise run`'s stream")
-    lv.add_argument("--robot", default="sim0", help="the actor's --robot-name (default sim0)")
+    lv.add_argument(
+        "--robot",
+        action="append",
+        default=[],
+        help="the actor's --robot-name (default sim0); given more than once, each robot's stream is shown under "
+        "its name (`<robot>/env<E>/...`)",
+    )
     lv.add_argument("--connect", action="append", default=[], help="zenoh endpoint (default tcp/127.0.0.1:7447)")
     lv.add_argument("--zenoh-config", help="zenoh JSON5 config file")
     lv.add_argument("--ring", type=int, default=256, help="samples kept per key while the viewer is behind")
@@ -708,11 +737,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         sink = Sink.parse(args.rerun)
         if args.source == "live" and args.nice:
             os.nice(args.nice)
+        robots = (getattr(args, "robot", None) or ["sim0"]) if args.source == "live" else []
         name = {"log": lambda: args.path.name, "dataset": lambda: args.path.name}.get(
-            args.source, lambda: f"live {getattr(args, 'robot', '')}"
+            args.source, lambda: f"live {' '.join(robots)}"
         )()
         rec = open_recording(sink, name)
-        recorder = Recorder(rec, getattr(args, "frames_per_s", None))
+        recorder = Recorder(rec, getattr(args, "frames_per_s", None), by_robot=len(robots) > 1)
     except ViewError as e:
         print(f"view: error: {e}", file=sys.stderr)
         return 2
@@ -729,7 +759,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             view_live(
                 recorder,
-                args.robot,
+                robots,
                 args.connect,
                 args.zenoh_config,
                 args.ring,

@@ -87,7 +87,12 @@ def test_a_run_log_becomes_a_recording_with_every_step_of_every_env(run_log, tmp
         phi = scalars(rrd, f"{p}/phi")
         assert phi == pytest.approx({t["step"]: t["phi"] for t in ts})
         assert max(phi.values()) > 0.5
-    assert not [k for k in got if "oracle" in k]  # a model run carries no oracle
+        # The simulator's own progress of the next state (`oracle_phi`, whatever the reward's source), one row
+        # per transition, at the step of the state it describes (t + 1), beside the model's phi.
+        assert got[f"{p}/oracle_phi"] == n, got
+        oracle = scalars(rrd, f"{p}/oracle_phi")
+        assert oracle == pytest.approx({t["step"] + 1: t["oracle_phi"] for t in ts})
+        assert max(oracle.values()) > 0.5
 
 
 def test_a_cut_log_is_an_error_and_every_complete_record_is_still_shown(run_log, tmp_path):
@@ -216,3 +221,114 @@ def test_spawn_without_a_display_is_a_clear_error(run_log, tmp_path):
     out = subprocess.run([launch.find_binary(), "view", "log", str(run_log), "--rerun", "spawn"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     assert out.returncode == 2 and "cannot spawn a Rerun viewer: no display" in out.stderr, out.stderr
+
+
+def step_served(endpoint: str, robots, steps: int, seed: int = 0):
+    """Steps each served env `steps` times with random actions through the Python client (the N envs in parallel,
+    as a vectorised learner does), resetting when an episode ends; returns each robot's replies per episode."""
+    from stagewise.env import RemoteEnv
+    from stagewise.session import open_session
+
+    session = open_session([endpoint])
+    rng = np.random.default_rng(seed)
+    try:
+        envs = [RemoteEnv(r, session=session, timeout=60, connect_timeout=120) for r in robots]
+        first = [e.reset(seed=100 + i) for i, e in enumerate(envs)]
+        dim = len(first[0]["spec"]["action"]["low"])
+        episodes = {r: [[]] for r in robots}
+        for _ in range(steps):
+            pending = [e.step_async(rng.uniform(-1, 1, dim).tolist()) for e in envs]
+            for r, e, p in zip(robots, envs, pending):
+                reply = p.result()
+                episodes[r][-1].append(reply)
+                if reply["terminated"] or reply["truncated"]:
+                    e.reset()
+                    episodes[r].append([])
+        for e in envs:
+            e.close()
+    finally:
+        session.close()
+    return episodes
+
+
+def test_serve_rerun_shows_every_served_env_under_its_robot(tmp_path):
+    """A real `stagewise serve --envs 2 --reward oracle --images --rerun save` stepped by the Python client: each
+    served env's steps under its robot's name, one row per step, the oracle's progress, frames on the sampled steps
+    only, the finished episodes' summaries."""
+    import signal
+
+    rrd = tmp_path / "serve.rrd"
+    log = tmp_path / "serve.log"
+    p = launch.serve("--task", "pick-place", "--envs", "2", "--reward", "oracle", "--images", "--width", "32",
+                     "--height", "32", "--max-steps", "25", "--rerun", "save", str(rrd), log=str(log))  # fmt: skip
+    try:
+        robots = ["sim0-0", "sim0-1"]
+        episodes = step_served(p.endpoint, robots, 40)
+        p.proc.send_signal(signal.SIGINT)  # Ctrl-C: serve flushes its queues and lets the viewer finish
+        assert p.wait(120) == 0, p.output()[-3000:]
+    finally:
+        p.stop()
+    out = p.output()
+    assert "did not subscribe" not in out and "no viewer" not in out, out[-3000:]
+    for r in robots:
+        assert f"--rerun {r}: 40 transitions sent, 0 dropped" in out, out[-3000:]
+    got = rows(rrd)
+    assert not [k for k in got if k.startswith("/env")], "with 2 robots every path is under its robot"
+    for r in robots:
+        eps = episodes[r]
+        assert [len(e) for e in eps] == [25, 15], [len(e) for e in eps]
+        frames = 0
+        for k, replies in enumerate(eps):
+            pre = f"/{r}/env0/episode{k}"
+            n = len(replies)
+            for name in ("phi", "oracle_phi", "reward", "task_reward", "action", "success"):
+                assert got[f"{pre}/{name}"] == n, (pre, name, got)
+            # The oracle's progress of state t + 1 is what the client was served as phi for it.
+            oracle = scalars(rrd, f"{pre}/oracle_phi")
+            assert oracle == pytest.approx({t + 1: rep["info"]["progress_oracle"] for t, rep in enumerate(replies)})
+            assert oracle == pytest.approx({t + 1: rep["phi"] for t, rep in enumerate(replies)})
+            reward = scalars(rrd, f"{pre}/reward")
+            assert reward == pytest.approx({t: rep["reward"] for t, rep in enumerate(replies)})
+            # Frames (RGB of every view) only on every 10th step and the episode's last (the viewer shows at most 10
+            # a second and env of those: some may be left out, never one of another step).
+            done = replies[-1]["terminated"] or replies[-1]["truncated"]
+            sampled = {t + 1 for t in range(n) if (t + 1) % 10 == 0 or (done and t == n - 1)}
+            for v in VIEWS:
+                steps = frame_steps(rrd, f"{pre}/camera/{v}")
+                assert set(steps) <= sampled, (v, steps, sampled)
+                frames += len(steps)
+            assert got[f"{pre}/summary"] == (1 if done else 0), (pre, got)
+        assert frames > 0, f"no frame of {r}"
+
+
+def test_serve_rerun_without_a_viewer_serves_on(tmp_path):
+    """No Rerun viewer at the address: the viewer child says so, serve warns and answers every step; bad --rerun
+    words are refused before anything starts."""
+    import signal
+
+    closed = launch.free_port()
+    log = tmp_path / "serve.log"
+    p = launch.serve("--task", "pick-place", "--reward", "oracle", "--max-steps", "25",
+                     "--rerun", "connect", f"127.0.0.1:{closed}", log=str(log))  # fmt: skip
+    try:
+        episodes = step_served(p.endpoint, ["sim0"], 30)
+        p.proc.send_signal(signal.SIGINT)
+        assert p.wait(120) == 0, p.output()[-3000:]
+    finally:
+        p.stop()
+    out = p.output()
+    assert [len(e) for e in episodes["sim0"]] == [25, 5]
+    assert f"no Rerun viewer at 127.0.0.1:{closed}" in out and "exited" in out, out[-3000:]
+    out = stagewise("serve", "--task", "pick-place", "--rerun", "show")
+    assert out.returncode != 0 and "save FILE.rrd" in out.stderr, out.stderr[-2000:]
+
+
+def frame_steps(rrd: Path, entity: str) -> list:
+    """The steps at which an image entity has a frame."""
+    from rerun.chunk import RrdReader
+
+    out = []
+    for chunk in RrdReader(rrd).stream().collect().stream():
+        if chunk.entity_path == entity:
+            out.extend(chunk.to_record_batch().column("step").to_pylist())
+    return sorted(out)

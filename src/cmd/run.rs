@@ -512,7 +512,7 @@ const VIEWER_FINISH: Duration = Duration::from_secs(60);
 /// The `--rerun` viewer, started beside the actor; a viewer that cannot start is reported, never fatal.
 fn start_viewer(a: &RunArgs, sink: &RerunSink, robot: &str) -> Option<LiveViewer> {
     let started = super::view::viewer_endpoints(&a.zenoh.config(Role::Listen))
-        .and_then(|endpoints| LiveViewer::spawn(sink, robot, endpoints));
+        .and_then(|endpoints| LiveViewer::spawn(sink, &[robot], endpoints));
     match started {
         Ok(v) => Some(v),
         Err(e) => {

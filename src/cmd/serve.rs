@@ -8,21 +8,32 @@
 //! and answers the queryables. `--envs N` serves N independent envs, each on its own thread (and, with a
 //! reward model, its own ONNX Runtime session), under the robot names `<robot>-0 .. <robot>-(N-1)` (`<robot>` is
 //! --robot-name, default sim0).
+//!
+//! `--rerun MODE [ARG]` shows what the served envs did in Rerun (docs/view.md): each served env publishes the
+//! actor's messages (`transition` with sampled RGB frames, `progress`, `episode`) on its own robot's keys through
+//! a bounded queue that drops when full (the learner's reply never waits on the viewer), and a `stagewise view
+//! live` child follows every served robot. Without `--rerun` none of this exists: no publisher, no message built.
 
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
+use super::view::{LiveViewer, RerunSink};
 use super::zenoh_args::{Role, ZenohArgs};
 use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
 use stagewise_core::{Env, EnvSpec, Observation};
 use stagewise_model::StateMap;
 use stagewise_runtime::clock::{Clock, Ticker};
-use stagewise_runtime::{ProgressSource, RuntimeError, ShapedEnv};
+use stagewise_runtime::{
+    transition_message, FrameStream, ProgressSource, RuntimeError, ShapedEnv, Sink, StepOutcome,
+};
 use stagewise_sim::SimEnv;
 use stagewise_stream::wire::{
-    EnvSpecMsg, ResetReply, ResetRequest, RewardSpecMsg, StepReply, StepRequest,
+    kind, now_ns, EnvSpecMsg, EpisodeMsg, ProgressMsg, ResetReply, ResetRequest, RewardSpecMsg,
+    Schema, StepReply, StepRequest,
 };
-use stagewise_stream::{EnvHandler, Keys, ObservationMsg};
+use stagewise_stream::{
+    Delivery, EnvHandler, Keys, ObservationMsg, PublisherOptions, RobotPublisher,
+};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -56,6 +67,13 @@ pub struct ServeArgs {
     /// Pace each env's steps at this rate like a real robot (0 = as fast as possible).
     #[arg(long, default_value_t = 0.0)]
     pub hz: f64,
+    /// Show what the served envs do in Rerun (docs/view.md): `spawn` (a viewer on this machine), `connect [ADDR]`
+    /// (a running viewer, default 127.0.0.1:9876) or `save FILE.rrd`. Each served env then publishes its steps
+    /// (`stagewise/<robot>/{transition,progress,episode}`, RGB frames on every 10th step of an episode and its
+    /// last when the env renders) through a queue that drops when full, so a reply never waits on the viewer; a
+    /// `stagewise view live` process shows them. A viewer that cannot start is a warning; serving goes on.
+    #[arg(long, num_args = 1..=2, value_names = ["MODE", "ARG"])]
+    pub rerun: Vec<String>,
     /// Stop after this many seconds (0 = until Ctrl-C).
     #[arg(long, default_value_t = 0.0)]
     pub seconds: f64,
@@ -74,6 +92,103 @@ struct ServedEnv {
     next_seed: u64,
     seed_step: u64,
     ticker: Ticker,
+    /// What `--rerun` publishes (None without it: no message is built).
+    view: Option<ServeView>,
+}
+
+/// `--rerun`'s stream of one served env: the actor's messages on its robot's keys, through the publisher's
+/// bounded queue (full: dropped and counted; the reply never waits).
+struct ServeView {
+    sink: Sink,
+    /// The episode under way.
+    acc: EpisodeTally,
+}
+
+/// What an episode's summary says, summed over its steps so far.
+#[derive(Debug, Default)]
+struct EpisodeTally {
+    ret: f64,
+    task_ret: f64,
+    length: u64,
+    success: bool,
+}
+
+/// `serve --rerun` puts RGB frames (no depth) on every 10th step of an episode and its last, as `run --rerun`.
+const VIEW_FRAMES: FrameStream = FrameStream::Sampled { every: 10 };
+
+/// How long `serve --rerun` waits for its viewer to subscribe before it answers (as `run --rerun`), and how long
+/// it gives the viewer at the end.
+const VIEWER_START: Duration = Duration::from_secs(30);
+const VIEWER_FINISH: Duration = Duration::from_secs(60);
+
+impl ServeView {
+    fn new(publisher: RobotPublisher) -> Self {
+        let keys = publisher.keys().clone();
+        Self {
+            sink: Sink::new(keys).with_publisher(publisher),
+            acc: EpisodeTally::default(),
+        }
+    }
+
+    /// Publishes one step (`out`, before its observation is turned into the reply): the transition, the reward
+    /// model's progress when it has stage probabilities and, when the episode ended, its summary. Never blocks on
+    /// the viewer.
+    fn step(&mut self, action: &[f32], out: &StepOutcome) {
+        let robot = self.sink.keys().robot().to_string();
+        let msg = transition_message(&robot, action.to_vec(), out, VIEW_FRAMES);
+        let s = &out.shaped;
+        self.acc.ret += msg.reward;
+        self.acc.task_ret += msg.task_reward;
+        self.acc.length += 1;
+        self.acc.success |= msg.success;
+        let mut sent = self.sink.transition(msg);
+        // Progress only when it says more than the transition (its stage probabilities, which the viewer shows):
+        // the oracle's and a stageless model's would double the messages for nothing.
+        let probs = out.progress.as_ref().filter(|p| !p.stage_probs.is_empty());
+        if let (Ok(()), Some(p)) = (&sent, probs) {
+            sent = self
+                .sink
+                .progress(ProgressMsg::new(&robot, 0, s.episode, s.step + 1, p));
+        }
+        if let (Ok(()), true) = (&sent, s.done()) {
+            let acc = std::mem::take(&mut self.acc);
+            sent = self.sink.episode(EpisodeMsg {
+                schema: Schema,
+                kind: kind::Episode,
+                robot,
+                env: 0,
+                episode: s.episode,
+                episode_return: acc.ret,
+                task_return: acc.task_ret,
+                length: acc.length,
+                success: acc.success,
+                terminated: s.terminated,
+                truncated: s.truncated,
+                final_phi: s.phi_next_observed,
+                stamp_ns: now_ns(),
+            });
+        }
+        if let Err(e) = sent {
+            tracing::warn!(robot = %self.sink.keys().robot(), "--rerun: a message was not published: {}", stagewise_core::ErrorChain(&e));
+        }
+    }
+}
+
+impl Drop for ServeView {
+    /// Serving ended: what is queued goes out (a second at most), and the counts are reported.
+    fn drop(&mut self) {
+        let _ = self.sink.finish(Duration::from_secs(1));
+        if let Some(c) = self.sink.counters() {
+            println!(
+                "--rerun {}: {} transitions sent, {} dropped (queue full), {} progress sent, {} episodes sent",
+                self.sink.keys().robot(),
+                c.transitions_sent,
+                c.transitions_dropped,
+                c.progress_sent,
+                c.episodes_sent
+            );
+        }
+    }
 }
 
 /// A reply's error: the env's own message for an env error (no `environment 0:` prefix: a served env is one).
@@ -106,6 +221,9 @@ impl EnvHandler for ServedEnv {
             Ok(r) => r,
             Err(e) => return ResetReply::error(reply_error(e)),
         };
+        if let Some(v) = self.view.as_mut() {
+            v.acc = EpisodeTally::default(); // an episode left unfinished is not summarised
+        }
         ResetReply {
             spec: Some(self.spec.clone()),
             obs: Some(self.obs_msg(r.obs)),
@@ -121,6 +239,9 @@ impl EnvHandler for ServedEnv {
             Ok(mut out) => out.remove(0),
             Err(e) => return StepReply::error(reply_error(e)),
         };
+        if let Some(v) = self.view.as_mut() {
+            v.step(&req.action, &out);
+        }
         let (step, shaped) = (out.result, out.shaped);
         let task_reward = step.reward;
         let mut reply = StepReply {
@@ -181,9 +302,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         reward.shaping_scale = shaping.scale;
         reward = reward.with_mode(&shaping.mode);
     }
+    let rerun = (!a.rerun.is_empty())
+        .then(|| RerunSink::parse(&a.rerun))
+        .transpose()?;
     let base = Keys::new(a.zenoh.robot_name())?;
     let node = a.zenoh.open(Role::Listen, None)?;
-    let mut servers = Vec::with_capacity(a.envs);
+    let mut handlers = Vec::with_capacity(a.envs);
     for i in 0..a.envs {
         let env = SimEnv::new(cfg.clone()).context("building the simulator")?;
         let progress = match (a.reward, &manifest) {
@@ -205,6 +329,17 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         } else {
             Keys::new(format!("{}-{i}", base.robot()))?
         };
+        // --rerun: a queue that drops when full (a reply never waits), no liveliness token (no actor is here).
+        let view = match &rerun {
+            Some(_) => Some(ServeView::new(node.publisher(
+                &keys,
+                PublisherOptions {
+                    delivery: Delivery::Queue { capacity: 1024 },
+                    liveliness: false,
+                },
+            )?)),
+            None => None,
+        };
         let handler = ServedEnv {
             spec: spec_msg(env.spec(), a.images),
             shaped: ShapedEnv::new(vec![Box::new(env) as Box<dyn Env>], progress, shaping)?,
@@ -213,7 +348,15 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             next_seed: a.seed.wrapping_add(i as u64),
             seed_step: a.envs as u64,
             ticker: Ticker::new(Clock::from_hz(a.hz)),
+            view,
         };
+        handlers.push((keys, handler));
+    }
+    let viewer = rerun
+        .as_ref()
+        .and_then(|sink| start_viewer(&a, sink, &handlers));
+    let mut servers = Vec::with_capacity(a.envs);
+    for (keys, handler) in handlers {
         servers.push(node.serve_env(&keys, handler)?);
         println!(
             "serving {} ({} reward{}) on {} and {}",
@@ -242,6 +385,37 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(servers);
+    if let Some(v) = viewer {
+        std::thread::sleep(Duration::from_millis(100));
+        v.finish(VIEWER_FINISH);
+    }
     node.close().ok();
     Ok(())
+}
+
+/// The `--rerun` viewer, following every served robot; before the first reply it waits (bounded) until it has
+/// subscribed to each one's transitions, so that it sees every step. One that cannot start is a warning.
+fn start_viewer(
+    a: &ServeArgs,
+    sink: &RerunSink,
+    handlers: &[(Keys, ServedEnv)],
+) -> Option<LiveViewer> {
+    let robots: Vec<&str> = handlers.iter().map(|(k, _)| k.robot()).collect();
+    let started = super::view::viewer_endpoints(&a.zenoh.config(Role::Listen))
+        .and_then(|endpoints| LiveViewer::spawn(sink, &robots, endpoints));
+    let mut viewer = match started {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!("--rerun: no viewer ({e:#}); serving goes on without it");
+            return None;
+        }
+    };
+    let publishers: Vec<&Sink> = handlers
+        .iter()
+        .filter_map(|(_, h)| h.view.as_ref().map(|v| &v.sink))
+        .collect();
+    viewer.wait_subscribed(VIEWER_START, |d| {
+        publishers.iter().all(|s| s.wait_for_subscribers(d))
+    });
+    Some(viewer)
 }

@@ -109,11 +109,19 @@ pub struct LiveViewer {
 }
 
 impl LiveViewer {
-    /// Starts `python -m stagewise.view live` for `robot`'s stream at `endpoints`, sending to `sink`.
-    pub fn spawn(sink: &RerunSink, robot: &str, endpoints: Vec<OsString>) -> anyhow::Result<Self> {
+    /// Starts `python -m stagewise.view live` for the streams of `robots` at `endpoints`, sending to `sink`
+    /// (with more than one robot, the viewer puts each under its robot's name).
+    pub fn spawn(
+        sink: &RerunSink,
+        robots: &[&str],
+        endpoints: Vec<OsString>,
+    ) -> anyhow::Result<Self> {
         let python =
-            super::learn::project_python("run --rerun starts `python -m stagewise.view live`")?;
-        let mut args: Vec<OsString> = vec!["live".into(), "--robot".into(), robot.into()];
+            super::learn::project_python("--rerun starts `python -m stagewise.view live`")?;
+        let mut args: Vec<OsString> = vec!["live".into()];
+        for robot in robots {
+            args.extend(["--robot".into(), (*robot).into()]);
+        }
         args.extend(endpoints);
         args.push("--until-stdin-closes".into());
         args.extend(sink.args());

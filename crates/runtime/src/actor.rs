@@ -4,7 +4,7 @@
 use crate::clock::{Clock, ClockStats, Ticker};
 use crate::log::EpisodeLog;
 use crate::policy::Policy;
-use crate::shaped::{ProgressSource, ShapedEnv};
+use crate::shaped::{ProgressSource, ShapedEnv, StepOutcome};
 use crate::sink::Sink;
 use crate::updates::PolicyUpdates;
 use crate::RuntimeError;
@@ -55,6 +55,28 @@ impl FrameStream {
                 .then(|| ObservationMsg::from_observation_rgb(obs)),
         }
     }
+}
+
+/// The transition message of one env's step, as the actor publishes and logs it (and `stagewise serve --rerun`
+/// publishes a served env's): the shaped step with the policy's `action`, the reward model's stage of the next
+/// state, success (the env's or success detection's), the simulator's ground-truth progress of the next state
+/// when the env has one (`oracle_phi`; a robot has none), and the next observation's frames as `frames` asks.
+pub fn transition_message(
+    robot: &str,
+    action: Vec<f32>,
+    out: &StepOutcome,
+    frames: FrameStream,
+) -> TransitionMsg {
+    let (step, shaped) = (&out.result, &out.shaped);
+    let stage = out.progress.as_ref().map(|p| p.stage as u32);
+    let mut t = shaped.to_transition(action, stage);
+    t.success = shaped.success || step.info.success;
+    let mut msg =
+        TransitionMsg::from_transition(robot, &t).with_oracle_phi(step.info.progress_oracle);
+    if let Some(obs) = frames.message(shaped.step, shaped.done(), &step.obs) {
+        msg = msg.with_next_obs(obs);
+    }
+    msg
 }
 
 /// One finished episode.
@@ -259,24 +281,15 @@ impl Actor {
             let steps = self.shaped.step(&actions)?;
             let mut done = Vec::new();
             for (env, out) in steps.iter().enumerate() {
-                let (step, shaped) = (&out.result, &out.shaped);
-                let stage = out.progress.as_ref().map(|p| p.stage as u32);
-                let mut t = shaped.to_transition(actions[env].clone(), stage);
-                t.success = shaped.success || step.info.success;
+                let shaped = &out.shaped;
                 let robot = self.sink.keys().robot();
-                let mut msg = TransitionMsg::from_transition(robot, &t);
+                let mut msg =
+                    transition_message(robot, actions[env].clone(), out, self.config.frames);
                 // With every frame streamed, the episode's first transition also carries its reset observation
                 // (`self.obs` is still the observation the action was taken in) and the progress read on it.
                 let reset_progress = self.acc[env].reset_progress.take();
                 if reset_progress.is_some() {
                     msg = msg.with_obs(ObservationMsg::from_observation(&self.obs[env]));
-                }
-                if let Some(obs) = self
-                    .config
-                    .frames
-                    .message(shaped.step, shaped.done(), &step.obs)
-                {
-                    msg = msg.with_next_obs(obs);
                 }
                 let reset_pmsg = reset_progress
                     .flatten()
@@ -284,6 +297,11 @@ impl Actor {
                 let pmsg = out.progress.as_ref().map(|p| {
                     ProgressMsg::new(robot, env as u32, shaped.episode, shaped.step + 1, p)
                 });
+                let acc = &mut self.acc[env];
+                acc.ret += msg.reward;
+                acc.task_ret += msg.task_reward;
+                acc.length += 1;
+                acc.success |= msg.success;
                 self.sink.transition(msg)?;
                 if let Some(pmsg) = reset_pmsg {
                     self.sink.progress(pmsg)?;
@@ -291,11 +309,6 @@ impl Actor {
                 if let Some(pmsg) = pmsg {
                     self.sink.progress(pmsg)?;
                 }
-                let acc = &mut self.acc[env];
-                acc.ret += t.reward;
-                acc.task_ret += t.task_reward;
-                acc.length += 1;
-                acc.success |= t.success;
                 self.stats.env_steps += 1;
                 if shaped.done() {
                     let summary = EpisodeSummary {

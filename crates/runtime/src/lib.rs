@@ -16,7 +16,7 @@ pub mod shaped;
 pub mod sink;
 pub mod updates;
 
-pub use actor::{Actor, ActorConfig, FrameStream, RunStats};
+pub use actor::{transition_message, Actor, ActorConfig, FrameStream, RunStats};
 pub use clock::{Clock, ClockStats};
 pub use log::{EpisodeLog, LogReader, LogRecord, TornTail};
 pub use policy::{

@@ -99,6 +99,14 @@ impl Sink {
         Ok(())
     }
 
+    /// Waits until a subscriber matches the transition key (true), or `timeout` passes or there is no publisher
+    /// (false).
+    pub fn wait_for_subscribers(&self, timeout: Duration) -> bool {
+        self.publisher
+            .as_ref()
+            .is_some_and(|p| p.wait_for_subscribers(timeout))
+    }
+
     /// The publisher's counters (None without one).
     pub fn counters(&self) -> Option<Counters> {
         self.publisher.as_ref().map(RobotPublisher::counters)

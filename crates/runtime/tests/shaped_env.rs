@@ -452,3 +452,87 @@ fn the_actor_streams_frames_on_every_transition_on_a_sample_of_them_or_on_none()
     }
     assert!(sampled.iter().any(|&(_, done, has, _)| has && !done));
 }
+
+/// A simulator that, like a robot, knows no ground-truth progress.
+struct NoOracle(SimEnv);
+
+impl Env for NoOracle {
+    fn spec(&self) -> &EnvSpec {
+        self.0.spec()
+    }
+    fn reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
+        self.0.reset(seed)
+    }
+    fn step(&mut self, action: &[f32]) -> Result<StepResult, EnvError> {
+        let mut r = self.0.step(action)?;
+        r.info.progress_oracle = None;
+        Ok(r)
+    }
+}
+
+/// The transitions of an actor's log (random policy, sparse reward, 2 envs of 12 steps, 2 episodes).
+fn logged_transitions(envs: Vec<Box<dyn Env>>) -> Vec<stagewise_wire::TransitionMsg> {
+    use stagewise_runtime::{
+        Actor, ActorConfig, Clock, EpisodeLog, FrameStream, LogReader, RandomPolicy,
+    };
+    let policy = RandomPolicy::new(&envs[0].spec().action, 5);
+    let config = ActorConfig {
+        robot: "oracle-test".into(),
+        base_seed: 0,
+        shaping: ShapingConfig::new(0.99, 1.0).expect("shaping"),
+        clock: Clock::Free,
+        max_episodes: Some(2),
+        max_steps: None,
+        frames: FrameStream::Off,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("oracle.swlog");
+    let mut actor = Actor::new(envs, ProgressSource::Sparse, Box::new(policy), config)
+        .expect("actor")
+        .with_log(EpisodeLog::create(&log).expect("log"));
+    actor
+        .run(&std::sync::atomic::AtomicBool::new(false), |_, _| {})
+        .expect("run");
+    drop(actor);
+    let mut reader = LogReader::open(&log).expect("open log");
+    let mut out = Vec::new();
+    while let Some(rec) = reader.next_record().expect("record") {
+        if rec.key.ends_with("/transition") {
+            out.push(stagewise_wire::decode(&rec.payload).expect("transition"));
+        }
+    }
+    out
+}
+
+/// The actor puts the simulator's ground-truth progress of the next state on each transition (`oracle_phi`,
+/// whatever the reward's source), equal step by step to what the simulator's `info` says when the same episode is
+/// replayed with the logged actions; an env without an oracle (a robot) gives transitions without it.
+#[test]
+fn the_actors_transitions_carry_the_simulators_oracle_progress() {
+    let transitions = logged_transitions(boxed(vec![
+        sim(Task::PickPlace, 12, false),
+        sim(Task::PickPlace, 12, false),
+    ]));
+    assert_eq!(transitions.len(), 2 * 12);
+    for env in 0..2u32 {
+        // Env e's first episode has seed e (base seed 0, resets in env order).
+        let mine: Vec<_> = transitions.iter().filter(|t| t.env == env).collect();
+        assert_eq!(mine.len(), 12);
+        let mut replay = sim(Task::PickPlace, 12, false);
+        replay.reset(u64::from(env)).expect("reset");
+        let mut moved = false;
+        for t in mine {
+            let info = replay.step(&t.action).expect("step").info;
+            let want = info.progress_oracle.expect("the simulator has an oracle");
+            assert_eq!(t.oracle_phi, Some(want), "env {env} step {}", t.step);
+            moved |= want != 0.0;
+        }
+        assert!(moved, "the oracle's progress never moved in env {env}");
+    }
+    let without = logged_transitions(vec![
+        Box::new(NoOracle(sim(Task::PickPlace, 12, false))) as Box<dyn Env>,
+        Box::new(NoOracle(sim(Task::PickPlace, 12, false))),
+    ]);
+    assert_eq!(without.len(), 2 * 12);
+    assert!(without.iter().all(|t| t.oracle_phi.is_none()));
+}

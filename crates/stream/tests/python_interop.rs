@@ -35,6 +35,7 @@ fn python_decodes_rust_and_rust_decodes_python() {
     let write = |name: &str, bytes: Vec<u8>| std::fs::write(dir.join(name), bytes).expect("write");
     let mut t = transition("py-arm", 5, true);
     t.stage = Some(1);
+    t.oracle_phi = Some(0.75);
     write("transition.msgpack", encode(&t).expect("encode"));
     let p = ProgressMsg::new(
         "py-arm",

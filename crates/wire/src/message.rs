@@ -456,6 +456,11 @@ pub struct TransitionMsg<D = Vec<u8>> {
     pub success: bool,
     /// The reward model's stage for the next state, when it has stages.
     pub stage: Option<u32>,
+    /// The simulator's ground-truth progress of the next state (core's `StepInfo::progress_oracle`), when the
+    /// env has one (a robot has none). Absent from the encoding when `None`, so that a message without it has
+    /// the bytes it had before the field existed, and older readers (which ignore unknown keys) read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle_phi: Option<f32>,
     /// Send time, nanoseconds since the Unix epoch (sender's clock).
     pub stamp_ns: u64,
     /// Observation the action was taken in (`s_t`), when the actor sends it.
@@ -485,6 +490,7 @@ impl TransitionMsg {
             truncated: t.truncated,
             success: t.success,
             stage: t.stage,
+            oracle_phi: None,
             stamp_ns: now_ns(),
             obs: None,
             next_obs: None,
@@ -498,6 +504,12 @@ impl TransitionMsg {
 
     pub fn with_next_obs(mut self, obs: ObservationMsg) -> Self {
         self.next_obs = Some(obs);
+        self
+    }
+
+    /// The same message with the simulator's ground-truth progress of the next state (`None`: the env has none).
+    pub fn with_oracle_phi(mut self, oracle_phi: Option<f32>) -> Self {
+        self.oracle_phi = oracle_phi;
         self
     }
 }
@@ -523,6 +535,7 @@ impl<D: TensorData> TransitionMsg<D> {
             truncated: self.truncated,
             success: self.success,
             stage: self.stage,
+            oracle_phi: self.oracle_phi,
             stamp_ns: self.stamp_ns,
             obs: self.obs.map(ObservationMsg::into_owned),
             next_obs: self.next_obs.map(ObservationMsg::into_owned),

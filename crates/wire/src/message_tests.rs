@@ -265,6 +265,61 @@ fn layout_is_what_docs_wire_md_says() {
     assert!(get(&pol, "signature").is_nil());
 }
 
+/// `oracle_phi` (the simulator's ground-truth progress) is a float32 after `stage` when the sender has it, and
+/// absent otherwise: a message without it keeps the bytes of the format before the field, and a message with it
+/// (or with it nil, as a Python sender may write) decodes.
+#[test]
+fn oracle_phi_is_optional_both_ways() {
+    let plain = encode(&transition()).expect("encode");
+    assert!(
+        to_value(&plain)
+            .as_map()
+            .expect("map")
+            .iter()
+            .all(|(k, _)| k.as_str() != Some("oracle_phi")),
+        "no oracle: no key"
+    );
+    let with = transition().with_oracle_phi(Some(0.625));
+    let v = to_value(&round_trip(&with));
+    let keys: Vec<&str> = v
+        .as_map()
+        .expect("map")
+        .iter()
+        .filter_map(|(k, _)| k.as_str())
+        .collect();
+    let at = keys
+        .iter()
+        .position(|k| *k == "oracle_phi")
+        .expect("oracle_phi key");
+    assert_eq!(keys[at - 1], "stage");
+    assert!(matches!(get(&v, "oracle_phi"), Value::F32(x) if *x == 0.625));
+    // An old message (no key) decodes to None; an explicit nil too; a float64 (Python) to its value.
+    let old: TransitionMsg = decode(&plain).expect("old format");
+    assert_eq!(old.oracle_phi, None);
+    let mut nil = v.clone();
+    set(&mut nil, "oracle_phi", Value::Nil);
+    let got: TransitionMsg = decode(&from_value(&nil)).expect("nil oracle_phi");
+    assert_eq!(got.oracle_phi, None);
+    let mut f64v = v.clone();
+    set(&mut f64v, "oracle_phi", Value::F64(0.25));
+    let f64_bytes = from_value(&f64v);
+    let got: TransitionMsg<Borrowed> = decode(&f64_bytes).expect("float64 oracle_phi");
+    assert_eq!(got.into_owned().oracle_phi, Some(0.25));
+    let mut bad = v;
+    set(&mut bad, "oracle_phi", Value::from("high"));
+    let e = decode::<TransitionMsg>(&from_value(&bad)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            WireError::Malformed {
+                kind: "transition",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
 /// What a Python client (msgpack.packb(..., use_bin_type=True)) sends: floats as float64, ints for floats,
 /// maps in any order, no optional fields, extra unknown fields.
 #[test]

@@ -105,6 +105,7 @@ fn arb_transition() -> impl Strategy<Value = TransitionMsg> {
                 m.truncated = flags[1];
                 m.success = flags[2];
                 m.stage = stage;
+                m.oracle_phi = stage.map(|s| (s % 101) as f32 / 100.0);
                 m
             },
         )

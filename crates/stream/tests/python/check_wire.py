@@ -34,6 +34,7 @@ def main(d):
     assert t["robot"] == "py-arm" and t["env"] == 1 and t["episode"] == 4 and t["step"] == 5, t
     assert abs(t["gamma"] - 0.99) < 1e-12 and t["stage"] == 1 and t["obs"] is None
     assert np.allclose(t["action"], [1.25, -1.0, 0.5])
+    assert t["oracle_phi"] == 0.75, t.get("oracle_phi")  # float32, after `stage`; absent when the env has none
     obs = t["next_obs"]
     images = {name: tensor(x) for name, x in obs["images"].items()}
     assert list(images) == ["front", "wrist", "top"], list(images)
