@@ -6,7 +6,7 @@
 use super::ort_args::OrtArgs;
 use super::robot::LinkKeyArgs;
 use super::sim_args::{ExpertPolicy, SharedSim, SimEnvArgs};
-use super::view::{LiveViewer, RerunSink};
+use super::view::{LiveViewer, RerunSink, VIEWER_FINISH, VIEWER_FRAMES, VIEWER_START};
 use super::zenoh_args::{Role, ZenohArgs};
 use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
@@ -500,15 +500,6 @@ fn attach_stream(
     Ok((actor.with_policy_updates(updates), subscription))
 }
 
-/// `run --rerun` without `--stream-images` puts RGB frames (no depth) on every 10th step of an episode and its
-/// last: 5 frames/s per env at a 50 Hz control rate (a person watching follows that), a twentieth of the bytes.
-const VIEWER_FRAME_EVERY: u64 = 10;
-
-/// How long `run --rerun` waits for its viewer to subscribe before the first step (Python, rerun and zenoh start
-/// in a few seconds on a busy machine), and how long it gives the viewer to finish at the end.
-const VIEWER_START: Duration = Duration::from_secs(30);
-const VIEWER_FINISH: Duration = Duration::from_secs(60);
-
 /// The `--rerun` viewer, started beside the actor; a viewer that cannot start is reported, never fatal.
 fn start_viewer(a: &RunArgs, sink: &RerunSink, robot: &str) -> Option<LiveViewer> {
     let started = super::view::viewer_endpoints(&a.zenoh.config(Role::Listen))
@@ -614,9 +605,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         max_steps: None,
         frames: match (a.stream_images, rerun.is_some()) {
             (true, _) => FrameStream::Every,
-            (false, true) => FrameStream::Sampled {
-                every: VIEWER_FRAME_EVERY,
-            },
+            (false, true) => VIEWER_FRAMES,
             (false, false) => FrameStream::Off,
         },
     };

@@ -16,7 +16,7 @@
 
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
-use super::view::{LiveViewer, RerunSink};
+use super::view::{LiveViewer, RerunSink, VIEWER_FINISH, VIEWER_FRAMES, VIEWER_START};
 use super::zenoh_args::{Role, ZenohArgs};
 use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
@@ -24,7 +24,7 @@ use stagewise_core::{Env, EnvSpec, Observation};
 use stagewise_model::StateMap;
 use stagewise_runtime::clock::{Clock, Ticker};
 use stagewise_runtime::{
-    transition_message, FrameStream, ProgressSource, RuntimeError, ShapedEnv, Sink, StepOutcome,
+    transition_message, ProgressSource, RuntimeError, ShapedEnv, Sink, StepOutcome,
 };
 use stagewise_sim::SimEnv;
 use stagewise_stream::wire::{
@@ -113,14 +113,6 @@ struct EpisodeTally {
     success: bool,
 }
 
-/// `serve --rerun` puts RGB frames (no depth) on every 10th step of an episode and its last, as `run --rerun`.
-const VIEW_FRAMES: FrameStream = FrameStream::Sampled { every: 10 };
-
-/// How long `serve --rerun` waits for its viewer to subscribe before it answers (as `run --rerun`), and how long
-/// it gives the viewer at the end.
-const VIEWER_START: Duration = Duration::from_secs(30);
-const VIEWER_FINISH: Duration = Duration::from_secs(60);
-
 impl ServeView {
     fn new(publisher: RobotPublisher) -> Self {
         let keys = publisher.keys().clone();
@@ -135,7 +127,7 @@ impl ServeView {
     /// the viewer.
     fn step(&mut self, action: &[f32], out: &StepOutcome) {
         let robot = self.sink.keys().robot().to_string();
-        let msg = transition_message(&robot, action.to_vec(), out, VIEW_FRAMES);
+        let msg = transition_message(&robot, action.to_vec(), out, VIEWER_FRAMES);
         let s = &out.shaped;
         self.acc.ret += msg.reward;
         self.acc.task_ret += msg.task_reward;

@@ -6,6 +6,7 @@
 //! finish writing.
 
 use anyhow::{bail, Context};
+use stagewise_runtime::FrameStream;
 use stagewise_stream::StreamConfig;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -99,7 +100,17 @@ pub fn viewer_endpoints(config: &StreamConfig) -> anyhow::Result<Vec<OsString>> 
     Ok(args)
 }
 
-/// The `stagewise view live` child of `run --rerun`.
+/// `run --rerun` (without `--stream-images`) and `serve --rerun` put RGB frames (no depth) on every 10th step of an
+/// episode and its last: 5 frames/s per env at a 50 Hz control rate (a person watching follows that), about a
+/// twentieth of the bytes of every step's RGB and depth.
+pub const VIEWER_FRAMES: FrameStream = FrameStream::Sampled { every: 10 };
+
+/// How long `run`/`serve --rerun` wait for their viewer to subscribe before the first step (Python, rerun and zenoh
+/// start in a few seconds on a busy machine), and how long they give the viewer to finish at the end.
+pub const VIEWER_START: Duration = Duration::from_secs(30);
+pub const VIEWER_FINISH: Duration = Duration::from_secs(60);
+
+/// The `stagewise view live` child of `run --rerun` and `serve --rerun`.
 pub struct LiveViewer {
     child: Child,
     /// Closed when the run ends: the viewer then shows what it has and exits.

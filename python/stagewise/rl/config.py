@@ -156,7 +156,7 @@ def _is_trap(text: str) -> bool:
 # flags a user gives.
 TASK_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "pick-place": {
-        # the progress form: the invariant one is not yet measured on pick-place (docs/shaping.md, "Which form teaches")
+        # the progress form: the invariant ones learned slower on pick-place (docs/shaping.md, "Which form teaches")
         "reward_form.shaping": "progress", "reward_form.shaping_scale": 10.0,
         "max_steps": 300, "eval_every": 20_000, "steps": 300_000, "gripper_flip": 0.02, "gripper_flip_hold": 8,
         "gripper_flip_rise": True, "agent.gripper_binary": True, "reward_form.potential_scale": 0.1,
