@@ -334,28 +334,29 @@ fn bad_calls_are_errors_that_name_the_env() {
     );
 }
 
-#[test]
-fn an_actor_on_the_sparse_source_streams_the_task_reward_and_no_progress() {
-    use stagewise_runtime::{
-        Actor, ActorConfig, Clock, EpisodeLog, FrameStream, LogReader, RandomPolicy,
-    };
-    use stagewise_wire::{decode, TransitionMsg};
-    let envs = boxed(vec![
-        sim(Task::PickPlace, 6, false),
-        sim(Task::PickPlace, 9, false),
-    ]);
+/// Runs an actor (random policy, the sparse source) over `envs` until `max_episodes` have ended, with `frames`;
+/// its statistics and every record of its log, in order.
+fn actor_log(
+    envs: Vec<Box<dyn Env>>,
+    frames: stagewise_runtime::FrameStream,
+    max_episodes: u64,
+) -> (
+    stagewise_runtime::RunStats,
+    Vec<stagewise_runtime::LogRecord>,
+) {
+    use stagewise_runtime::{Actor, ActorConfig, Clock, EpisodeLog, LogReader, RandomPolicy};
     let policy = RandomPolicy::new(&envs[0].spec().action, 3);
     let config = ActorConfig {
-        robot: "sparse-test".into(),
+        robot: "actor-test".into(),
         base_seed: 0,
         shaping: ShapingConfig::new(0.99, 1.0).expect("shaping"),
         clock: Clock::Free,
-        max_episodes: Some(4),
+        max_episodes: Some(max_episodes),
         max_steps: None,
-        frames: FrameStream::Off,
+        frames,
     };
     let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("sparse.swlog");
+    let log = dir.path().join("actor.swlog");
     let mut actor = Actor::new(envs, ProgressSource::Sparse, Box::new(policy), config)
         .expect("actor")
         .with_log(EpisodeLog::create(&log).expect("log"));
@@ -363,69 +364,72 @@ fn an_actor_on_the_sparse_source_streams_the_task_reward_and_no_progress() {
         .run(&std::sync::atomic::AtomicBool::new(false), |_, _| {})
         .expect("run");
     drop(actor);
-    assert!(stats.episodes >= 4 && stats.env_steps > 0);
     let mut reader = LogReader::open(&log).expect("open log");
-    let (mut transitions, mut episodes) = (0, 0);
+    let mut records = Vec::new();
     while let Some(rec) = reader.next_record().expect("record") {
+        records.push(rec);
+    }
+    (stats, records)
+}
+
+/// The transitions among a log's records, decoded.
+fn transitions_of(records: &[stagewise_runtime::LogRecord]) -> Vec<stagewise_wire::TransitionMsg> {
+    records
+        .iter()
+        .filter(|r| r.key.ends_with("/transition"))
+        .map(|r| stagewise_wire::decode(&r.payload).expect("transition"))
+        .collect()
+}
+
+#[test]
+fn an_actor_on_the_sparse_source_streams_the_task_reward_and_no_progress() {
+    use stagewise_runtime::FrameStream;
+    let envs = boxed(vec![
+        sim(Task::PickPlace, 6, false),
+        sim(Task::PickPlace, 9, false),
+    ]);
+    let (stats, records) = actor_log(envs, FrameStream::Off, 4);
+    assert!(stats.episodes >= 4 && stats.env_steps > 0);
+    for rec in &records {
         assert!(
             !rec.key.ends_with("/progress"),
             "no progress on {}",
             rec.key
         );
-        if rec.key.ends_with("/transition") {
-            let t = decode::<TransitionMsg>(&rec.payload).expect("transition");
-            assert_eq!(t.reward, t.task_reward);
-            assert_eq!((t.phi, t.phi_next, t.stage), (0.0, 0.0, None));
-            transitions += 1;
-        } else if rec.key.ends_with("/episode") {
-            episodes += 1;
-        }
     }
-    assert_eq!((transitions, episodes), (stats.env_steps, stats.episodes));
+    let transitions = transitions_of(&records);
+    for t in &transitions {
+        assert_eq!(t.reward, t.task_reward);
+        assert_eq!((t.phi, t.phi_next, t.stage), (0.0, 0.0, None));
+    }
+    let episodes = records
+        .iter()
+        .filter(|r| r.key.ends_with("/episode"))
+        .count() as u64;
+    assert_eq!(
+        (transitions.len() as u64, episodes),
+        (stats.env_steps, stats.episodes)
+    );
 }
 
 /// Transitions and whether each carried frames (and depth), in log order, of two rendering pick-place envs.
 fn frames_on_transitions(frames: stagewise_runtime::FrameStream) -> Vec<(u64, bool, bool, bool)> {
-    use stagewise_runtime::{Actor, ActorConfig, Clock, EpisodeLog, LogReader, RandomPolicy};
-    use stagewise_wire::{decode, TransitionMsg};
     let with_depth = || {
         let mut cfg = SimConfig::new(Task::PickPlace).with_resolution(32, 32);
         (cfg.max_steps, cfg.render, cfg.depth) = (7, true, true);
         SimEnv::new(cfg).expect("sim config")
     };
-    let envs = boxed(vec![with_depth(), with_depth()]);
-    let policy = RandomPolicy::new(&envs[0].spec().action, 3);
-    let config = ActorConfig {
-        robot: "frames-test".into(),
-        base_seed: 0,
-        shaping: ShapingConfig::new(0.99, 1.0).expect("shaping"),
-        clock: Clock::Free,
-        max_episodes: Some(2),
-        max_steps: None,
-        frames,
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("frames.swlog");
-    let mut actor = Actor::new(envs, ProgressSource::Sparse, Box::new(policy), config)
-        .expect("actor")
-        .with_log(EpisodeLog::create(&log).expect("log"));
-    actor
-        .run(&std::sync::atomic::AtomicBool::new(false), |_, _| {})
-        .expect("run");
-    drop(actor);
-    let mut reader = LogReader::open(&log).expect("open log");
-    let mut out = Vec::new();
-    while let Some(rec) = reader.next_record().expect("record") {
-        if rec.key.ends_with("/transition") {
-            let t = decode::<TransitionMsg>(&rec.payload).expect("transition");
-            let done = t.terminated || t.truncated;
+    let (_, records) = actor_log(boxed(vec![with_depth(), with_depth()]), frames, 2);
+    let out: Vec<_> = transitions_of(&records)
+        .iter()
+        .map(|t| {
             let (has, depth) = t.next_obs.as_ref().map_or((false, false), |o| {
                 assert_eq!(o.images.len(), 3, "every view's RGB");
                 (true, !o.depth.is_empty())
             });
-            out.push((t.step, done, has, depth));
-        }
-    }
+            (t.step, t.terminated || t.truncated, has, depth)
+        })
+        .collect();
     assert!(!out.is_empty());
     out
 }
@@ -472,36 +476,7 @@ impl Env for NoOracle {
 
 /// The transitions of an actor's log (random policy, sparse reward, 2 envs of 12 steps, 2 episodes).
 fn logged_transitions(envs: Vec<Box<dyn Env>>) -> Vec<stagewise_wire::TransitionMsg> {
-    use stagewise_runtime::{
-        Actor, ActorConfig, Clock, EpisodeLog, FrameStream, LogReader, RandomPolicy,
-    };
-    let policy = RandomPolicy::new(&envs[0].spec().action, 5);
-    let config = ActorConfig {
-        robot: "oracle-test".into(),
-        base_seed: 0,
-        shaping: ShapingConfig::new(0.99, 1.0).expect("shaping"),
-        clock: Clock::Free,
-        max_episodes: Some(2),
-        max_steps: None,
-        frames: FrameStream::Off,
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let log = dir.path().join("oracle.swlog");
-    let mut actor = Actor::new(envs, ProgressSource::Sparse, Box::new(policy), config)
-        .expect("actor")
-        .with_log(EpisodeLog::create(&log).expect("log"));
-    actor
-        .run(&std::sync::atomic::AtomicBool::new(false), |_, _| {})
-        .expect("run");
-    drop(actor);
-    let mut reader = LogReader::open(&log).expect("open log");
-    let mut out = Vec::new();
-    while let Some(rec) = reader.next_record().expect("record") {
-        if rec.key.ends_with("/transition") {
-            out.push(stagewise_wire::decode(&rec.payload).expect("transition"));
-        }
-    }
-    out
+    transitions_of(&actor_log(envs, stagewise_runtime::FrameStream::Off, 2).1)
 }
 
 /// The actor puts the simulator's ground-truth progress of the next state on each transition (`oracle_phi`,
