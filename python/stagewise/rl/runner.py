@@ -67,7 +67,8 @@ def resolve(args: Dict[str, Any]):
         except TypeError as e:
             raise LearnError(f"--resume {out}: {e}") from None
         diff = config_diff(cfg, asked)
-        if asked.steps > cfg.steps:
+        extend = asked.steps > cfg.steps
+        if extend:
             # more steps extend the run (finished seeds too): a budget, not a change of recipe
             diff = [d for d in diff if not d.startswith("steps:")]
             saved.setdefault("extended", []).append({"steps": [cfg.steps, asked.steps], "argv": args["argv"]})
@@ -79,7 +80,7 @@ def resolve(args: Dict[str, Any]):
         if diff:
             raise LearnError(f"--resume {out}: the run there has another config ({run_file}; saved vs given): "
                              + "; ".join(diff))
-        if "extended" in saved:
+        if extend:  # written only once the resume is accepted
             ckpt.write_json(run_file, saved)
         return cfg, seeds, out
     try:
