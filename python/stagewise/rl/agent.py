@@ -123,7 +123,7 @@ class Agent:
     0% progress at 20k)."""
 
     def __init__(self, state_names, act_dim, cfg: AgentConfig, seed, grip: Optional[int] = None,
-                 rise: Optional[int] = None):
+                 rise: Optional[int] = None, advice: float = 0.0):
         torch.manual_seed(seed)
         self.cfg = cfg
         self.grip = grip if cfg.gripper_binary else None
@@ -141,6 +141,11 @@ class Agent:
         self.q_params, self.q_targ_params = list(self.q.parameters()), list(self.q_targ.parameters())
         self.opt_pi = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
         self.opt_q = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
+        # Look-ahead advice (`--shaping advice`, c = `advice` > 0): psi(s, a) regresses the reward model's phi after
+        # the decision, and every Q the learner reads is the critic's plus c psi (see `q_value`).
+        self.advice = advice
+        self.psi = Critics(1, nf + act_dim, hidden, cfg.layer_norm) if advice > 0 else None
+        self.opt_psi = torch.optim.Adam(self.psi.parameters(), lr=cfg.lr) if self.psi is not None else None
         self.log_alpha = torch.tensor(math.log(cfg.alpha), requires_grad=True)
         self.opt_alpha = torch.optim.Adam([self.log_alpha], lr=cfg.lr)
         self.target_entropy = -cfg.target_entropy * act_dim
@@ -150,10 +155,13 @@ class Agent:
 
     def state_dict(self) -> dict:
         """Everything that changes while learning: nets, target critics, optimisers, alpha, counters."""
-        return {"actor": self.actor.state_dict(), "q": self.q.state_dict(), "q_targ": self.q_targ.state_dict(),
-                "opt_pi": self.opt_pi.state_dict(), "opt_q": self.opt_q.state_dict(),
-                "opt_alpha": self.opt_alpha.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-                "updates": self.updates, "noise": self.noise, "stats": dict(self.stats)}
+        d = {"actor": self.actor.state_dict(), "q": self.q.state_dict(), "q_targ": self.q_targ.state_dict(),
+             "opt_pi": self.opt_pi.state_dict(), "opt_q": self.opt_q.state_dict(),
+             "opt_alpha": self.opt_alpha.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+             "updates": self.updates, "noise": self.noise, "stats": dict(self.stats)}
+        if self.psi is not None:
+            d.update(psi=self.psi.state_dict(), opt_psi=self.opt_psi.state_dict())
+        return d
 
     def load_state_dict(self, d: dict) -> None:
         self.actor.load_state_dict(d["actor"])
@@ -162,6 +170,9 @@ class Agent:
         self.opt_pi.load_state_dict(d["opt_pi"])
         self.opt_q.load_state_dict(d["opt_q"])
         self.opt_alpha.load_state_dict(d["opt_alpha"])
+        if self.psi is not None:
+            self.psi.load_state_dict(d["psi"])
+            self.opt_psi.load_state_dict(d["opt_psi"])
         with torch.no_grad():
             self.log_alpha.copy_(d["log_alpha"])
         self.updates, self.noise, self.stats = d["updates"], d["noise"], dict(d["stats"])
@@ -179,9 +190,24 @@ class Agent:
             return mu.numpy()
         return self.actor(f, deterministic=deterministic, with_logp=False)[0].numpy()
 
+    def q_value(self, x, critics: Optional[nn.Module] = None):
+        """The ensemble's Q of `x` = [features, action] ([E, B]): the critics' (default `self.q`), plus c psi(s, a)
+        with look-ahead advice (Wiewiora et al. 2003). The critics then learn the residual Q - c psi; since the TD
+        target is read through the same sum, its fixed point is the unshaped Q whatever psi is (the invariance),
+        while psi's action gradient reaches the actor from the first update."""
+        q = (critics or self.q)(x)
+        return q if self.psi is None else q + self.advice * self.psi(x)
+
     def update(self, batch, actor_step: bool):
-        s, a, r, s2, disc = batch  # disc = gamma^k * (1 - terminated): the bootstrap factor
+        # disc = gamma^k * (1 - terminated): the bootstrap factor; batch[5] (with advice): the model's phi after
+        # the decision, psi's regression target
+        s, a, r, s2, disc = batch[:5]
         f, f2 = self.features(s), self.features(s2)
+        if self.psi is not None:
+            psi_loss = (self.psi(torch.cat([f, a], -1))[0] - batch[5]).pow(2).mean()
+            self.opt_psi.zero_grad(set_to_none=True)
+            psi_loss.backward()
+            self.opt_psi.step()
         td3 = self.cfg.algo == "td3"
         alpha = torch.zeros(()) if td3 else self.log_alpha.exp().detach()
         with torch.no_grad():
@@ -192,7 +218,12 @@ class Agent:
             else:
                 a2, logp2 = self.actor(f2)
             y = r + disc * (self.next_value(f2, a2) - alpha * logp2)
-        q = self.q(torch.cat([f, a], -1))
+        x = torch.cat([f, a], -1)
+        q = self.q(x)
+        if self.psi is not None:  # the critics learn the residual over c psi (psi is trained on phi alone)
+            with torch.no_grad():
+                base = self.advice * self.psi(x)
+            q = q + base
         q_loss = (q - y.unsqueeze(0)).pow(2).mean(1).sum()
         self.opt_q.zero_grad(set_to_none=True)
         q_loss.backward()
@@ -205,15 +236,17 @@ class Agent:
                 ap, logp = self.actor(f, deterministic=True)[0], torch.zeros(f.shape[0])
             else:
                 ap, logp = self.actor(f)
-            for p in self.q_params:
+            frozen = self.q_params + (list(self.psi.parameters()) if self.psi is not None else [])
+            for p in frozen:
                 p.requires_grad_(False)
-            qp = self.q(torch.cat([f, ap], -1)).mean(0)
-            for p in self.q_params:
+            qp = self.q_value(torch.cat([f, ap], -1)).mean(0)
+            for p in frozen:
                 p.requires_grad_(True)
             pi_loss = (alpha * logp - qp).mean()
             if self.grip is not None:  # the gripper output regressed onto the better choice at the actor's action
                 with torch.no_grad():
-                    q_shut, q_open = (self.q(torch.cat([f, self._grip_set(ap, g)], -1)).mean(0) for g in (-1.0, 1.0))
+                    q_shut, q_open = (self.q_value(torch.cat([f, self._grip_set(ap, g)], -1)).mean(0)
+                                      for g in (-1.0, 1.0))
                     better = torch.where(q_open > q_shut, 1.0, -1.0)
                 pi_loss = pi_loss + (ap[:, self.grip] - better).pow(2).mean()
             self.opt_pi.zero_grad(set_to_none=True)
@@ -232,7 +265,8 @@ class Agent:
         binary gripper, that of the better gripper choice at a2's continuous action."""
         pair = torch.randperm(self.cfg.critics)[:2] if self.cfg.critics > 2 else slice(None)
         choices = [a2] if self.grip is None else [self._grip_set(a2, g) for g in (-1.0, 1.0)]
-        return torch.stack([self.q_targ(torch.cat([f2, c], -1))[pair].min(0).values for c in choices]).max(0).values
+        return torch.stack([self.q_value(torch.cat([f2, c], -1), self.q_targ)[pair].min(0).values
+                            for c in choices]).max(0).values
 
     def _grip_set(self, acts, value: float):
         """`acts` with the gripper column set to `value`, and with `rise` an opening one also moving the hand up (a
@@ -245,7 +279,8 @@ class Agent:
 
 
 class Replay:
-    """Preallocated torch tensors; n-step transitions are assembled per env before they are stored."""
+    """Preallocated torch tensors; n-step transitions are assembled per env before they are stored. `adv`: the
+    reward model's phi after the transition's first decision (what look-ahead advice regresses; 0 without it)."""
 
     def __init__(self, cap, s_dim, a_dim):
         self.s = torch.zeros(cap, s_dim)
@@ -253,13 +288,15 @@ class Replay:
         self.r = torch.zeros(cap)
         self.s2 = torch.zeros(cap, s_dim)
         self.disc = torch.zeros(cap)
+        self.adv = torch.zeros(cap)
         self.n, self.cap, self.i = 0, cap, 0
         self.added = 0  # transitions ever added (the crash-safety tests count them)
 
     def state_dict(self) -> dict:
         n = self.n
         return {"s": self.s[:n].clone(), "a": self.a[:n].clone(), "r": self.r[:n].clone(), "s2": self.s2[:n].clone(),
-                "disc": self.disc[:n].clone(), "n": n, "i": self.i, "added": self.added, "cap": self.cap}
+                "disc": self.disc[:n].clone(), "adv": self.adv[:n].clone(), "n": n, "i": self.i, "added": self.added,
+                "cap": self.cap}
 
     def load_state_dict(self, d: dict) -> None:
         """A checkpoint's buffer, into one of the same or (a run extended with more steps) a larger capacity: its
@@ -269,24 +306,26 @@ class Replay:
                              f"{tuple(d['a'].shape[1:])} does not fit this run's ({self.cap}, "
                              f"{tuple(self.s.shape[1:])}/{tuple(self.a.shape[1:])})")
         n = d["n"]
-        for k in ("s", "a", "r", "s2", "disc"):
-            getattr(self, k)[:n] = d[k]
+        for k in ("s", "a", "r", "s2", "disc", "adv"):
+            if k in d:  # a checkpoint from before `adv` has none (its run had no advice)
+                getattr(self, k)[:n] = d[k]
         self.n, self.i, self.added = n, (d["i"] if d["cap"] == self.cap else n % self.cap), d["added"]
 
-    def add(self, s, a, r, s2, disc):
+    def add(self, s, a, r, s2, disc, adv: float = 0.0):
         j = self.i
         self.s[j] = torch.from_numpy(np.array(s, np.float32))
         self.a[j] = torch.from_numpy(np.array(a, np.float32))
         self.r[j] = float(r)
         self.s2[j] = torch.from_numpy(np.array(s2, np.float32))
         self.disc[j] = float(disc)
+        self.adv[j] = float(adv)
         self.i = (j + 1) % self.cap
         self.n = min(self.n + 1, self.cap)
         self.added += 1
 
     def sample(self, b):
         i = torch.randint(0, self.n, (b,))
-        return self.s[i], self.a[i], self.r[i], self.s2[i], self.disc[i]
+        return self.s[i], self.a[i], self.r[i], self.s2[i], self.disc[i], self.adv[i]
 
 
 def sample(online: Replay, demo: Optional[Replay], b: int, demo_ratio: float):
@@ -337,7 +376,9 @@ class Symmetry:
         return s
 
     def __call__(self, batch, gen: Optional[torch.Generator] = None):
-        s, a, r, s2, disc = batch
+        """The batch mapped; what follows its five first entries (advice's phi: a distance-only quantity, like the
+        reward) is kept as it is."""
+        s, a, r, s2, disc = batch[:5]
         n = s.shape[0]
         on = torch.rand(n, generator=gen) < self.p
         k = torch.randint(0, 4, (n,), generator=gen) * on
@@ -350,7 +391,7 @@ class Symmetry:
         ax, ay = torch.where(mirror, -a[:, 0], a[:, 0]), a[:, 1]
         c, si = _cos90(k), _sin90(k)
         ma[:, 0], ma[:, 1] = c * ax - si * ay, si * ax + c * ay
-        return s, torch.where(keep, a, ma), r, s2, disc
+        return (s, torch.where(keep, a, ma), r, s2, disc, *batch[5:])
 
 
 def _cos90(k):
@@ -363,17 +404,17 @@ def _sin90(k):
 
 
 class NStep:
-    """Per-env window of the last n transitions (s, a, r, g), g the discount over the transition (gamma, or gamma^j
-    for an action held j env steps); emits (s_0, a_0, r_0 + g_0 r_1 + g_0 g_1 r_2 + .., s_n, g_0 .. g_{n-1}) once
-    full, and flushes the rest at an episode end (terminated: bootstrap factor 0; truncated: the product of the
-    g's, bootstrapping from the last state)."""
+    """Per-env window of the last n transitions (s, a, r, g, adv), g the discount over the transition (gamma, or
+    gamma^j for an action held j env steps); emits (s_0, a_0, r_0 + g_0 r_1 + g_0 g_1 r_2 + .., s_n, g_0 ..
+    g_{n-1}, adv_0) once full, and flushes the rest at an episode end (terminated: bootstrap factor 0; truncated:
+    the product of the g's, bootstrapping from the last state)."""
 
     def __init__(self, n, gamma):
         self.n, self.g = n, gamma
         self.buf: List = []
 
-    def push(self, s, a, r, s2, terminated, done, out: Replay, g: Optional[float] = None):
-        self.buf.append((s, a, r, self.g if g is None else g))
+    def push(self, s, a, r, s2, terminated, done, out: Replay, g: Optional[float] = None, adv: float = 0.0):
+        self.buf.append((s, a, r, self.g if g is None else g, adv))
         if len(self.buf) == self.n:
             self._emit(s2, terminated, out)
         if done:
@@ -387,18 +428,18 @@ class NStep:
             self._emit(s_last, False, out)
 
     def state_dict(self) -> list:
-        return [(np.asarray(s), np.asarray(a), float(r), float(g)) for s, a, r, g in self.buf]
+        return [(np.asarray(s), np.asarray(a), float(r), float(g), float(adv)) for s, a, r, g, adv in self.buf]
 
     def load_state_dict(self, buf: list) -> None:
-        self.buf = list(buf)
+        self.buf = [tuple(t) + (0.0,) * (5 - len(t)) for t in buf]  # a checkpoint from before `adv`: 0
 
     def _emit(self, s_last, terminated, out):
         ret, disc = 0.0, 1.0
-        for _, _, r, g in self.buf:
+        for _, _, r, g, _ in self.buf:
             ret += disc * r
             disc *= g
-        s0, a0, _, _ = self.buf.pop(0)
-        out.add(s0, a0, ret, s_last, 0.0 if terminated else disc)
+        s0, a0, _, _, adv = self.buf.pop(0)
+        out.add(s0, a0, ret, s_last, 0.0 if terminated else disc, adv)
 
 
 class GripperFlip:

@@ -30,10 +30,11 @@ OPTIONS = {
     "reward form (asked of the training `serve`; the learner takes the served reward as it is)": [
         ("--shaping", "reward_form.shaping", SHAPINGS, "potential (default; r_task + c (gamma (phi' - X) - (phi - "
          "X)), policy-invariant), value (r_task + c (gamma Phi' - Phi), Phi = gamma^(K (1 - phi)), invariant; with "
-         "--value-horizon K) or progress (pick-place's default; NOT policy-invariant: r_task + S c (gamma phi' - "
-         "phi) + c (1 - gamma) phi')"),
-        ("--shaping-scale", "reward_form.shaping_scale", float, "c (default: 10 for progress, 1 for potential and "
-         "value, the scales they were measured with)"),
+         "--value-horizon K), progress (pick-place's default; NOT policy-invariant: r_task + S c (gamma phi' - "
+         "phi) + c (1 - gamma) phi') or advice (look-ahead advice, invariant: the learner trains on r_task and reads "
+         "Q as its critics' + c psi(s, a), psi regressing the model's phi after each decision)"),
+        ("--shaping-scale", "reward_form.shaping_scale", float, "c (default: 10 for progress, 1 for potential, "
+         "value and advice, the scales they were measured with)"),
         ("--potential-scale", "reward_form.potential_scale", float, "progress: S, scale of the potential part "
          "(default 1; pick-place 0.1)"),
         ("--success-progress-one", "reward_form.success_progress_one", bool, "progress: a step that ends in success "

@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Tuple
 
 TASKS = ("pick-place", "push-target", "stack")
 REWARDS = ("model", "oracle", "sparse")
-SHAPINGS = ("potential", "value", "progress")
+SHAPINGS = ("potential", "value", "progress", "advice")
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,11 @@ class RewardConfig:
     it is. `progress` (NOT policy-invariant): r = r_task + S c (gamma phi' - phi) + c (1 - gamma) phi' (terminated:
     r_task - S c phi + c phi*, phi* = 1 on success with `success_progress_one`, else phi'); `potential`: r = r_task +
     c (gamma (phi' - X) - (phi - X)), terminal potential 0 (policy-invariant); `value`: the same with the potential
-    gamma^(K (1 - phi)), K = `value_horizon` env steps per whole task (policy-invariant). Ignored for `--reward
-    sparse`. The default c is the one each form was measured with (`SHAPING_SCALE`)."""
+    gamma^(K (1 - phi)), K = `value_horizon` env steps per whole task (policy-invariant); `advice` (look-ahead
+    advice, Wiewiora et al. 2003, policy-invariant): the server serves the potential form, but the learner trains on
+    its task reward alone and adds c psi(s, a) to every Q it reads, psi regressing the model's phi after each
+    decision (docs/shaping.md). Ignored for `--reward sparse`. The default c is the one each form was measured with
+    (`SHAPING_SCALE`)."""
 
     shaping: str = "potential"
     shaping_scale: float = 1.0  # c
@@ -101,6 +104,9 @@ class LearnConfig:
             (self.reward in REWARDS, "reward", f"{self.reward!r} is not one of {', '.join(REWARDS)}"),
             (self.model is None or self.reward == "model", "model", "a reward model needs --reward model"),
             (r.shaping in SHAPINGS, "shaping", f"{r.shaping!r} is not one of {', '.join(SHAPINGS)}"),
+            (r.shaping != "advice" or self.reward != "sparse", "shaping",
+             "advice reads the reward model's (or oracle's) phi: it needs --reward model or oracle"),
+            (r.shaping != "advice" or r.shaping_scale > 0.0, "shaping_scale", "advice needs c > 0"),
             (a.algo in ("td3", "sac"), "algo", f"{a.algo!r} is not td3 or sac"),
             (not a.gripper_binary or a.algo == "td3", "gripper_binary", "is a td3 option"),
             (not r.success_progress_one or r.shaping == "progress", "success_progress_one",
@@ -167,7 +173,7 @@ TASK_DEFAULTS: Dict[str, Dict[str, Any]] = {
 
 # The scale c each form was measured with (docs/lab/2026-12-06-invariant-shaping.md): the potential forms teach
 # with c Phi on the scale of the task's value (c = 1 for a task reward of 1) and park at c = 10.
-SHAPING_SCALE = {"progress": 10.0, "potential": 1.0, "value": 1.0}
+SHAPING_SCALE = {"progress": 10.0, "potential": 1.0, "value": 1.0, "advice": 1.0}
 
 
 def build(task: str, overrides: Dict[str, Any]) -> LearnConfig:

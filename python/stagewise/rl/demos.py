@@ -14,6 +14,7 @@ import numpy as np
 from .. import launch
 from .agent import NStep, Replay
 from .config import LearnConfig
+from .envs import learner_reward, uses_advice
 
 
 def record_demos(cfg: LearnConfig, where: str) -> str:
@@ -63,7 +64,7 @@ def replay_demos(env, demos, cfg: LearnConfig, out: Replay, reset) -> dict:
     """Replays each demonstration's actions after reset(seed) on a training env: the simulator is deterministic,
     so this reproduces the recorded states, and each transition gets the served reward. Stored as n-step
     transitions of `action_repeat`-step decisions."""
-    gamma, k_rep = cfg.reward_form.gamma, cfg.action_repeat
+    gamma, k_rep, advice = cfg.reward_form.gamma, cfg.action_repeat, uses_advice(cfg)
     returns, n, truncated = [], 0, 0
     for seed, states, actions in demos:
         o, info = reset(env, seed)
@@ -76,13 +77,13 @@ def replay_demos(env, demos, cfg: LearnConfig, out: Replay, reset) -> dict:
             if not np.allclose(o2, states[k + 1], atol=1e-4):
                 raise RuntimeError(f"demo seed {seed}: the served state after step {k + 1} differs from the recorded "
                                    "one (simulator not deterministic?)")
-            chunk.append((act, r))
+            chunk.append((act, learner_reward(r, info, advice)))
             if len(chunk) == k_rep or term or trunc:
                 # one decision: labelled with the chunk's mean action (the expert commands velocities, so the mean
                 # reproduces the chunk's displacement; exact for k = 1)
                 r_k = sum(gamma ** j * x for j, (_, x) in enumerate(chunk))
                 ns.push(o0, np.mean([x for x, _ in chunk], 0), r_k, o2, term, term or trunc, out,
-                        g=gamma ** len(chunk))
+                        g=gamma ** len(chunk), adv=float(info.get("phi") or 0.0) if advice else 0.0)
                 chunk, o0 = [], o2
             ret, n = ret + r, n + 1
             if term or trunc:

@@ -112,12 +112,28 @@ def evaluate(agent, envs: Envs, seeds, repeat: int = 1) -> dict:
             "ep_len": float(s[:, 2].mean()), "episodes": len(results), "final_stages": stages.tolist()}
 
 
+def uses_advice(cfg: LearnConfig) -> bool:
+    """Look-ahead advice: the learner trains on the task reward and regresses the served phi (config.RewardConfig)."""
+    return cfg.reward_form.shaping == "advice" and cfg.reward != "sparse"
+
+
+def learner_reward(served: float, info: dict, advice: bool) -> float:
+    """The reward the learner trains on: the served one, or with advice the step's task reward alone."""
+    if not advice:
+        return served
+    if info.get("task_reward") is None:
+        raise ServeError("--shaping advice: the training server's step reply has no `task_reward`")
+    return float(info["task_reward"])
+
+
 def shaping_args(cfg: LearnConfig) -> List[str]:
     """The reward-form flags of the training `serve` (the runtime's contract: `--shaping potential|progress`,
     `--potential-scale`, `--success-progress-one`, `--phi-offset`). The served default (potential, offset 0) adds
     no flag."""
     r = cfg.reward_form
     if cfg.reward == "sparse":
+        return []
+    if r.shaping == "advice":  # the server's default form; the learner reads its task reward and phi
         return []
     if r.shaping == "potential":
         return [] if r.phi_offset == 0.0 else ["--shaping", "potential", "--phi-offset", repr(r.phi_offset)]
@@ -132,7 +148,9 @@ def reward_mismatch(cfg: LearnConfig, spec: Optional[dict]) -> List[str]:
     the one asked for ([] when it is the same): the learner takes the served reward as it is, so it checks."""
     r, spec = cfg.reward_form, spec or {"source": "sparse"}
     want = {"source": cfg.reward}
-    if cfg.reward != "sparse":
+    if cfg.reward != "sparse" and r.shaping == "advice":
+        want.update(shaping_scale=r.shaping_scale, shaping="potential", phi_offset=0.0)
+    elif cfg.reward != "sparse":
         want.update(shaping_scale=r.shaping_scale, shaping=r.shaping)
         if r.shaping == "progress":
             want.update(potential_scale=r.potential_scale, success_progress_one=r.success_progress_one)

@@ -22,7 +22,8 @@ from .. import launch
 from . import checkpoint as ckpt
 from .agent import Agent, GripperFlip, NStep, Replay, Symmetry, export_policy, sample
 from .config import LearnConfig
-from .envs import Envs, ServeError, evaluate, reset, reward_mismatch, serve_args, step_all
+from .envs import (Envs, ServeError, evaluate, learner_reward, reset, reward_mismatch, serve_args, step_all,
+                   uses_advice)
 
 
 def train_seed_base(seed: int) -> int:
@@ -73,7 +74,8 @@ class SeedRun:
         rise = action_names.index("dz") if cfg.gripper_flip_rise else None
         self.flipper = GripperFlip(cfg.envs, grip, cfg.gripper_flip, cfg.gripper_flip_hold, rise) \
             if cfg.gripper_flip > 0 else None
-        self.agent = Agent(self.names, a_dim, cfg.agent, self.seed, grip, rise)
+        self.agent = Agent(self.names, a_dim, cfg.agent, self.seed, grip, rise,
+                           advice=cfg.reward_form.shaping_scale if uses_advice(cfg) else 0.0)
         self.symmetry = Symmetry(self.names, cfg.augment_symmetry) if cfg.augment_symmetry > 0 else None
         self.buf = Replay(cfg.steps + 10, s_dim, a_dim)
         self.demo_buf = Replay(sum(len(d[2]) for d in self.demos) + 10, s_dim, a_dim) if self.demos else None
@@ -203,9 +205,10 @@ class SeedRun:
             if self.flipper is not None:
                 self.flipper(acts, self.rng)
         r_acc, g_acc = [0.0] * cfg.envs, [1.0] * cfg.envs
-        live, ends = list(range(cfg.envs)), {}
+        live, ends, advice = list(range(cfg.envs)), {}, uses_advice(cfg)
         for _ in range(cfg.action_repeat):
             for i, (o2, r, term, trunc, info) in step_all(self.train, live, acts).items():
+                r = learner_reward(r, info, advice)
                 r_acc[i] += g_acc[i] * r
                 g_acc[i] *= gamma
                 self.ep_ret[i] += r
@@ -217,7 +220,8 @@ class SeedRun:
                 break
         for i in range(cfg.envs):
             o2, term, done, info = ends[i]
-            self.nsteps[i].push(self.obs[i], acts[i], r_acc[i], o2, term, done, self.buf, g=g_acc[i])
+            self.nsteps[i].push(self.obs[i], acts[i], r_acc[i], o2, term, done, self.buf, g=g_acc[i],
+                                adv=float(info.get("phi") or 0.0) if advice else 0.0)
             self.decisions += 1
             if done:
                 self.episodes.append((self.step, bool(info["success"]), float(info.get("progress_oracle") or 0.0),
