@@ -2,7 +2,7 @@
 without the live viewer.
 
 Starts `stagewise serve --task T --envs N --reward R --images` in turn without and with `--rerun save FILE.rrd`
-(each served env then publishes its steps, RGB frames on every 10th step, and a `stagewise view live` child writes
+(each served env then publishes its steps, RGB frames at most 10 a second, and a `stagewise view live` child writes
 them), steps the N envs in parallel from one Python client (`RemoteEnv.step_async` on each, then every reply, as a
 vectorised learner does) with random actions, resetting ended episodes, and times the stepping loop only (after
 W warm-up steps; start-up excluded), with the CPU time per env-step of serve, its viewer child and the client in

@@ -10,13 +10,13 @@
 //! --robot-name, default sim0).
 //!
 //! `--rerun MODE [ARG]` shows what the served envs did in Rerun (docs/view.md): each served env publishes the
-//! actor's messages (`transition` with sampled RGB frames, `progress`, `episode`) on its own robot's keys through
-//! a bounded queue that drops when full (the learner's reply never waits on the viewer), and a `stagewise view
-//! live` child follows every served robot. Without `--rerun` none of this exists: no publisher, no message built.
+//! actor's messages (`transition` with RGB frames sampled by time, `progress`, `episode`) on its own robot's keys
+//! through a bounded queue that drops when full (the learner's reply never waits on the viewer), and a `stagewise
+//! view live` child follows every served robot. Without `--rerun` none of this exists: no publisher, no message built.
 
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
-use super::view::{LiveViewer, RerunSink, VIEWER_FINISH, VIEWER_FRAMES, VIEWER_START};
+use super::view::{LiveViewer, RerunSink, VIEWER_FINISH, VIEWER_FRAME_GAP, VIEWER_START};
 use super::zenoh_args::{Role, ZenohArgs};
 use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
@@ -24,7 +24,7 @@ use stagewise_core::{Env, EnvSpec, Observation};
 use stagewise_model::StateMap;
 use stagewise_runtime::clock::{Clock, Ticker};
 use stagewise_runtime::{
-    transition_message, ProgressSource, RuntimeError, ShapedEnv, Sink, StepOutcome,
+    transition_message, FrameStream, ProgressSource, RuntimeError, ShapedEnv, Sink, StepOutcome,
 };
 use stagewise_sim::SimEnv;
 use stagewise_stream::wire::{
@@ -37,7 +37,7 @@ use stagewise_stream::{
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -69,9 +69,10 @@ pub struct ServeArgs {
     pub hz: f64,
     /// Show what the served envs do in Rerun (docs/view.md): `spawn` (a viewer on this machine), `connect [ADDR]`
     /// (a running viewer, default 127.0.0.1:9876) or `save FILE.rrd`. Each served env then publishes its steps
-    /// (`stagewise/<robot>/{transition,progress,episode}`, RGB frames on every 10th step of an episode and its
-    /// last when the env renders) through a queue that drops when full, so a reply never waits on the viewer; a
-    /// `stagewise view live` process shows them. A viewer that cannot start is a warning; serving goes on.
+    /// (`stagewise/<robot>/{transition,progress,episode}`, RGB frames at most 10 a second per env and on an
+    /// episode's last step when the env renders) through a queue that drops when full, so a reply never waits on
+    /// the viewer; a `stagewise view live` process shows them. A viewer that cannot start is a warning; serving
+    /// goes on.
     #[arg(long, num_args = 1..=2, value_names = ["MODE", "ARG"])]
     pub rerun: Vec<String>,
     /// Stop after this many seconds (0 = until Ctrl-C).
@@ -102,6 +103,8 @@ struct ServeView {
     sink: Sink,
     /// The episode under way.
     acc: EpisodeTally,
+    /// When this env's last frames went out (`VIEWER_FRAME_GAP`).
+    last_frames: Option<Instant>,
 }
 
 /// What an episode's summary says, summed over its steps so far.
@@ -119,6 +122,7 @@ impl ServeView {
         Self {
             sink: Sink::new(keys).with_publisher(publisher),
             acc: EpisodeTally::default(),
+            last_frames: None,
         }
     }
 
@@ -127,7 +131,17 @@ impl ServeView {
     /// the viewer.
     fn step(&mut self, action: &[f32], out: &StepOutcome) {
         let robot = self.sink.keys().robot().to_string();
-        let msg = transition_message(&robot, action.to_vec(), out, VIEWER_FRAMES);
+        let now = Instant::now();
+        let due = self
+            .last_frames
+            .is_none_or(|t| now.duration_since(t) >= VIEWER_FRAME_GAP);
+        let frames = if due || out.shaped.done() {
+            self.last_frames = Some(now);
+            FrameStream::Sampled { every: 1 } // this step's RGB
+        } else {
+            FrameStream::Off
+        };
+        let msg = transition_message(&robot, action.to_vec(), out, frames);
         let s = &out.shaped;
         self.acc.ret += msg.reward;
         self.acc.task_ret += msg.task_reward;

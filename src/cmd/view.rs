@@ -105,6 +105,12 @@ pub fn viewer_endpoints(config: &StreamConfig) -> anyhow::Result<Vec<OsString>> 
 /// twentieth of the bytes of every step's RGB and depth.
 pub const VIEWER_FRAMES: FrameStream = FrameStream::Sampled { every: 10 };
 
+/// `serve --rerun` puts frames on a served env's step only when its last ones are this old (and on an episode's
+/// last step): a learner steps as fast as it can, often hundreds of steps a second per env, where every 10th step
+/// would still be more frames than the viewer shows (10 a second and env, `stagewise view --frames-per-s`); frames
+/// the viewer would skip are not copied, sent or decoded.
+pub const VIEWER_FRAME_GAP: Duration = Duration::from_millis(100);
+
 /// How long `run`/`serve --rerun` wait for their viewer to subscribe before the first step (Python, rerun and zenoh
 /// start in a few seconds on a busy machine), and how long they give the viewer to finish at the end.
 pub const VIEWER_START: Duration = Duration::from_secs(30);
