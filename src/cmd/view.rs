@@ -100,9 +100,9 @@ pub fn viewer_endpoints(config: &StreamConfig) -> anyhow::Result<Vec<OsString>> 
     Ok(args)
 }
 
-/// `run --rerun` (without `--stream-images`) and `serve --rerun` put RGB frames (no depth) on every 10th step of an
-/// episode and its last: 5 frames/s per env at a 50 Hz control rate (a person watching follows that), about a
-/// twentieth of the bytes of every step's RGB and depth.
+/// `run --rerun` (without `--stream-images`) puts RGB frames (no depth) on every 10th step of an episode and its
+/// last (`serve --rerun` samples by time instead, `VIEWER_FRAME_GAP`): 5 frames/s per env at a 50 Hz control rate
+/// (a person watching follows that), about a twentieth of the bytes of every step's RGB and depth.
 pub const VIEWER_FRAMES: FrameStream = FrameStream::Sampled { every: 10 };
 
 /// `serve --rerun` puts frames on a served env's step only when its last ones are this old (and on an episode's

@@ -203,8 +203,9 @@ class Agent:
         # the decision, psi's regression target
         s, a, r, s2, disc = batch[:5]
         f, f2 = self.features(s), self.features(s2)
+        x = torch.cat([f, a], -1)
         if self.psi is not None:
-            psi_loss = (self.psi(torch.cat([f, a], -1))[0] - batch[5]).pow(2).mean()
+            psi_loss = (self.psi(x)[0] - batch[5]).pow(2).mean()
             self.opt_psi.zero_grad(set_to_none=True)
             psi_loss.backward()
             self.opt_psi.step()
@@ -218,7 +219,6 @@ class Agent:
             else:
                 a2, logp2 = self.actor(f2)
             y = r + disc * (self.next_value(f2, a2) - alpha * logp2)
-        x = torch.cat([f, a], -1)
         q = self.q(x)
         if self.psi is not None:  # the critics learn the residual over c psi (psi is trained on phi alone)
             with torch.no_grad():
