@@ -11,7 +11,7 @@
 use clap::builder::{EnumValueParser, TypedValueParser};
 use clap::ValueEnum;
 use indicatif::{ProgressBar, ProgressStyle};
-use stagewise_core::{RewardMode, ShapingConfig};
+use stagewise_core::{RewardMode, ShapingConfig, SuccessDetection};
 use stagewise_model::Provider;
 use stagewise_sim::{Randomization, Task};
 
@@ -162,6 +162,13 @@ pub struct ShapingArgs {
     /// c X (1 - gamma) to a non-terminal step and c X to a terminated one. Default 0.
     #[arg(long, value_name = "X", allow_negative_numbers = true)]
     pub phi_offset: Option<f64>,
+    /// Success detection (every form): once phi >= 1 - delta for --success-steps steps in a row the episode
+    /// terminates as a success with r_task = 1.
+    #[arg(long, value_name = "DELTA")]
+    pub success_delta: Option<f64>,
+    /// Steps in a row --success-delta needs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub success_steps: usize,
 }
 
 impl ShapingArgs {
@@ -202,9 +209,21 @@ impl ShapingArgs {
         })
     }
 
-    /// The checked configuration: gamma, c and the mode (core refuses a bad value and names it).
+    /// The checked configuration: gamma, c, the mode and success detection (core refuses a bad value and names
+    /// it).
     pub fn config(&self) -> anyhow::Result<ShapingConfig> {
-        let config = ShapingConfig::new(self.gamma, self.shaping_scale)?.with_mode(self.mode()?);
+        self.config_with(self.mode()?)
+    }
+
+    /// The same with `mode` in place of the one the flags name.
+    pub fn config_with(&self, mode: RewardMode) -> anyhow::Result<ShapingConfig> {
+        let mut config = ShapingConfig::new(self.gamma, self.shaping_scale)?.with_mode(mode);
+        if let Some(delta) = self.success_delta {
+            config = config.with_success(SuccessDetection {
+                delta,
+                consecutive: self.success_steps,
+            });
+        }
         config.validate()?;
         Ok(config)
     }

@@ -52,7 +52,7 @@ MAX_KEY = 4096
 #: Where `rerun` (and `rerun --serve-grpc`) listens for SDKs by default.
 DEFAULT_VIEWER = "127.0.0.1:9876"
 #: Message kinds a view shows, by the last part of their key (`stagewise/<robot>/<kind>`).
-KINDS = ("transition", "progress", "episode")
+KINDS = ("transition", "progress", "episode", "steps")
 
 
 class ViewError(StagewiseError):
@@ -223,6 +223,8 @@ class Recorder:
         # Scalars wait here and go to Rerun as columns, one call per entity per flush: a `log` call per value was
         # most of the live viewer's CPU at 8 envs.
         self._columns: Dict[str, Tuple[List[int], List[np.ndarray]]] = {}
+        # Batches of steps (`steps` messages) wait here as arrays: (steps, values [n] or [n, k]) per entity.
+        self._chunks: Dict[str, List[Tuple[np.ndarray, np.ndarray]]] = {}
         self._buffered = 0
         self._flushed_at = time.monotonic()
 
@@ -245,10 +247,32 @@ class Recorder:
         if self._buffered >= 8192:
             self.flush()
 
+    def _chunk(self, path: str, steps: np.ndarray, values: Any) -> None:
+        """Buffers a column of values (one row per step; a row may be a vector) at `steps`."""
+        a = np.asarray(values, dtype=np.float64)
+        if a.ndim not in (1, 2) or len(a) != len(steps):
+            raise ValueError(f"{path}: {a.shape} values for {len(steps)} steps")
+        self._chunks.setdefault(path, []).append((steps, a))
+        self._buffered += len(steps)
+        if self._buffered >= 8192:
+            self.flush()
+
     def flush(self, older_than_s: float = 0.0) -> None:
         """Sends the buffered scalars; with `older_than_s`, only when the last flush is older than that."""
         if older_than_s and time.monotonic() - self._flushed_at < older_than_s:
             return
+        for path, chunks in self._chunks.items():
+            steps = np.concatenate([c[0] for c in chunks])
+            widths = {c[1].shape[1] if c[1].ndim == 2 else 1 for c in chunks}
+            if len(widths) == 1:
+                flat = np.concatenate([c[1].reshape(-1) for c in chunks])
+                sizes = [widths.pop()] * len(steps)
+            else:  # rows of different widths (a model with another stage count mid-run: not expected)
+                rows = [r.reshape(-1) for c in chunks for r in (c[1] if c[1].ndim == 2 else c[1][:, None])]
+                flat, sizes = np.concatenate(rows), [r.size for r in rows]
+            column = self.rr.Scalars.columns(scalars=flat).partition(sizes)
+            self.rec.send_columns(path, indexes=[self.rr.TimeColumn("step", sequence=steps)], columns=column)
+        self._chunks.clear()
         for path, (steps, values) in self._columns.items():
             try:  # every value the same length: one array, rows of equal size
                 a = np.asarray(values, dtype=np.float64)
@@ -302,6 +326,43 @@ class Recorder:
                 self._log(f"{p}/camera/{view}", self.rr.Image(a, color_model="RGB"))
         self.counts.transitions += 1
 
+    def steps(self, m: Dict[str, Any], key: str = "?") -> None:
+        """A batch of one env's consecutive steps (`serve --rerun`): its columns go to Rerun as columns, no Python
+        per step."""
+        env, ep, t0 = int(m["env"]), int(m["episode"]), int(m["step"])
+        n = len(m["reward"])
+        for name in ("phi", "task_reward", "action", "success", "oracle_phi", "stage", "stage_probs"):
+            have = len(m.get(name) or [])
+            if have != n and (have or name in ("phi", "task_reward", "action", "success")):
+                raise ValueError(f"`steps` message: {have} values of `{name}` for {n} steps")
+        robot = str(m.get("robot", "")) if self.by_robot else ""
+        p = self._path(m)
+        self.counts.dropped += max(t0 - self._next_step.get((robot, env, ep), 0), 0)
+        self._next_step[(robot, env, ep)] = t0 + n
+        at = np.arange(t0, t0 + n, dtype=np.int64)
+        after = at + 1
+        for name in ("phi", "reward", "task_reward"):
+            self._chunk(f"{p}/{name}", at, m[name])
+        if n and len(m["action"][0]):
+            self._chunk(f"{p}/action", at, m["action"])
+        self._chunk(f"{p}/success", after, np.asarray(m["success"], dtype=bool))
+        for name in ("oracle_phi", "stage", "stage_probs"):  # empty when the source has none
+            if m.get(name):
+                self._chunk(f"{p}/{name}", after, m[name])
+        obs = m.get("next_obs")
+        if obs is not None and self._frame_gap:
+            now = time.monotonic()
+            if now - self._last_frame.get((robot, env), -1e9) < self._frame_gap:
+                obs = None
+            else:
+                self._last_frame[(robot, env)] = now
+        if obs is not None:
+            self._at(t0 + n)
+            for view, img in (obs.get("images") or {}).items():
+                a = tensor(img, key, f"next_obs.images[{view!r}]")
+                self._log(f"{p}/camera/{view}", self.rr.Image(a, color_model="RGB"))
+        self.counts.transitions += n
+
     def progress(self, m: Dict[str, Any]) -> None:
         probs = m.get("stage_probs") or []
         if probs:
@@ -333,6 +394,8 @@ class Recorder:
             m = decode(payload, kind, key)
             if kind == "transition":
                 self.transition(m, key)
+            elif kind == "steps":
+                self.steps(m, key)
             elif kind == "progress":
                 self.progress(m)
             else:
@@ -630,9 +693,9 @@ def view_live(
     session = open_session(list(connect) or None, config_file=config_file)
     subs = {}
     try:
-        # Transitions last: a sender waiting for its transition subscriber (run/serve --rerun) then finds the
-        # progress and episode subscribers already there.
-        for kind in ("progress", "episode", "transition"):
+        # Transitions and steps last: a sender waiting for its transition (run --rerun) or steps (serve --rerun)
+        # subscriber then finds the progress and episode subscribers already there.
+        for kind in ("progress", "episode", "steps", "transition"):
             for robot in robots:
                 subs[(robot, kind)] = session.declare_subscriber(
                     f"stagewise/{robot}/{kind}", zenoh.handlers.RingChannel(ring)

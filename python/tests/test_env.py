@@ -1,12 +1,13 @@
 """StagewiseEnv against a real `stagewise serve`: spaces, conformance checkers, seeding, rewards."""
 
 import math
+import subprocess
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from stagewise import StagewiseEnv
+from stagewise import StagewiseEnv, launch
 
 
 def test_spaces_come_from_the_env_spec(sparse_env):
@@ -180,3 +181,43 @@ def test_vec_env_steps_every_served_env_and_auto_resets(serve):
         assert dones_seen == 3, "every env truncated at --max-steps 5 and was reset"
     finally:
         venv.close()
+
+
+def test_episodes_end_on_the_model_not_the_simulator(serve):
+    """`serve --episode-ends model` (what a robot has): success detection on the served progress ends an episode
+    with task reward 1 even where the simulator says no success (an over-reading oracle here: the hand is always
+    above the trap's height), the simulator's success stays in `info`; otherwise only the time limit ends one."""
+    from stagewise.env import RemoteEnv
+    from stagewise.session import open_session
+
+    def episode(p, action, steps):
+        session = open_session([p.endpoint])
+        try:
+            env = RemoteEnv("sim0", session=session, timeout=60, connect_timeout=60)
+            env.reset(seed=5)
+            replies = []
+            for _ in range(steps):
+                replies.append(env.step(action))
+                if replies[-1]["terminated"] or replies[-1]["truncated"]:
+                    break
+            env.close()
+            return replies
+        finally:
+            session.close()
+
+    still = [0.0, 0.0, 0.0, 0.0]
+    p = serve("--task", "push-target", "--reward", "oracle", "--episode-ends", "model", "--oracle-trap=-1:1",
+              "--success-delta", "0.01", "--success-steps", "3")  # fmt: skip
+    replies = episode(p, still, 10)
+    assert [r["terminated"] for r in replies] == [False, False, True], replies
+    assert [r["task_reward"] for r in replies] == [0.0, 0.0, 1.0]
+    assert [r["phi"] for r in replies] == [1.0, 1.0, 1.0]
+    assert not any(r["info"]["success"] for r in replies), "the simulator saw no success"
+    # Without the trap the hand standing still never reaches progress 1: the time limit ends the episode.
+    p = serve("--task", "push-target", "--reward", "oracle", "--episode-ends", "model", "--max-steps", "12")
+    replies = episode(p, still, 20)
+    assert len(replies) == 12 and replies[-1]["truncated"] and not any(r["terminated"] for r in replies)
+    assert all(r["task_reward"] == 0.0 for r in replies)
+    out = subprocess.run([launch.find_binary(), "serve", "--task", "push-target", "--episode-ends", "model"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode != 0 and "--reward sparse has none" in out.stderr, out.stderr

@@ -4,6 +4,7 @@ progress and a viewer that is not there give clear errors and what could be show
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -274,7 +275,9 @@ def test_serve_rerun_shows_every_served_env_under_its_robot(tmp_path):
     out = p.output()
     assert "did not subscribe" not in out and "no viewer" not in out, out[-3000:]
     for r in robots:
-        assert f"--rerun {r}: 40 transitions sent, 0 dropped" in out, out[-3000:]
+        # Steps go in batches (one every 0.1 s and env, one at an episode's end): far fewer messages than steps.
+        sent = re.search(rf"--rerun {r}: 40 steps sent in (\d+) messages \(0 failed\), 1 episodes sent", out)
+        assert sent and 2 <= int(sent.group(1)) < 40, out[-3000:]
     got = rows(rrd)
     assert not [k for k in got if k.startswith("/env")], "with 2 robots every path is under its robot"
     for r in robots:
@@ -336,3 +339,41 @@ def frame_steps(rrd: Path, entity: str) -> list:
         if chunk.entity_path == entity:
             out.extend(chunk.to_record_batch().column("step").to_pylist())
     return sorted(out)
+
+
+def test_batches_of_steps_are_shown_as_rows_and_a_bad_one_is_skipped(tmp_path):
+    """`steps` messages (what serve --rerun sends): each column's rows at their steps (the state after the action
+    for success and oracle_phi), a gap between batches counted as dropped, a batch whose columns do not hold
+    together skipped with a warning and nothing of it shown."""
+    import warnings
+
+    import msgpack
+
+    from stagewise.view import Recorder, Sink, open_recording
+
+    def batch(step: int, n: int, **spoil) -> bytes:
+        m = {"schema": 1, "kind": "steps", "robot": "r", "env": 0, "episode": 3, "step": step,
+             "action": [[0.1 * i, -0.1] for i in range(n)], "reward": [0.5 * i for i in range(n)],
+             "task_reward": [0.0] * n, "phi": [0.1 * i for i in range(n)], "success": [False] * n,
+             "oracle_phi": [0.2] * n, "stage": [], "stage_probs": [], "stamp_ns": 1, "next_obs": None}  # fmt: skip
+        m.update(spoil)
+        return msgpack.packb(m, use_bin_type=True)
+
+    rrd = tmp_path / "steps.rrd"
+    rec = open_recording(Sink("save", str(rrd)), "steps")
+    r = Recorder(rec)
+    r.message("stagewise/r/steps", batch(0, 4))
+    r.message("stagewise/r/steps", batch(6, 3))  # steps 4 and 5 never arrived
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        r.message("stagewise/r/steps", batch(9, 2, phi=[0.5]))
+    assert r.counts.skipped == 1 and "1 values of `phi` for 2 steps" in str(w[0].message), r.counts.errors
+    assert (r.counts.transitions, r.counts.dropped) == (7, 2), r.counts.line()
+    r.flush()
+    rec.flush()
+    del rec, r
+    got = {k.rsplit("/", 1)[1]: v for k, v in rows(rrd).items()}
+    assert got == {"phi": 7, "reward": 7, "task_reward": 7, "action": 7, "success": 7, "oracle_phi": 7}, got
+    p = "/env0/episode3"
+    assert scalars(rrd, f"{p}/reward") == pytest.approx({0: 0, 1: 0.5, 2: 1.0, 3: 1.5, 6: 0, 7: 0.5, 8: 1.0})
+    assert sorted(scalars(rrd, f"{p}/oracle_phi")) == [1, 2, 3, 4, 7, 8, 9]

@@ -218,6 +218,15 @@ pub struct SimConfig {
     /// The semantic-trap variant of the oracle (None: the oracle as it is).
     #[serde(default)]
     pub oracle_trap: Option<OracleTrap>,
+    /// End an episode when the task succeeds or fails (default). Off, only the time limit ends it and success
+    /// stays in `info` (for evaluation): what a robot whose episodes end on its reward model's success detection
+    /// sees (`serve --episode-ends model`).
+    #[serde(default = "yes")]
+    pub end_on_task: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl SimConfig {
@@ -239,6 +248,7 @@ impl SimConfig {
             solver_iterations: 4,
             randomization: Randomization::default(),
             oracle_trap: None,
+            end_on_task: true,
         }
     }
 

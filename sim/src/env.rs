@@ -251,7 +251,7 @@ impl Env for SimEnv {
         self.step += 1;
         let r = trapped(self.cfg.oracle_trap, &*world, oracle::evaluate(world));
         self.last = Some(r);
-        let terminated = r.success || r.failure;
+        let terminated = self.cfg.end_on_task && (r.success || r.failure);
         let truncated = !terminated && self.step >= self.cfg.max_steps;
         self.done = terminated || truncated;
         let world = self.world.as_ref().ok_or(EnvError::NeedsReset)?;

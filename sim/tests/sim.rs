@@ -339,6 +339,34 @@ fn truncates_at_the_time_limit() {
     assert!(matches!(env.step(&[0.0; 4]), Err(EnvError::NeedsReset)));
 }
 
+/// `end_on_task = false` (a robot's episodes end on its reward model, not on the simulator's success): the
+/// expert's success is in `info` and the episode goes on to the time limit, never terminated.
+#[test]
+fn without_ending_on_the_task_only_the_time_limit_ends_an_episode() {
+    let mut cfg = SimConfig::headless(Task::PushTarget);
+    cfg.end_on_task = false;
+    cfg.max_steps = 300;
+    let mut env = SimEnv::new(cfg).expect("env");
+    let mut expert = Expert::with_seed(Task::PushTarget, Degradation::none(), 3);
+    env.reset(3).expect("reset");
+    let (mut successes, mut steps) = (0, 0);
+    loop {
+        let a = expert.act_env(&env);
+        let r = env.step(&a).expect("step");
+        steps += 1;
+        assert!(!r.terminated, "step {steps}");
+        successes += r.info.success as usize;
+        if r.truncated {
+            break;
+        }
+    }
+    assert_eq!(steps, 300);
+    assert!(
+        successes > 0,
+        "the expert succeeded and the episode went on"
+    );
+}
+
 #[test]
 fn specs_describe_observations() {
     for task in Task::ALL {

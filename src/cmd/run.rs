@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use stagewise_bridge::{
     CameraSource, Endpoint, ImageDirCamera, RobotEnv, RobotEnvConfig, SceneClient, V4l2Camera,
 };
-use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig, SuccessDetection};
+use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig};
 use stagewise_model::{Manifest, PolicyModel, StateMap};
 use stagewise_runtime::{
     Actor, ActorConfig, Clock, EpisodeLog, FrameStream, GateConfig, OnnxPolicy, Policy, PolicyGate,
@@ -72,11 +72,6 @@ pub struct RunArgs {
     /// Seed of the first episode; each reset takes the next one.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Success detection: terminate with r_task = 1 once phi >= 1 - delta for --success-steps steps.
-    #[arg(long)]
-    pub success_delta: Option<f64>,
-    #[arg(long, default_value_t = 1)]
-    pub success_steps: usize,
     /// Episode log (every published message, replayable with `stagewise replay`).
     #[arg(long, default_value = "out/run.swlog")]
     pub log_file: PathBuf,
@@ -141,7 +136,9 @@ fn reward_choice(a: &RunArgs) -> anyhow::Result<RewardChoice> {
     }
     // The sparse reward has no progress: shaping and progress-based success detection would do nothing (or,
     // with --success-delta 1, "succeed" at every first step).
-    if source == RewardSource::Sparse && (a.shaping.names_a_form() || a.success_delta.is_some()) {
+    if source == RewardSource::Sparse
+        && (a.shaping.names_a_form() || a.shaping.success_delta.is_some())
+    {
         bail!("--reward sparse has no progress to shape or detect success from: drop --shaping (and its parameters) and --success-delta");
     }
     let manifest = match (source, a.model.clone()) {
@@ -432,16 +429,7 @@ fn load_policy(a: &RunArgs, envs: &Envs, spec: &EnvSpec) -> anyhow::Result<Box<d
 
 /// The shaping flags' configuration with `--success-delta`'s detection, checked.
 fn shaping_config(a: &RunArgs, reward: &RewardChoice) -> anyhow::Result<ShapingConfig> {
-    let mut shaping =
-        ShapingConfig::new(a.shaping.gamma, a.shaping.shaping_scale)?.with_mode(reward.mode);
-    if let Some(delta) = a.success_delta {
-        shaping = shaping.with_success(SuccessDetection {
-            delta,
-            consecutive: a.success_steps,
-        });
-    }
-    shaping.validate()?;
-    Ok(shaping)
+    a.shaping.config_with(reward.mode)
 }
 
 /// Who may put policies on the actor and where their last version is kept.

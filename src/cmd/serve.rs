@@ -9,10 +9,11 @@
 //! reward model, its own ONNX Runtime session), under the robot names `<robot>-0 .. <robot>-(N-1)` (`<robot>` is
 //! --robot-name, default sim0).
 //!
-//! `--rerun MODE [ARG]` shows what the served envs did in Rerun (docs/view.md): each served env publishes the
-//! actor's messages (`transition` with RGB frames sampled by time, `progress`, `episode`) on its own robot's keys
-//! through a bounded queue that drops when full (the learner's reply never waits on the viewer), and a `stagewise
-//! view live` child follows every served robot. Without `--rerun` none of this exists: no publisher, no message built.
+//! `--rerun MODE [ARG]` shows what the served envs did in Rerun (docs/view.md): each served env publishes its steps
+//! in batches (`steps`, a message every tenth of a second with that step's RGB frames, and at an episode's end)
+//! and its episodes' summaries on its own robot's keys, with zenoh's `CongestionControl::Drop` (the learner's
+//! reply never waits on the viewer), and a `stagewise view live` child follows every served robot. Without
+//! `--rerun` none of this exists: no publisher, no message built.
 
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
@@ -20,20 +21,16 @@ use super::view::{LiveViewer, RerunSink, VIEWER_FINISH, VIEWER_FRAME_GAP, VIEWER
 use super::zenoh_args::{Role, ZenohArgs};
 use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
-use stagewise_core::{Env, EnvSpec, Observation};
+use stagewise_core::{Env, EnvSpec, Observation, SuccessDetection};
 use stagewise_model::StateMap;
 use stagewise_runtime::clock::{Clock, Ticker};
-use stagewise_runtime::{
-    transition_message, FrameStream, ProgressSource, RuntimeError, ShapedEnv, Sink, StepOutcome,
-};
+use stagewise_runtime::{ProgressSource, RuntimeError, ShapedEnv, StepOutcome};
 use stagewise_sim::SimEnv;
 use stagewise_stream::wire::{
-    kind, now_ns, EnvSpecMsg, EpisodeMsg, ProgressMsg, ResetReply, ResetRequest, RewardSpecMsg,
-    Schema, StepReply, StepRequest,
+    kind, now_ns, EnvSpecMsg, EpisodeMsg, ResetReply, ResetRequest, RewardSpecMsg, Schema,
+    StepReply, StepRequest, StepsMsg,
 };
-use stagewise_stream::{
-    Delivery, EnvHandler, Keys, ObservationMsg, PublisherOptions, RobotPublisher,
-};
+use stagewise_stream::{EnvHandler, Keys, ObservationMsg, ViewPublisher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -69,12 +66,18 @@ pub struct ServeArgs {
     pub hz: f64,
     /// Show what the served envs do in Rerun (docs/view.md): `spawn` (a viewer on this machine), `connect [ADDR]`
     /// (a running viewer, default 127.0.0.1:9876) or `save FILE.rrd`. Each served env then publishes its steps
-    /// (`stagewise/<robot>/{transition,progress,episode}`, RGB frames at most 10 a second per env and on an
-    /// episode's last step when the env renders) through a queue that drops when full, so a reply never waits on
-    /// the viewer; a `stagewise view live` process shows them. A viewer that cannot start is a warning; serving
+    /// in batches (`stagewise/<robot>/steps`, 10 a second per env and one at an episode's end, each with its
+    /// last step's RGB frames when the env renders) and episode summaries, dropped under congestion, so a reply
+    /// never waits on the viewer; a `stagewise view live` process shows them. A viewer that cannot start is a warning; serving
     /// goes on.
     #[arg(long, num_args = 1..=2, value_names = ["MODE", "ARG"])]
     pub rerun: Vec<String>,
+    /// What ends an episode and counts as success: `env` (the simulator: its success, failure and time limit) or
+    /// `model` (what a robot has: success detection on the served progress, --success-delta, default 0.05 for 1
+    /// step, ends an episode with r_task = 1; otherwise only the time limit; the simulator's success stays in
+    /// the reply's `info`, for evaluation only).
+    #[arg(long, value_enum, default_value_t = EpisodeEnds::Env)]
+    pub episode_ends: EpisodeEnds,
     /// Stop after this many seconds (0 = until Ctrl-C).
     #[arg(long, default_value_t = 0.0)]
     pub seconds: f64,
@@ -97,14 +100,27 @@ struct ServedEnv {
     view: Option<ServeView>,
 }
 
-/// `--rerun`'s stream of one served env: the actor's messages on its robot's keys, through the publisher's
-/// bounded queue (full: dropped and counted; the reply never waits).
+/// `serve --episode-ends`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EpisodeEnds {
+    /// The simulator's success, failure and time limit.
+    Env,
+    /// Success detection on the served progress, and the time limit.
+    Model,
+}
+
+/// `--rerun`'s stream of one served env: its steps in batches ([`StepsMsg`], one every `VIEWER_FRAME_GAP` with
+/// that step's RGB frames, and one at an episode's end) and its episodes' summaries, put with zenoh's
+/// `CongestionControl::Drop` (the reply never waits on the viewer). A learner stepping hundreds of steps a
+/// second per env then costs a message every tenth of a second, not one a step (docs/view.md, "cost").
 struct ServeView {
-    sink: Sink,
+    publisher: ViewPublisher,
+    /// The steps of the episode under way not yet sent (`None` when there are none).
+    batch: Option<StepsMsg>,
     /// The episode under way.
     acc: EpisodeTally,
-    /// When this env's last frames went out (`VIEWER_FRAME_GAP`).
-    last_frames: Option<Instant>,
+    /// When this env's last batch went out.
+    last_sent: Option<Instant>,
 }
 
 /// What an episode's summary says, summed over its steps so far.
@@ -117,51 +133,59 @@ struct EpisodeTally {
 }
 
 impl ServeView {
-    fn new(publisher: RobotPublisher) -> Self {
-        let keys = publisher.keys().clone();
+    fn new(publisher: ViewPublisher) -> Self {
         Self {
-            sink: Sink::new(keys).with_publisher(publisher),
+            publisher,
+            batch: None,
             acc: EpisodeTally::default(),
-            last_frames: None,
+            last_sent: None,
         }
     }
 
-    /// Publishes one step (`out`, before its observation is turned into the reply): the transition, the reward
-    /// model's progress when it has stage probabilities and, when the episode ended, its summary. Never blocks on
-    /// the viewer.
+    /// Adds one step (`out`, before its observation is turned into the reply) to the batch; sends the batch,
+    /// with this step's RGB frames, when the last went out `VIEWER_FRAME_GAP` ago (or none did) and when the
+    /// episode ended, then the episode's summary. Never blocks on the viewer.
     fn step(&mut self, action: &[f32], out: &StepOutcome) {
-        let robot = self.sink.keys().robot().to_string();
+        let s = &out.shaped;
+        let success = s.success || out.result.info.success;
+        let publisher = &self.publisher;
+        let b = self
+            .batch
+            .get_or_insert_with(|| StepsMsg::new(publisher.keys().robot(), 0, s.episode, s.step));
+        b.action.push(action.to_vec());
+        b.reward.push(s.reward);
+        b.task_reward.push(s.task_reward);
+        b.phi.push(s.phi);
+        b.success.push(success);
+        if let Some(o) = out.result.info.progress_oracle {
+            b.oracle_phi.push(o);
+        }
+        if let Some(p) = &out.progress {
+            b.stage.push(u32::try_from(p.stage).unwrap_or(u32::MAX));
+            if !p.stage_probs.is_empty() {
+                b.stage_probs.push(p.stage_probs.clone());
+            }
+        }
+        self.acc.ret += s.reward;
+        self.acc.task_ret += s.task_reward;
+        self.acc.length += 1;
+        self.acc.success |= success;
         let now = Instant::now();
         let due = self
-            .last_frames
+            .last_sent
             .is_none_or(|t| now.duration_since(t) >= VIEWER_FRAME_GAP);
-        let frames = if due || out.shaped.done() {
-            self.last_frames = Some(now);
-            FrameStream::Sampled { every: 1 } // this step's RGB
-        } else {
-            FrameStream::Off
-        };
-        let msg = transition_message(&robot, action.to_vec(), out, frames);
-        let s = &out.shaped;
-        self.acc.ret += msg.reward;
-        self.acc.task_ret += msg.task_reward;
-        self.acc.length += 1;
-        self.acc.success |= msg.success;
-        let mut sent = self.sink.transition(msg);
-        // Progress only when it says more than the transition (its stage probabilities, which the viewer shows):
-        // the oracle's and a stageless model's would double the messages for nothing.
-        let probs = out.progress.as_ref().filter(|p| !p.stage_probs.is_empty());
-        if let (Ok(()), Some(p)) = (&sent, probs) {
-            sent = self
-                .sink
-                .progress(ProgressMsg::new(&robot, 0, s.episode, s.step + 1, p));
+        if due || s.done() || b.rows() >= MAX_BATCH {
+            if due || s.done() {
+                b.next_obs = Some(ObservationMsg::from_observation_rgb(&out.result.obs));
+            }
+            self.send(now);
         }
-        if let (Ok(()), true) = (&sent, s.done()) {
+        if s.done() {
             let acc = std::mem::take(&mut self.acc);
-            sent = self.sink.episode(EpisodeMsg {
+            self.publisher.episode(&EpisodeMsg {
                 schema: Schema,
                 kind: kind::Episode,
-                robot,
+                robot: self.publisher.keys().robot().to_string(),
                 env: 0,
                 episode: s.episode,
                 episode_return: acc.ret,
@@ -174,26 +198,42 @@ impl ServeView {
                 stamp_ns: now_ns(),
             });
         }
-        if let Err(e) = sent {
-            tracing::warn!(robot = %self.sink.keys().robot(), "--rerun: a message was not published: {}", stagewise_core::ErrorChain(&e));
+    }
+
+    /// The env was reset: the steps of the episode it left go out (it is not summarised).
+    fn reset(&mut self) {
+        self.send(Instant::now());
+        self.acc = EpisodeTally::default();
+    }
+
+    /// Sends the batch, if there is one.
+    fn send(&mut self, now: Instant) {
+        if let Some(mut b) = self.batch.take() {
+            b.stamp_ns = now_ns();
+            self.last_sent = Some(now);
+            if !self.publisher.steps(&b) {
+                tracing::warn!(robot = %self.publisher.keys().robot(), "--rerun: {} steps were not published", b.rows());
+            }
         }
     }
 }
 
+/// Rows at most in one batch: at a step every 0.1 ms a tenth of a second's steps would be 1000 (40 KB).
+const MAX_BATCH: usize = 256;
+
 impl Drop for ServeView {
-    /// Serving ended: what is queued goes out (a second at most), and the counts are reported.
+    /// Serving ended: what is batched goes out, and the counts are reported.
     fn drop(&mut self) {
-        let _ = self.sink.finish(Duration::from_secs(1));
-        if let Some(c) = self.sink.counters() {
-            println!(
-                "--rerun {}: {} transitions sent, {} dropped (queue full), {} progress sent, {} episodes sent",
-                self.sink.keys().robot(),
-                c.transitions_sent,
-                c.transitions_dropped,
-                c.progress_sent,
-                c.episodes_sent
-            );
-        }
+        self.send(Instant::now());
+        let c = self.publisher.counters();
+        println!(
+            "--rerun {}: {} steps sent in {} messages ({} failed), {} episodes sent",
+            self.publisher.keys().robot(),
+            c.steps_sent,
+            c.batches_sent,
+            c.batches_failed,
+            c.episodes_sent
+        );
     }
 }
 
@@ -228,7 +268,7 @@ impl EnvHandler for ServedEnv {
             Err(e) => return ResetReply::error(reply_error(e)),
         };
         if let Some(v) = self.view.as_mut() {
-            v.acc = EpisodeTally::default(); // an episode left unfinished is not summarised
+            v.reset();
         }
         ResetReply {
             spec: Some(self.spec.clone()),
@@ -249,18 +289,18 @@ impl EnvHandler for ServedEnv {
             v.step(&req.action, &out);
         }
         let (step, shaped) = (out.result, out.shaped);
-        let task_reward = step.reward;
+        // The episode's end and task reward as the shaper saw them: the env's, or success detection's.
         let mut reply = StepReply {
-            reward: task_reward,
-            terminated: step.terminated,
-            truncated: step.truncated,
+            reward: shaped.task_reward,
+            terminated: shaped.terminated,
+            truncated: shaped.truncated,
             info: (&step.info).into(),
             ..StepReply::default()
         };
-        // Sparse: the env's reward as it is, and no progress.
+        // Sparse: the task reward as it is, and no progress.
         if let Some(p) = out.progress {
             reply.reward = shaped.reward;
-            reply.task_reward = Some(task_reward);
+            reply.task_reward = Some(shaped.task_reward);
             reply.phi = Some(f64::from(p.phi));
         }
         reply.obs = Some(self.obs_msg(step.obs));
@@ -281,11 +321,29 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         bail!("--envs must be >= 1");
     }
     // The shaper checks gamma, the scale and the form (sparse serves the task reward but keeps the same checks).
-    let shaping = a.shaping.config()?;
-    if a.reward == RewardSource::Sparse && a.shaping.names_a_form() {
-        bail!("--reward sparse has no progress to shape: drop --shaping and its parameters (or pass --reward model|oracle)");
+    let mut shaping = a.shaping.config()?;
+    if a.reward == RewardSource::Sparse
+        && (a.shaping.names_a_form() || a.shaping.success_delta.is_some())
+    {
+        bail!("--reward sparse has no progress to shape or detect success from: drop --shaping (and its parameters) and --success-delta (or pass --reward model|oracle)");
     }
     let mut cfg = a.sim.config();
+    if a.episode_ends == EpisodeEnds::Model {
+        if a.reward == RewardSource::Sparse {
+            bail!("--episode-ends model detects success on the served progress: --reward sparse has none (pass --reward model)");
+        }
+        if shaping.success.is_none() {
+            shaping = shaping.with_success(SuccessDetection::default());
+        }
+        cfg.end_on_task = false;
+        let d = shaping.success.unwrap_or_default();
+        println!(
+            "episodes end on success detection (phi >= {} for {} step(s)) or the time limit ({} steps), not on the simulator's success",
+            1.0 - d.delta,
+            d.consecutive,
+            cfg.max_steps
+        );
+    }
     // Render only when someone reads the frames; depth is never served.
     cfg.render = a.images || a.reward == RewardSource::Model;
     cfg.depth = false;
@@ -335,20 +393,20 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         } else {
             Keys::new(format!("{}-{i}", base.robot()))?
         };
-        // --rerun: a queue that drops when full (a reply never waits), no liveliness token (no actor is here).
         let view = match &rerun {
-            Some(_) => Some(ServeView::new(node.publisher(
-                &keys,
-                PublisherOptions {
-                    delivery: Delivery::Queue { capacity: 1024 },
-                    liveliness: false,
-                },
-            )?)),
+            Some(_) => Some(ServeView::new(node.view_publisher(&keys)?)),
             None => None,
         };
         let handler = ServedEnv {
             spec: spec_msg(env.spec(), a.images),
-            shaped: ShapedEnv::new(vec![Box::new(env) as Box<dyn Env>], progress, shaping)?,
+            shaped: {
+                let shaped =
+                    ShapedEnv::new(vec![Box::new(env) as Box<dyn Env>], progress, shaping)?;
+                match a.episode_ends {
+                    EpisodeEnds::Env => shaped,
+                    EpisodeEnds::Model => shaped.judged_by_progress(),
+                }
+            },
             reward: reward.clone(),
             images: a.images,
             next_seed: a.seed.wrapping_add(i as u64),
@@ -400,7 +458,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// The `--rerun` viewer, following every served robot; before the first reply it waits (bounded) until it has
-/// subscribed to each one's transitions, so that it sees every step. One that cannot start is a warning.
+/// subscribed to each one's steps, so that it sees every step. One that cannot start is a warning.
 fn start_viewer(
     a: &ServeArgs,
     sink: &RerunSink,
@@ -416,9 +474,9 @@ fn start_viewer(
             return None;
         }
     };
-    let publishers: Vec<&Sink> = handlers
+    let publishers: Vec<&ViewPublisher> = handlers
         .iter()
-        .filter_map(|(_, h)| h.view.as_ref().map(|v| &v.sink))
+        .filter_map(|(_, h)| h.view.as_ref().map(|v| &v.publisher))
         .collect();
     viewer.wait_subscribed(VIEWER_START, |d| {
         publishers.iter().all(|s| s.wait_for_subscribers(d))

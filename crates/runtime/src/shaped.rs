@@ -66,6 +66,9 @@ pub struct ShapedEnv {
     envs: Vec<Box<dyn Env>>,
     progress: ProgressSource,
     shaper: VecShaper,
+    /// The envs' own task reward, success and termination reach the shaper ([`ShapedEnv::judged_by_progress`]
+    /// turns this off).
+    task_from_env: bool,
 }
 
 /// Binds `model`'s state fields to the envs' state by name (all envs must name the same state fields), or checks
@@ -117,7 +120,18 @@ impl ShapedEnv {
             shaper: VecShaper::new(envs.len(), shaping)?,
             envs,
             progress,
+            task_from_env: true,
         })
+    }
+
+    /// The envs' own task reward, success and termination are no longer read: success (`r_task = 1`, the
+    /// episode terminated) comes from the shaping's success detection on progress alone, as on a robot whose
+    /// reward model is its only judge (`serve --episode-ends model`); the env's time limit still truncates. The
+    /// envs' `info` (the simulator's success) is passed on untouched, for evaluation. Without success detection
+    /// in the shaping an episode then only ends at the time limit.
+    pub fn judged_by_progress(mut self) -> Self {
+        self.task_from_env = false;
+        self
     }
 
     pub fn len(&self) -> usize {
@@ -212,13 +226,18 @@ impl ShapedEnv {
         let progress = self.read_progress(&all, &refs, Some(&steps))?;
         let mut out = Vec::with_capacity(n);
         for (env, (result, progress)) in steps.into_iter().zip(progress).enumerate() {
+            let (task_reward, terminated, success) = if self.task_from_env {
+                (result.reward, result.terminated, result.info.success)
+            } else {
+                (0.0, false, false)
+            };
             let shaped = self.shaper.step_with_success(
                 env,
                 phi_of(&progress),
-                result.reward,
-                result.terminated,
+                task_reward,
+                terminated,
                 result.truncated,
-                result.info.success,
+                success,
             )?;
             out.push(StepOutcome {
                 result,

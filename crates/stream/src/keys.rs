@@ -96,6 +96,10 @@ impl Keys {
     pub fn episode(&self) -> String {
         self.key("episode")
     }
+    /// `stagewise/<robot>/steps`: [`crate::StepsMsg`], batches of steps for a viewer (`serve --rerun`).
+    pub fn steps(&self) -> String {
+        self.key("steps")
+    }
     /// `stagewise/<robot>/policy`: [`crate::PolicyMsg`] put by a learner, read by the actor.
     pub fn policy(&self) -> String {
         self.key("policy")

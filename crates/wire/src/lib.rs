@@ -24,8 +24,8 @@ pub mod tensor;
 pub use message::{
     decode, encode, encode_into, kind, now_ns, peek_header, policy_signing_message, sha256_hex,
     BoxSpecMsg, EnvSpecMsg, EpisodeMsg, Message, PolicyMsg, ProgressMsg, ResetReply, ResetRequest,
-    RewardSpecMsg, Schema, StepInfoMsg, StepReply, StepRequest, TransitionMsg, ViewSpecMsg,
-    WireError, WireMessage, POLICY_SIGNING_CONTEXT, SCHEMA_VERSION, SIGNATURE_LEN,
+    RewardSpecMsg, Schema, StepInfoMsg, StepReply, StepRequest, StepsMsg, TransitionMsg,
+    ViewSpecMsg, WireError, WireMessage, POLICY_SIGNING_CONTEXT, SCHEMA_VERSION, SIGNATURE_LEN,
 };
 pub use parts::{Encoded, WireParts, PART_MIN};
 pub use tensor::{

@@ -364,6 +364,10 @@ pub mod kind {
         Episode = "episode"
     );
     kind_marker!(
+        /// `"steps"`
+        Steps = "steps"
+    );
+    kind_marker!(
         /// `"policy"`
         Policy = "policy"
     );
@@ -677,6 +681,111 @@ pub struct EpisodeMsg {
 
 impl Message for EpisodeMsg {
     const KIND: &'static str = kind::Episode::NAME;
+}
+
+/// Consecutive steps of one env's episode as columns, for a viewer (`stagewise/<robot>/steps`, what `serve
+/// --rerun` publishes): one message where [`TransitionMsg`] would be one per step, so that a learner stepping
+/// hundreds of steps a second costs the viewer a message every tenth of a second, not every step. Step `step + i`
+/// is row `i` of every column; `phi`, `reward`, `task_reward` and `action` belong to the state the action was
+/// taken in, `success`, `oracle_phi`, `stage` and `stage_probs` to the state after it (as in a transition).
+/// Empty optional columns mean the source has none (a robot has no `oracle_phi`, a stageless model no `stage`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepsMsg {
+    pub schema: Schema,
+    pub kind: kind::Steps,
+    pub robot: String,
+    pub env: u32,
+    pub episode: u64,
+    /// Step index of the first row within the episode (0 = first action after reset).
+    pub step: u64,
+    pub action: Vec<Vec<f32>>,
+    pub reward: Vec<f64>,
+    pub task_reward: Vec<f64>,
+    pub phi: Vec<f64>,
+    pub success: Vec<bool>,
+    #[serde(default)]
+    pub oracle_phi: Vec<f32>,
+    #[serde(default)]
+    pub stage: Vec<u32>,
+    #[serde(default)]
+    pub stage_probs: Vec<Vec<f32>>,
+    /// Send time, nanoseconds since the Unix epoch.
+    pub stamp_ns: u64,
+    /// Frames (RGB) after the last row's action (`s_{step + rows}`), when the sender attached them.
+    pub next_obs: Option<ObservationMsg>,
+}
+
+impl StepsMsg {
+    /// An empty batch of `env`'s episode starting at `step`.
+    pub fn new(robot: impl Into<String>, env: u32, episode: u64, step: u64) -> Self {
+        Self {
+            schema: Schema,
+            kind: kind::Steps,
+            robot: robot.into(),
+            env,
+            episode,
+            step,
+            action: Vec::new(),
+            reward: Vec::new(),
+            task_reward: Vec::new(),
+            phi: Vec::new(),
+            success: Vec::new(),
+            oracle_phi: Vec::new(),
+            stage: Vec::new(),
+            stage_probs: Vec::new(),
+            stamp_ns: 0,
+            next_obs: None,
+        }
+    }
+
+    /// Number of rows (steps).
+    pub fn rows(&self) -> usize {
+        self.reward.len()
+    }
+
+    /// Every column has one value per row (optional ones none or one per row), and there is a row.
+    fn check(&self) -> Result<(), WireError> {
+        let n = self.rows();
+        let invalid = |field: &'static str, reason: String| WireError::Invalid {
+            kind: kind::Steps::NAME,
+            field,
+            reason,
+        };
+        if n == 0 {
+            return Err(invalid("reward", "no rows".into()));
+        }
+        let columns = [
+            ("action", self.action.len(), false),
+            ("task_reward", self.task_reward.len(), false),
+            ("phi", self.phi.len(), false),
+            ("success", self.success.len(), false),
+            ("oracle_phi", self.oracle_phi.len(), true),
+            ("stage", self.stage.len(), true),
+            ("stage_probs", self.stage_probs.len(), true),
+        ];
+        for (field, len, optional) in columns {
+            if len != n && !(optional && len == 0) {
+                return Err(invalid(
+                    field,
+                    format!("{len} values for {n} rows (`reward` has {n})"),
+                ));
+            }
+        }
+        check_obs(kind::Steps::NAME, "next_obs", &self.next_obs)
+    }
+}
+
+impl Message for StepsMsg {
+    const KIND: &'static str = kind::Steps::NAME;
+    fn size_hint(&self) -> usize {
+        let images: usize = self.next_obs.as_ref().map_or(0, |o| {
+            o.images.iter().map(|(_, t)| t.data().len() + 64).sum()
+        });
+        256 + self.rows() * (48 + 4 * self.action.first().map_or(0, Vec::len)) + images
+    }
+    fn validate(&self) -> Result<(), WireError> {
+        self.check()
+    }
 }
 
 /// An ONNX policy put by a learner (`stagewise/<robot>/policy`).

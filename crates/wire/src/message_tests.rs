@@ -101,6 +101,21 @@ fn spec() -> stagewise_core::EnvSpec {
     }
 }
 
+fn steps() -> StepsMsg {
+    let mut m = StepsMsg::new("arm-0", 1, 4, 10);
+    for i in 0..3 {
+        m.action.push(vec![0.1 * i as f32, -0.5]);
+        m.reward.push(0.01 * f64::from(i));
+        m.task_reward.push(0.0);
+        m.phi.push(0.2 + 0.1 * f64::from(i));
+        m.success.push(i == 2);
+        m.oracle_phi.push(0.3 + 0.1 * i as f32);
+    }
+    m.stamp_ns = 1_700_000_000_000_000_000;
+    m.next_obs = Some(ObservationMsg::from_observation_rgb(&observation(13)));
+    m
+}
+
 fn round_trip<M: WireMessage + PartialEq + std::fmt::Debug>(m: &M) -> Vec<u8> {
     let bytes = encode(m).expect("encode");
     let back: M = decode(&bytes).expect("decode");
@@ -123,6 +138,7 @@ fn every_message_round_trips() {
     round_trip(&progress());
     assert_eq!(progress().to_progress().stage_probs, vec![0.1, 0.7, 0.2]);
     round_trip(&episode());
+    round_trip(&steps());
     round_trip(&PolicyMsg::new(4, vec![1, 2, 3, 4, 5]));
     round_trip(&PolicyMsg::new(5, vec![9; 100]).with_signature(vec![7; 64]));
     round_trip(&ResetRequest::new(Some(17)));
@@ -260,6 +276,36 @@ fn layout_is_what_docs_wire_md_says() {
     assert_eq!(&b[..4], &0.1f32.to_le_bytes(), "little-endian");
     let ep = to_value(&encode(&episode()).expect("encode"));
     assert_eq!(get(&ep, "return").as_f64(), Some(3.5));
+    let st = to_value(&encode(&steps()).expect("encode"));
+    let keys: Vec<&str> = st
+        .as_map()
+        .expect("a map")
+        .iter()
+        .filter_map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "schema",
+            "kind",
+            "robot",
+            "env",
+            "episode",
+            "step",
+            "action",
+            "reward",
+            "task_reward",
+            "phi",
+            "success",
+            "oracle_phi",
+            "stage",
+            "stage_probs",
+            "stamp_ns",
+            "next_obs"
+        ]
+    );
+    assert!(matches!(get(&st, "phi"), Value::Array(a) if matches!(a[0], Value::F64(_))));
+    assert!(matches!(get(&st, "oracle_phi"), Value::Array(a) if matches!(a[0], Value::F32(_))));
     let pol = to_value(&encode(&PolicyMsg::new(1, vec![1, 2])).expect("encode"));
     assert!(matches!(get(&pol, "onnx"), Value::Binary(_)));
     assert!(get(&pol, "signature").is_nil());
@@ -506,6 +552,7 @@ fn decode_all(bytes: &[u8]) {
     let _ = decode::<TransitionMsg>(bytes);
     let _ = decode::<ProgressMsg>(bytes);
     let _ = decode::<EpisodeMsg>(bytes);
+    let _ = decode::<StepsMsg>(bytes);
     let _ = decode::<PolicyMsg>(bytes);
     let _ = decode::<ResetRequest>(bytes);
     let _ = decode::<ResetReply>(bytes);
@@ -524,7 +571,7 @@ proptest! {
 
     #[test]
     fn decoders_never_panic_on_mutated_messages(
-        which in 0usize..4,
+        which in 0usize..5,
         flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
         cut in any::<prop::sample::Index>(),
     ) {
@@ -532,6 +579,7 @@ proptest! {
             0 => encode(&transition()),
             1 => encode(&progress()),
             2 => encode(&PolicyMsg::new(1, vec![3; 40]).with_signature(vec![1; 64])),
+            3 => encode(&steps()),
             _ => encode(&StepReply::error("x")),
         }.expect("encode");
         decode_all(&spoil(bytes, flips, cut));
@@ -550,6 +598,40 @@ proptest! {
         let back: ProgressMsg = decode(&encode(&m).expect("encode")).expect("decode");
         prop_assert_eq!(back, m);
     }
+}
+
+/// A batch of steps whose columns do not hold together is refused naming the column; optional columns are empty
+/// or one value per row.
+#[test]
+fn steps_columns_must_hold_together() {
+    let mut m = steps();
+    (m.oracle_phi, m.stage, m.stage_probs) = (vec![], vec![], vec![]);
+    round_trip(&m);
+    m.stage = vec![1, 2, 2];
+    m.stage_probs = vec![vec![0.5, 0.5]; 3];
+    round_trip(&m);
+    type Spoil = fn(&mut StepsMsg);
+    let spoilers: [(&str, Spoil); 4] = [
+        ("phi", |m| m.phi.truncate(2)),
+        ("action", |m| m.action.push(vec![0.0, 0.0])),
+        ("oracle_phi", |m| m.oracle_phi.truncate(2)),
+        ("stage", |m| m.stage.push(0)),
+    ];
+    for (field, spoil) in spoilers {
+        let mut bad = steps();
+        bad.stage = vec![0; 3];
+        spoil(&mut bad);
+        let err = decode::<StepsMsg>(&encode(&bad).unwrap()).unwrap_err();
+        assert!(
+            matches!(&err, WireError::Invalid { kind: "steps", field: f, .. } if *f == field),
+            "{field}: {err}"
+        );
+    }
+    let empty = StepsMsg::new("arm-0", 0, 0, 0);
+    let err = decode::<StepsMsg>(&encode(&empty).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("no rows"), "{err}");
+    let m = steps();
+    assert!(encode(&m).unwrap().len() <= m.size_hint());
 }
 
 /// `encode` sizes its buffer from `size_hint`: for messages with images the hint covers the encoding, so the
