@@ -447,9 +447,33 @@ def test_the_value_potential_and_the_oracle_trap_reach_the_server_and_are_checke
         with pytest.raises(ValueError, match="value_horizon"):
             rl.build("push-target", bad)
     trap = rl.build("push-target", {"reward": "oracle", "oracle_trap": "0.25:0.9"})
-    assert rl.serve_args(trap, "oracle", "r", 4, 200)[-2:] == ["--oracle-trap", "0.25:0.9"]
+    assert rl.serve_args(trap, "oracle", "r", 4, 200)[-1:] == ["--oracle-trap=0.25:0.9"]
     assert "--oracle-trap" not in rl.serve_args(trap, "sparse", "r-eval", 10, 0)
     with pytest.raises(ValueError, match="oracle_trap"):
         rl.build("push-target", {"reward": "model", "oracle_trap": "0.25:0.9"})
     with pytest.raises(ValueError, match="oracle_trap"):
         rl.build("push-target", {"reward": "oracle", "oracle_trap": "0.25:1.5"})
+
+
+def test_with_model_ends_the_learner_counts_the_models_false_successes(tmp_path, binary):
+    """`--episode-ends model` (what a robot has): the training server ends episodes on success detection, the
+    learner's train success is the detection's, and curves.json judges it by the simulator. An oracle that always
+    reads progress 1 (a trap below the table) detects success two steps into every episode, demonstrations
+    included, and the simulator never agrees: every detection is a false success."""
+    args = ["--smoke", "--task", "push-target", "--reward", "oracle", "--episode-ends", "model", "--oracle-trap=-1:1",
+            "--success-delta", "0.01", "--success-steps", "2", "--demos", "2", "--steps", "800"]  # fmt: skip
+    cfg = rl.build("push-target", {"reward": "oracle", "episode_ends": "model", "success_delta": 0.01,
+                                   "success_steps": 2})
+    train = rl.serve_args(cfg, "oracle", "r", 4, 100)
+    assert train[train.index("--episode-ends"):] == ["--episode-ends", "model", "--success-delta", "0.01",
+                                                     "--success-steps", "2"]
+    assert "--episode-ends" not in rl.serve_args(cfg, "sparse", "r-eval", 10, 0)
+    (run,) = runner.learn(cli.parse([*args, "--out", str(tmp_path / "run")]))
+    assert run["demos"]["detected"] == 2 and run["demos"]["transitions"] == 4, run["demos"]
+    d = run["detection"]
+    assert run["train_episodes"] >= 100 and d["detected"] == run["train_episodes"], (run["train_episodes"], d)
+    assert d["false_success"] == 1.0 and d["train_sim_success"] == 0.0
+    last = run["checkpoints"][-1]
+    assert last["train_success"] == 1.0 and last["false_success"] == 1.0
+    with pytest.raises(ValueError, match="episode_ends"):
+        rl.build("push-target", {"reward": "sparse", "episode_ends": "model"})

@@ -44,6 +44,12 @@ OPTIONS = {
          "the value of a success K (1 - phi) env steps away (K: the steps a whole task takes, e.g. the "
          "demonstrations' mean length)"),
         ("--gamma", "reward_form.gamma", float, "discount of the learner and the shaping (default 0.99)"),
+        ("--episode-ends", "episode_ends", ("env", "model"), "what ends a training episode and is its success: env "
+         "(default: the simulator's success) or model (what a robot has: success detection on the served progress, "
+         "--success-delta, and the time limit; evaluation still reads the simulator's success, and curves.json "
+         "reports the model's false successes)"),
+        ("--success-delta", "success_delta", float, "model ends: success once phi >= 1 - delta (default 0.05)"),
+        ("--success-steps", "success_steps", int, "model ends: for this many steps in a row (default 1)"),
         ("--oracle-trap", "oracle_trap", str, "experiment, --reward oracle only: Z:PHI, the oracle over-reads "
          "progress as at least PHI while the hand is at or above Z m (the semantic-trap test, docs/shaping.md)"),
     ],

@@ -93,6 +93,13 @@ class LearnConfig:
     # The semantic-trap experiment (docs/shaping.md): "Z:PHI", the training server's oracle over-reads progress as
     # at least PHI while the hand is at or above Z metres ("" : no trap). Only with --reward oracle.
     oracle_trap: str = ""
+    # What ends a training episode and counts as its success: "env" (the simulator's success, failure, time limit)
+    # or "model" (what a robot has: the training server's success detection on the served progress, phi >= 1 -
+    # success_delta for success_steps steps, and the time limit; `serve --episode-ends model`). Evaluation always
+    # reads the simulator's success.
+    episode_ends: str = "env"
+    success_delta: float = 0.05
+    success_steps: int = 1
     agent: AgentConfig = field(default_factory=AgentConfig)
     reward_form: RewardConfig = field(default_factory=RewardConfig)
 
@@ -127,6 +134,11 @@ class LearnConfig:
              "must lie in [0, 1]"),
             (len(a.net) > 0 and all(n > 0 for n in a.net), "net", f"{a.net} is not a list of positive widths"),
             (bool(self.serve_robot), "serve_robot", "must name the running server's --robot-name"),
+            (self.episode_ends in ("env", "model"), "episode_ends", f"{self.episode_ends!r} is not env or model"),
+            (self.episode_ends == "env" or self.reward != "sparse", "episode_ends",
+             "model: success is detected on the served progress, which --reward sparse does not have"),
+            (0.0 <= self.success_delta < 1.0 and self.success_steps >= 1, "success_delta/success_steps",
+             "need 0 <= delta < 1 and steps >= 1"),
             (not self.oracle_trap or self.reward == "oracle", "oracle_trap", "is a trap in the oracle: it needs "
              "--reward oracle"),
             (not self.oracle_trap or _is_trap(self.oracle_trap), "oracle_trap",

@@ -65,7 +65,11 @@ def replay_demos(env, demos, cfg: LearnConfig, out: Replay, reset) -> dict:
     so this reproduces the recorded states, and each transition gets the served reward. Stored as n-step
     transitions of `action_repeat`-step decisions."""
     gamma, k_rep, advice = cfg.reward_form.gamma, cfg.action_repeat, uses_advice(cfg)
-    returns, n, truncated = [], 0, 0
+    # With --episode-ends model the served episode ends where the model detects success, which need not be where
+    # the demonstration (recorded to the simulator's success) stops: the replay ends at whichever comes first, a
+    # demonstration's end without a detection cut there and bootstrapped (no success label is added).
+    model_ends = cfg.episode_ends == "model"
+    returns, n, truncated, detected = [], 0, 0, 0
     for seed, states, actions in demos:
         o, info = reset(env, seed)
         if not np.allclose(o, states[0], atol=1e-5):
@@ -74,15 +78,16 @@ def replay_demos(env, demos, cfg: LearnConfig, out: Replay, reset) -> dict:
         chunk, o0 = [], o
         for k, act in enumerate(actions):
             o2, r, term, trunc, info = env.step(act)
+            cut = model_ends and k + 1 == len(actions) and not (term or trunc)
             if not np.allclose(o2, states[k + 1], atol=1e-4):
                 raise RuntimeError(f"demo seed {seed}: the served state after step {k + 1} differs from the recorded "
                                    "one (simulator not deterministic?)")
             chunk.append((act, learner_reward(r, info, advice)))
-            if len(chunk) == k_rep or term or trunc:
+            if len(chunk) == k_rep or term or trunc or cut:
                 # one decision: labelled with the chunk's mean action (the expert commands velocities, so the mean
                 # reproduces the chunk's displacement; exact for k = 1)
                 r_k = sum(gamma ** j * x for j, (_, x) in enumerate(chunk))
-                ns.push(o0, np.mean([x for x, _ in chunk], 0), r_k, o2, term, term or trunc, out,
+                ns.push(o0, np.mean([x for x, _ in chunk], 0), r_k, o2, term, term or trunc or cut, out,
                         g=gamma ** len(chunk), adv=float(info.get("phi") or 0.0) if advice else 0.0)
                 chunk, o0 = [], o2
             ret, n = ret + r, n + 1
@@ -90,9 +95,12 @@ def replay_demos(env, demos, cfg: LearnConfig, out: Replay, reset) -> dict:
                 break
         if trunc and not term:
             truncated += 1  # longer than max_steps: its prefix, bootstrapped like any truncated episode
+        elif model_ends:
+            detected += int(term)
         elif not (info["success"] and k + 1 == len(actions)):
             raise RuntimeError(f"demo seed {seed}: the replay ended at step {k + 1}/{len(actions)} with success="
                                f"{info['success']}")
         returns.append(ret)
     return {"episodes": len(demos), "transitions": n, "truncated": truncated,
-            "mean_return": float(np.mean(returns)) if returns else 0.0}
+            "mean_return": float(np.mean(returns)) if returns else 0.0,
+            **({"detected": detected} if model_ends else {})}

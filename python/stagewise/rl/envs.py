@@ -184,7 +184,10 @@ def serve_args(cfg: LearnConfig, reward: str, robot: str, envs: int, max_steps: 
     if reward == cfg.reward:
         args += shaping_args(cfg)
         if cfg.oracle_trap:
-            args += ["--oracle-trap", cfg.oracle_trap]
+            args += [f"--oracle-trap={cfg.oracle_trap}"]  # one word: Z may be negative
+        if cfg.episode_ends == "model":
+            args += ["--episode-ends", "model", "--success-delta", repr(cfg.success_delta),
+                     "--success-steps", str(cfg.success_steps)]
     return args
 
 

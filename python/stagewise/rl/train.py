@@ -26,6 +26,19 @@ from .envs import (Envs, ServeError, evaluate, learner_reward, reset, reward_mis
                    uses_advice)
 
 
+def detection_stats(episodes) -> dict:
+    """With --episode-ends model, how the model's success detection did on the learner's own episodes, judged by
+    the simulator (which the learner never trains on): `train_sim_success` the share of episodes in the simulator's
+    success at their end, `false_success` the share of detected successes that were not, `missed_success` the share
+    of episodes in success at their end the model did not detect (cut by the time limit)."""
+    detected = [e for e in episodes if e[1]]
+    sim = [e for e in episodes if (e[5] if len(e) > 5 else e[1])]
+    return {"train_sim_success": len(sim) / len(episodes) if episodes else float("nan"),
+            "false_success": (sum(1 for e in detected if not e[5]) / len(detected)) if detected else float("nan"),
+            "missed_success": (sum(1 for e in sim if not e[1]) / len(sim)) if sim else float("nan"),
+            "detected": len(detected)}
+
+
 def train_seed_base(seed: int) -> int:
     """The first simulator seed of run `seed`'s training episodes; each episode takes the next one."""
     return 1_000_000 * (seed + 1)
@@ -57,7 +70,9 @@ class SeedRun:
         self.step = self.decisions = self.resets = 0
         self.next_eval, self.next_ckpt, self.debt = 0, cfg.checkpoint_every, 0.0
         self.log: List[dict] = []
-        self.episodes: List[tuple] = []  # (env steps at the end, success, final oracle progress, length, return)
+        # (env steps at the end, success, final oracle progress, length, return, the simulator's success at the end):
+        # success is the episode's end as the learner saw it (with --episode-ends model: the model's detection)
+        self.episodes: List[tuple] = []
         self.best = {"success": -1.0}
         self.timing = {"env_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "wall_before_s": 0.0}
         self.resumed_from: List[int] = []
@@ -224,8 +239,10 @@ class SeedRun:
                                 adv=float(info.get("phi") or 0.0) if advice else 0.0)
             self.decisions += 1
             if done:
-                self.episodes.append((self.step, bool(info["success"]), float(info.get("progress_oracle") or 0.0),
-                                      self.ep_len[i], self.ep_ret[i]))
+                sim_success = bool(info["success"])
+                success = bool(term) if cfg.episode_ends == "model" else sim_success
+                self.episodes.append((self.step, success, float(info.get("progress_oracle") or 0.0),
+                                      self.ep_len[i], self.ep_ret[i], sim_success))
                 self.ep_ret[i], self.ep_len[i] = 0.0, 0
                 o2 = self._reset(i)
                 if self.flipper is not None:
@@ -264,6 +281,8 @@ class SeedRun:
                   train_episodes=len(self.episodes),
                   train_success=float(np.mean([e[1] for e in recent])) if recent else float("nan"),
                   train_return=float(np.mean([e[4] for e in recent])) if recent else float("nan"))
+        if cfg.episode_ends == "model":
+            ev.update(detection_stats(recent))
         if self.log and self.log[-1]["steps"] == step:
             self.log[-1] = ev  # the final evaluation of a run that ended on an evaluation step
         else:
@@ -286,6 +305,7 @@ class SeedRun:
                "replay_added": self.buf.added,
                "nstep_pending": sum(len(ns.buf) for ns in self.nsteps), "updates": self.agent.updates, "best": self.best,
                "train_episodes": len(self.episodes), "train_successes": int(sum(e[1] for e in self.episodes)),
+               **({"detection": detection_stats(self.episodes)} if cfg.episode_ends == "model" else {}),
                "wall_s": wall, **{k: v for k, v in self.timing.items() if k != "wall_before_s"},
                "s_per_10k": wall / max(self.step, 1) * 1e4, "resumed_from": self.resumed_from,
                "first_80": next((c["steps"] for c in self.log if c["success"] >= 0.8), None)}
