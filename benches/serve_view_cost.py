@@ -2,8 +2,8 @@
 without the live viewer.
 
 Starts `stagewise serve --task T --envs N --reward R --images` in turn without and with `--rerun save FILE.rrd`
-(each served env then publishes its steps, RGB frames at most 10 a second, and a `stagewise view live` child writes
-them), steps the N envs in parallel from one Python client (`RemoteEnv.step_async` on each, then every reply, as a
+(each served env then publishes its steps in batches, RGB frames 20 a second across the envs or --frames-per-s
+per env, and a `stagewise view live` child writes them), steps the N envs in parallel from one Python client (`RemoteEnv.step_async` on each, then every reply, as a
 vectorised learner does) with random actions, resetting ended episodes, and times the stepping loop only (after
 W warm-up steps; start-up excluded), with the CPU time per env-step of serve, its viewer child and the client in
 that loop (steadier than rates on a shared machine). Off and on alternate, R times each, so that a machine whose load drifts biases
@@ -59,6 +59,8 @@ def cpu_s(pid: int) -> float:
 def measure(args, rerun: bool, tmp: Path, k: int) -> dict:
     """One serve process, stepped by the client: env-steps/s of the timed loop, and what serve printed."""
     extra = ["--rerun", "save", str(tmp / f"serve{k}.rrd")] if rerun else []
+    if rerun and args.frames_per_s:
+        extra += ["--rerun-frames-per-s", str(args.frames_per_s)]
     log = tmp / f"serve{k}.log"
     p = launch.serve("--task", args.task, "--envs", str(args.envs), "--reward", args.reward, "--images",
                      "--width", str(args.size), "--height", str(args.size), *extra, log=str(log))  # fmt: skip
@@ -120,6 +122,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="timed steps per env (default 300)")
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps per env first (default 20)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--frames-per-s", type=float, help="serve --rerun-frames-per-s (default: serve's, 20 in all)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     os.environ.setdefault("STAGEWISE_BIN", binary())

@@ -328,6 +328,8 @@ def test_serve_rerun_without_a_viewer_serves_on(tmp_path):
     assert f"no Rerun viewer at 127.0.0.1:{closed}" in out and "exited" in out, out[-3000:]
     out = stagewise("serve", "--task", "pick-place", "--rerun", "show")
     assert out.returncode != 0 and "save FILE.rrd" in out.stderr, out.stderr[-2000:]
+    out = stagewise("serve", "--task", "pick-place", "--rerun-frames-per-s", "2")
+    assert out.returncode != 0 and "needs --rerun" in out.stderr, out.stderr[-2000:]
 
 
 def frame_steps(rrd: Path, entity: str) -> list:

@@ -17,7 +17,7 @@
 
 use super::ort_args::OrtArgs;
 use super::sim_args::SimEnvArgs;
-use super::view::{LiveViewer, RerunSink, VIEWER_FINISH, VIEWER_FRAME_GAP, VIEWER_START};
+use super::view::{LiveViewer, RerunSink, VIEWER_BATCH_GAP, VIEWER_FINISH, VIEWER_START};
 use super::zenoh_args::{Role, ZenohArgs};
 use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
@@ -66,9 +66,9 @@ pub struct ServeArgs {
     pub hz: f64,
     /// Show what the served envs do in Rerun (docs/view.md): `spawn` (a viewer on this machine), `connect [ADDR]`
     /// (a running viewer, default 127.0.0.1:9876) or `save FILE.rrd`. Each served env then publishes its steps
-    /// in batches (`stagewise/<robot>/steps`, 10 a second per env and one at an episode's end, each with its
-    /// last step's RGB frames when the env renders) and episode summaries, dropped under congestion, so a reply
-    /// never waits on the viewer; a `stagewise view live` process shows them. A viewer that cannot start is a warning; serving
+    /// in batches (`stagewise/<robot>/steps`, 10 a second per env and one at an episode's end; RGB frames when the
+    /// env renders, at --rerun-frames-per-s) and episode summaries, dropped under congestion, so a reply never
+    /// waits on the viewer; a `stagewise view live` process shows them. A viewer that cannot start is a warning; serving
     /// goes on.
     #[arg(long, num_args = 1..=2, value_names = ["MODE", "ARG"])]
     pub rerun: Vec<String>,
@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// the reply's `info`, for evaluation only).
     #[arg(long, value_enum, default_value_t = EpisodeEnds::Env)]
     pub episode_ends: EpisodeEnds,
+    /// With --rerun: camera frames per second and served env the viewer gets (default: 20 a second across all
+    /// served envs, at most 10 per env: 2.5 each at --envs 8). Frames are most of what the viewer costs a learner.
+    #[arg(long, value_name = "F")]
+    pub rerun_frames_per_s: Option<f64>,
     /// Stop after this many seconds (0 = until Ctrl-C).
     #[arg(long, default_value_t = 0.0)]
     pub seconds: f64,
@@ -109,18 +113,21 @@ pub enum EpisodeEnds {
     Model,
 }
 
-/// `--rerun`'s stream of one served env: its steps in batches ([`StepsMsg`], one every `VIEWER_FRAME_GAP` with
-/// that step's RGB frames, and one at an episode's end) and its episodes' summaries, put with zenoh's
-/// `CongestionControl::Drop` (the reply never waits on the viewer). A learner stepping hundreds of steps a
-/// second per env then costs a message every tenth of a second, not one a step (docs/view.md, "cost").
+/// `--rerun`'s stream of one served env: its steps in batches ([`StepsMsg`], one every `VIEWER_BATCH_GAP` and one
+/// at an episode's end, with that step's RGB frames when its last ones are `frame_gap` old and at an episode's
+/// end) and its episodes' summaries, put with zenoh's `CongestionControl::Drop` (the reply never waits on the
+/// viewer). A learner stepping hundreds of steps a second per env then costs a message every tenth of a second,
+/// not one a step (docs/view.md, "cost").
 struct ServeView {
     publisher: ViewPublisher,
     /// The steps of the episode under way not yet sent (`None` when there are none).
     batch: Option<StepsMsg>,
     /// The episode under way.
     acc: EpisodeTally,
-    /// When this env's last batch went out.
+    /// When this env's last batch went out, and its last frames.
     last_sent: Option<Instant>,
+    last_frames: Option<Instant>,
+    frame_gap: Duration,
 }
 
 /// What an episode's summary says, summed over its steps so far.
@@ -133,18 +140,21 @@ struct EpisodeTally {
 }
 
 impl ServeView {
-    fn new(publisher: ViewPublisher) -> Self {
+    fn new(publisher: ViewPublisher, frame_gap: Duration) -> Self {
         Self {
             publisher,
             batch: None,
             acc: EpisodeTally::default(),
             last_sent: None,
+            last_frames: None,
+            frame_gap,
         }
     }
 
-    /// Adds one step (`out`, before its observation is turned into the reply) to the batch; sends the batch,
-    /// with this step's RGB frames, when the last went out `VIEWER_FRAME_GAP` ago (or none did) and when the
-    /// episode ended, then the episode's summary. Never blocks on the viewer.
+    /// Adds one step (`out`, before its observation is turned into the reply) to the batch; sends the batch when
+    /// the last went out `VIEWER_BATCH_GAP` ago (or none did) and when the episode ended, then the episode's
+    /// summary; the batch carries this step's RGB frames when the last ones are `frame_gap` old (or there were
+    /// none) and at the episode's end. Never blocks on the viewer.
     fn step(&mut self, action: &[f32], out: &StepOutcome) {
         let s = &out.shaped;
         let success = s.success || out.result.info.success;
@@ -171,12 +181,12 @@ impl ServeView {
         self.acc.length += 1;
         self.acc.success |= success;
         let now = Instant::now();
-        let due = self
-            .last_sent
-            .is_none_or(|t| now.duration_since(t) >= VIEWER_FRAME_GAP);
+        let since = |t: Option<Instant>, gap| t.is_none_or(|t| now.duration_since(t) >= gap);
+        let due = since(self.last_sent, VIEWER_BATCH_GAP);
         if due || s.done() || b.rows() >= MAX_BATCH {
-            if due || s.done() {
+            if (due && since(self.last_frames, self.frame_gap)) || s.done() {
                 b.next_obs = Some(ObservationMsg::from_observation_rgb(&out.result.obs));
+                self.last_frames = Some(now);
             }
             self.send(now);
         }
@@ -217,6 +227,9 @@ impl ServeView {
         }
     }
 }
+
+/// `serve --rerun`'s default frame rate across all served envs (`--rerun-frames-per-s`).
+const VIEWER_FRAMES_PER_S_IN_ALL: f64 = 20.0;
 
 /// Rows at most in one batch: at a step every 0.1 ms a tenth of a second's steps would be 1000 (40 KB).
 const MAX_BATCH: usize = 256;
@@ -369,6 +382,17 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let rerun = (!a.rerun.is_empty())
         .then(|| RerunSink::parse(&a.rerun))
         .transpose()?;
+    let fps = a
+        .rerun_frames_per_s
+        .unwrap_or(VIEWER_FRAMES_PER_S_IN_ALL / a.envs as f64)
+        .min(10.0);
+    if fps.is_nan() || fps <= 0.0 {
+        bail!("--rerun-frames-per-s must be > 0 (got {fps})");
+    }
+    if a.rerun.is_empty() && a.rerun_frames_per_s.is_some() {
+        bail!("--rerun-frames-per-s needs --rerun (it sets the viewer's frame rate)");
+    }
+    let frame_gap = Duration::from_secs_f64(1.0 / fps);
     let base = Keys::new(a.zenoh.robot_name())?;
     let node = a.zenoh.open(Role::Listen, None)?;
     let mut handlers = Vec::with_capacity(a.envs);
@@ -394,7 +418,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             Keys::new(format!("{}-{i}", base.robot()))?
         };
         let view = match &rerun {
-            Some(_) => Some(ServeView::new(node.view_publisher(&keys)?)),
+            Some(_) => Some(ServeView::new(node.view_publisher(&keys)?, frame_gap)),
             None => None,
         };
         let handler = ServedEnv {

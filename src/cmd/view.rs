@@ -101,15 +101,14 @@ pub fn viewer_endpoints(config: &StreamConfig) -> anyhow::Result<Vec<OsString>> 
 }
 
 /// `run --rerun` (without `--stream-images`) puts RGB frames (no depth) on every 10th step of an episode and its
-/// last (`serve --rerun` batches by time instead, `VIEWER_FRAME_GAP`): 5 frames/s per env at a 50 Hz control rate
+/// last (`serve --rerun` sends them by time instead, `--rerun-frames-per-s`): 5 frames/s per env at a 50 Hz control rate
 /// (a person watching follows that), about a twentieth of the bytes of every step's RGB and depth.
 pub const VIEWER_FRAMES: FrameStream = FrameStream::Sampled { every: 10 };
 
 /// `serve --rerun` sends a served env's steps in a batch when its last batch went out this long ago (and at an
-/// episode's end), with that step's RGB frames: a learner steps as fast as it can, often hundreds of steps a second
-/// per env, where a message a step would cost the viewer more than the learner (docs/view.md, "cost"); 10 frames a
-/// second and env is what the viewer shows (`stagewise view --frames-per-s`).
-pub const VIEWER_FRAME_GAP: Duration = Duration::from_millis(100);
+/// episode's end): a learner steps as fast as it can, often hundreds of steps a second per env, where a message a
+/// step would cost the viewer more than the learner (docs/view.md, "cost").
+pub const VIEWER_BATCH_GAP: Duration = Duration::from_millis(100);
 
 /// How long `run`/`serve --rerun` wait for their viewer to subscribe before the first step (Python, rerun and zenoh
 /// start in a few seconds on a busy machine), and how long they give the viewer to finish at the end.
