@@ -2,6 +2,7 @@
 
 import math
 import subprocess
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -221,3 +222,43 @@ def test_episodes_end_on_the_model_not_the_simulator(serve):
     out = subprocess.run([launch.find_binary(), "serve", "--task", "push-target", "--episode-ends", "model"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode != 0 and "--reward sparse has none" in out.stderr, out.stderr
+
+
+def test_served_embeddings_are_the_reward_models_encoding_of_the_served_frames(serve):
+    """`serve --embeddings`: every reply carries the reward model's embeddings of its observation's frames, float32
+    [views, E], equal to the model's encoder (run here with onnxruntime) on the frames the reply carries; absent
+    without the flag; refused without a reward model."""
+    import onnxruntime as ort
+
+    from stagewise.env import RemoteEnv
+    from stagewise.session import open_session
+    from stagewise.wire import tensor
+
+    model_dir = Path(__file__).resolve().parents[2] / "models" / "push-target"
+    enc = ort.InferenceSession(str(model_dir / "push-target-progress.encoder.onnx"))
+    views = ["front", "side", "wrist"]
+
+    def encode(obs):
+        frames = np.stack([(tensor(obs["images"][v]).astype(np.float32) / 255.0 - 0.5) / 0.25 for v in views])
+        return enc.run(["embedding"], {"frames": frames.transpose(0, 3, 1, 2).copy()})[0]
+
+    for flags, want in ((["--embeddings"], True), ([], False)):
+        p = serve("--task", "push-target", "--reward", "model", "--images", "--width", "32", "--height", "32", *flags)
+        session = open_session([p.endpoint])
+        try:
+            env = RemoteEnv("sim0", session=session, timeout=60, connect_timeout=60)
+            replies = [env.reset(seed=3)] + [env.step([0.6, -0.3, -0.5, 0.0]) for _ in range(3)]
+            env.close()
+        finally:
+            session.close()
+        for r in replies:
+            assert ("embedding" in r) == want, sorted(r)
+            if want:
+                e = tensor(r["embedding"])
+                assert e.shape == (3, 64) and e.dtype == np.float32
+                np.testing.assert_allclose(e, encode(r["obs"]), atol=1e-4)
+        if want:
+            assert np.abs(tensor(replies[0]["embedding"]) - tensor(replies[-1]["embedding"])).max() > 1e-3
+    out = subprocess.run([launch.find_binary(), "serve", "--task", "push-target", "--reward", "oracle", "--embeddings"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode != 0 and "need --reward model" in out.stderr, out.stderr

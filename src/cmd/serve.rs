@@ -30,7 +30,7 @@ use stagewise_stream::wire::{
     kind, now_ns, EnvSpecMsg, EpisodeMsg, ResetReply, ResetRequest, RewardSpecMsg, Schema,
     StepReply, StepRequest, StepsMsg,
 };
-use stagewise_stream::{EnvHandler, Keys, ObservationMsg, ViewPublisher};
+use stagewise_stream::{EnvHandler, Keys, ObservationMsg, Tensor, ViewPublisher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -58,6 +58,11 @@ pub struct ServeArgs {
     /// Put the camera frames on the observations (default: state only; the spec then lists no views).
     #[arg(long)]
     pub images: bool,
+    /// Put the reward model's embeddings of each observation's frames on the replies (`embedding`, float32
+    /// [views, E]; needs --reward model with a two-part model): the frames the reward model read, encoded once,
+    /// as a policy's visual input.
+    #[arg(long)]
+    pub embeddings: bool,
     /// Seed of env i's first server-chosen reset is seed + i; later ones count up by --envs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -97,6 +102,7 @@ struct ServedEnv {
     spec: EnvSpecMsg,
     reward: RewardSpecMsg,
     images: bool,
+    embeddings: bool,
     next_seed: u64,
     seed_step: u64,
     ticker: Ticker,
@@ -259,6 +265,13 @@ fn reply_error(e: RuntimeError) -> String {
 }
 
 impl ServedEnv {
+    /// The reward model's embeddings of the last observation's frames (`--embeddings`), float32 [views, E].
+    fn embedding(&self) -> Option<Tensor> {
+        let (values, e) = self.shaped.last_embeddings().filter(|_| self.embeddings)?;
+        let shape = vec![(values.len() / e.max(1)) as u64, e as u64];
+        Tensor::from_f32_shaped(shape, values).ok()
+    }
+
     fn obs_msg(&self, obs: Observation) -> ObservationMsg {
         let mut msg = ObservationMsg::from_observation_owned(obs);
         if !self.images {
@@ -285,6 +298,7 @@ impl EnvHandler for ServedEnv {
         }
         ResetReply {
             spec: Some(self.spec.clone()),
+            embedding: self.embedding(),
             obs: Some(self.obs_msg(r.obs)),
             reward: Some(self.reward.clone()),
             phi: r.progress.map(|p| f64::from(p.phi)),
@@ -316,6 +330,7 @@ impl EnvHandler for ServedEnv {
             reply.task_reward = Some(shaped.task_reward);
             reply.phi = Some(f64::from(p.phi));
         }
+        reply.embedding = self.embedding();
         reply.obs = Some(self.obs_msg(step.obs));
         reply
     }
@@ -339,6 +354,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         && (a.shaping.names_a_form() || a.shaping.success_delta.is_some())
     {
         bail!("--reward sparse has no progress to shape or detect success from: drop --shaping (and its parameters) and --success-delta (or pass --reward model|oracle)");
+    }
+    if a.embeddings && a.reward != RewardSource::Model {
+        bail!("--embeddings are the reward model's: they need --reward model");
     }
     let mut cfg = a.sim.config();
     if a.episode_ends == EpisodeEnds::Model {
@@ -408,6 +426,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                     StateMap::bind_source(model.manifest(), &source, &env.spec().state.names, None)
                         .with_context(|| format!("binding the state fields of {}", m.display()))?;
                 model.set_state_map(map)?;
+                if a.embeddings && model.last_embeddings().is_none() {
+                    bail!(
+                        "--embeddings: {} runs as a single graph, which has no frame embeddings (a two-part model, \
+                         with [parts] in its manifest, has them)",
+                        m.display()
+                    );
+                }
                 ProgressSource::Model(Box::new(model))
             }
             _ => ProgressSource::Sparse,
@@ -433,6 +458,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             },
             reward: reward.clone(),
             images: a.images,
+            embeddings: a.embeddings,
             next_seed: a.seed.wrapping_add(i as u64),
             seed_step: a.envs as u64,
             ticker: Ticker::new(Clock::from_hz(a.hz)),

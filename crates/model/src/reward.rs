@@ -221,6 +221,19 @@ impl RewardModel {
         &self.manifest
     }
 
+    /// The embeddings of the newest frames of the last successful [`Self::score_envs`] (two-part form):
+    /// `[n * views, E]`, the call's envs in its order and each env's views in the manifest's order, with `E`;
+    /// `None` for the single graph (it has no frame embedding). What a policy can read as its visual input: the
+    /// frames the reward model saw, encoded once.
+    pub fn last_embeddings(&self) -> Option<(&[f32], usize)> {
+        match &self.graphs {
+            Graphs::TwoPart {
+                model, embeddings, ..
+            } => Some((embeddings.as_slice(), model.embedding_len())),
+            Graphs::Single(_) => None,
+        }
+    }
+
     /// The form this model runs in: [`ModelForm::SingleGraph`] or [`ModelForm::TwoPart`].
     pub fn form(&self) -> ModelForm {
         match self.graphs {

@@ -124,6 +124,16 @@ impl ShapedEnv {
         })
     }
 
+    /// The reward model's embeddings of the newest frames of the envs of the last [`Self::reset`] or
+    /// [`Self::step`] (`[n * views, E]`, envs in that call's order) and `E`; `None` without a two-part reward
+    /// model.
+    pub fn last_embeddings(&self) -> Option<(&[f32], usize)> {
+        match &self.progress {
+            ProgressSource::Model(m) => m.last_embeddings(),
+            _ => None,
+        }
+    }
+
     /// The envs' own task reward, success and termination are no longer read: success (`r_task = 1`, the
     /// episode terminated) comes from the shaping's success detection on progress alone, as on a robot whose
     /// reward model is its only judge (`serve --episode-ends model`); the env's time limit still truncates. The

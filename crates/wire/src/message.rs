@@ -7,7 +7,7 @@
 //! know and rejects schema versions newer than its own.
 
 use crate::tensor::{Borrowed, DecodeData, TensorData};
-use crate::tensor::{DType, ObservationMsg};
+use crate::tensor::{DType, ObservationMsg, Tensor};
 use serde::de::{self, DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
@@ -1115,6 +1115,10 @@ pub struct ResetReply {
     /// Progress (potential) of the first observation, when the reward is shaped.
     #[serde(default)]
     pub phi: Option<f64>,
+    /// The reward model's embeddings of the observation's frames, float32 `[views, E]`, when the server was
+    /// asked for them (`serve --embeddings`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<Tensor>,
 }
 
 impl ResetReply {
@@ -1139,7 +1143,24 @@ impl Message for ResetReply {
         2048 + self.obs.as_ref().map_or(0, ObservationMsg::data_len)
     }
     fn validate(&self) -> Result<(), WireError> {
-        check_obs(Self::KIND, "obs", &self.obs)
+        check_obs(Self::KIND, "obs", &self.obs)?;
+        check_embedding(Self::KIND, &self.embedding)
+    }
+}
+
+/// An `embedding` is float32 `[views, E]`.
+fn check_embedding(kind: &'static str, t: &Option<Tensor>) -> Result<(), WireError> {
+    match t {
+        Some(t) if t.dtype() != DType::Float32 || t.shape().len() != 2 => Err(WireError::Invalid {
+            kind,
+            field: "embedding",
+            reason: format!(
+                "expected float32 [views, E], got {} {:?}",
+                t.dtype(),
+                t.shape()
+            ),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -1217,6 +1238,9 @@ pub struct StepReply {
     /// Progress (potential) of the next observation as read, when the reward is shaped.
     #[serde(default)]
     pub phi: Option<f64>,
+    /// The reward model's embeddings of the next observation's frames, as in [`ResetReply::embedding`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<Tensor>,
 }
 
 impl StepReply {
@@ -1244,7 +1268,8 @@ impl Message for StepReply {
         1024 + self.obs.as_ref().map_or(0, ObservationMsg::data_len)
     }
     fn validate(&self) -> Result<(), WireError> {
-        check_obs(Self::KIND, "obs", &self.obs)
+        check_obs(Self::KIND, "obs", &self.obs)?;
+        check_embedding(Self::KIND, &self.embedding)
     }
 }
 
