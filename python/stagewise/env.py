@@ -12,7 +12,7 @@ import zenoh
 
 from .errors import NoRuntimeError, RemoteError, StepTimeoutError, WireError
 from .session import DEFAULT_ENDPOINT, DEFAULT_ROBOT, keys, open_session
-from .wire import SCHEMA, decode, encode, observation
+from .wire import SCHEMA, decode, encode, observation, tensor
 
 
 class PendingReply:
@@ -131,19 +131,27 @@ def _box(b: Dict[str, Any], dtype=np.float32) -> gym.spaces.Box:
     return gym.spaces.Box(low=low, high=high, shape=low.shape, dtype=dtype)
 
 
-def spaces_from_spec(spec: Dict[str, Any], images: bool = True) -> Tuple[gym.Space, gym.spaces.Box]:
+def spaces_from_spec(
+    spec: Dict[str, Any], images: bool = True, embedding: Optional[Tuple[int, ...]] = None
+) -> Tuple[gym.Space, gym.spaces.Box]:
     """(observation_space, action_space) of an env spec: the state as a Box when the env serves no frames (or
-    `images` is False), else a Dict with `state` and one uint8 [H, W, 3] Box per camera view."""
+    `images` is False) and no embedding, else a Dict with `state`, one uint8 [H, W, 3] Box per camera view and,
+    when the server sends the reward model's embeddings (`serve --embeddings`; their shape `embedding`), an
+    `embedding` float32 [views, E] Box."""
     state = _box(spec["state"])
-    views = spec.get("views") or []
-    if views and images:
-        d = {"state": state}
-        for v in views:
-            d[v["name"]] = gym.spaces.Box(0, 255, (int(v["height"]), int(v["width"]), 3), np.uint8)
-        obs_space: gym.Space = gym.spaces.Dict(d)
-    else:
-        obs_space = state
-    return obs_space, _box(spec["action"])
+    views = (spec.get("views") or []) if images else []
+    if not views and embedding is None:
+        return state, _box(spec["action"])
+    d: Dict[str, gym.Space] = {"state": state}
+    for v in views:
+        d[v["name"]] = gym.spaces.Box(0, 255, (int(v["height"]), int(v["width"]), 3), np.uint8)
+    if embedding is not None:
+        d[EMBEDDING] = gym.spaces.Box(-np.inf, np.inf, tuple(embedding), np.float32)
+    return gym.spaces.Dict(d), _box(spec["action"])
+
+
+#: The observation key of the reward model's embeddings (`serve --embeddings`).
+EMBEDDING = "embedding"
 
 
 class StagewiseEnv(gym.Env):
@@ -204,7 +212,9 @@ class StagewiseEnv(gym.Env):
             "render_modes": ["rgb_array"] if views else [],
             "render_fps": float(self.spec_msg.get("control_hz") or 50.0),
         }
-        self.observation_space, self.action_space = spaces_from_spec(self.spec_msg, observe_images)
+        emb = first.get("embedding")
+        emb_shape = tuple(tensor(emb, self.client.keys["env_reset"], "embedding").shape) if emb else None
+        self.observation_space, self.action_space = spaces_from_spec(self.spec_msg, observe_images, emb_shape)
         self._keep_frames(observation(first["obs"], self.client.keys["env_reset"]))
         rs = self.reward_spec
         if gamma is not None and rs is not None and rs.get("source") != "sparse":
@@ -232,14 +242,19 @@ class StagewiseEnv(gym.Env):
             return None
         return np.concatenate([np.asarray(f) for f in self._frames.values()], axis=1)
 
-    def _obs(self, o: Dict[str, Any], key: str) -> Any:
-        obs = observation(o, key)
+    def _obs(self, msg: Dict[str, Any], key: str) -> Any:
+        obs = observation(msg["obs"], key)
         self._keep_frames(obs)
         state = np.asarray(obs["state"], dtype=np.float32)
         if isinstance(self.observation_space, gym.spaces.Dict):
             out = {"state": state}
             for name in self.observation_space.spaces:
                 if name == "state":
+                    continue
+                if name == EMBEDDING:
+                    if msg.get(EMBEDDING) is None:
+                        raise WireError(key, "reply", "no `embedding` (the server sent one at the first reset)")
+                    out[name] = np.array(tensor(msg[EMBEDDING], key, EMBEDDING), dtype=np.float32)
                     continue
                 if name not in obs["images"]:
                     raise WireError(key, "observation", f"no frame for view {name!r}")
@@ -257,7 +272,7 @@ class StagewiseEnv(gym.Env):
         info = {"seed": episode_seed}
         if msg.get("phi") is not None:
             info["phi"] = float(msg["phi"])
-        return self._obs(msg["obs"], self.client.keys["env_reset"]), info
+        return self._obs(msg, self.client.keys["env_reset"]), info
 
     def step(self, action):
         return self.step_wait(self.step_async(action))
@@ -289,7 +304,7 @@ class StagewiseEnv(gym.Env):
         if msg.get("phi") is not None:
             info["phi"] = float(msg["phi"])
         return (
-            self._obs(msg["obs"], pending.key),
+            self._obs(msg, pending.key),
             float(msg["reward"]),
             bool(msg["terminated"]),
             bool(msg["truncated"]),

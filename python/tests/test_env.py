@@ -262,3 +262,22 @@ def test_served_embeddings_are_the_reward_models_encoding_of_the_served_frames(s
     out = subprocess.run([launch.find_binary(), "serve", "--task", "push-target", "--reward", "oracle", "--embeddings"],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode != 0 and "need --reward model" in out.stderr, out.stderr
+
+
+def test_a_gymnasium_env_observes_the_served_embeddings(serve):
+    """With `serve --embeddings` the observation is a Dict of `state` and `embedding` (float32 [views, E]), and
+    gymnasium's checker passes on it."""
+    from gymnasium.utils.env_checker import check_env
+
+    p = serve("--task", "push-target", "--reward", "model", "--embeddings", "--width", "32", "--height", "32")
+    env = StagewiseEnv(connect=p.endpoint, connect_timeout=60)
+    try:
+        assert set(env.observation_space.spaces) == {"state", "embedding"}
+        assert env.observation_space["embedding"].shape == (3, 64)
+        obs, _ = env.reset(seed=1)
+        obs2, *_ = env.step(env.action_space.sample())
+        assert obs["embedding"].shape == (3, 64) and obs2["embedding"].dtype == np.float32
+        assert env.observation_space.contains(obs2)
+        check_env(env, skip_render_check=True)
+    finally:
+        env.close()

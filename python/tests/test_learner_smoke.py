@@ -477,3 +477,27 @@ def test_with_model_ends_the_learner_counts_the_models_false_successes(tmp_path,
     assert last["train_success"] == 1.0 and last["false_success"] == 1.0
     with pytest.raises(ValueError, match="episode_ends"):
         rl.build("push-target", {"reward": "sparse", "episode_ends": "model"})
+
+
+def test_with_embeddings_the_policy_reads_the_reward_models_view_and_the_hand_only(tmp_path, binary):
+    """`--obs embeddings` (what a robot has): both servers serve the reward model's embeddings, the policy's input
+    is those of the 3 views (3 x 64) and the hand's position and gripper width, nothing of the block or target;
+    the symmetry augmentation (it pivots on the block's pose) is off and refused on."""
+    cfg = rl.build("push-target", {"reward": "model", "obs": "embeddings"})
+    assert cfg.augment_symmetry == 0.0
+    train, evals = rl.serve_args(cfg, "model", "r", 4, 100), rl.serve_args(cfg, "sparse", "r-eval", 10, 0)
+    assert "--embeddings" in train and "--embeddings" in evals
+    assert evals[evals.index("--reward") + 1] == "model" and "--episode-ends" not in evals
+    with pytest.raises(ValueError, match="augment_symmetry"):
+        rl.build("push-target", {"reward": "model", "obs": "embeddings", "augment_symmetry": 1.0})
+    with pytest.raises(ValueError, match="obs"):
+        rl.build("push-target", {"reward": "oracle", "obs": "embeddings"})
+    out = tmp_path / "run"
+    (run,) = runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--obs", "embeddings",
+                                     "--demos", "2", "--steps", "800", "--out", str(out)]))  # fmt: skip
+    assert run["demos"]["episodes"] == 2 and run["checkpoints"][-1]["steps"] >= 800
+    manifest = (out / "seed-0" / "policy" / "push-target-model-0.toml").read_text()
+    assert "state_size = 196" in manifest, manifest
+    names = manifest[manifest.index("state_names"):].split("]")[0]
+    assert '"emb0_0"' in names and '"emb2_63"' in names and '"gripper_width"' in names
+    assert not any(w in names for w in ("block", "target", "grasped")), names

@@ -44,6 +44,10 @@ OPTIONS = {
          "the value of a success K (1 - phi) env steps away (K: the steps a whole task takes, e.g. the "
          "demonstrations' mean length)"),
         ("--gamma", "reward_form.gamma", float, "discount of the learner and the shaping (default 0.99)"),
+        ("--obs", "obs", ("state", "embeddings"), "what the policy reads: state (default: the simulator's state, "
+         "object poses included) or embeddings (what a robot has: the reward model's embeddings of the camera "
+         "frames, `serve --embeddings`, and the hand's position and gripper width; needs --reward model; symmetry "
+         "augmentation off)"),
         ("--episode-ends", "episode_ends", ("env", "model"), "what ends a training episode and is its success: env "
          "(default: the simulator's success) or model (what a robot has: success detection on the served progress, "
          "--success-delta, and the time limit; evaluation still reads the simulator's success, and curves.json "

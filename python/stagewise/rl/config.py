@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 TASKS = ("pick-place", "push-target", "stack")
+#: What a robot senses of itself: the policy's state beside the camera embeddings with --obs embeddings.
+PROPRIOCEPTION = ("ee_x", "ee_y", "ee_z", "gripper_width")
 REWARDS = ("model", "oracle", "sparse")
 SHAPINGS = ("potential", "value", "progress", "advice")
 
@@ -97,6 +99,10 @@ class LearnConfig:
     # or "model" (what a robot has: the training server's success detection on the served progress, phi >= 1 -
     # success_delta for success_steps steps, and the time limit; `serve --episode-ends model`). Evaluation always
     # reads the simulator's success.
+    # What the policy and critics read: "state" (the simulator's state vector: block and target poses included)
+    # or "embeddings" (what a robot has: the reward model's embeddings of the camera frames, `serve
+    # --embeddings`, and the proprioception PROPRIOCEPTION; no object pose reaches the learner).
+    obs: str = "state"
     episode_ends: str = "env"
     success_delta: float = 0.05
     success_steps: int = 1
@@ -134,6 +140,11 @@ class LearnConfig:
              "must lie in [0, 1]"),
             (len(a.net) > 0 and all(n > 0 for n in a.net), "net", f"{a.net} is not a list of positive widths"),
             (bool(self.serve_robot), "serve_robot", "must name the running server's --robot-name"),
+            (self.obs in ("state", "embeddings"), "obs", f"{self.obs!r} is not state or embeddings"),
+            (self.obs == "state" or self.reward == "model", "obs",
+             "embeddings are the reward model's (`serve --embeddings`): they need --reward model"),
+            (self.obs == "state" or self.augment_symmetry == 0.0, "augment_symmetry",
+             "the symmetry maps pivot on the block's pose, which --obs embeddings does not have: pass 0"),
             (self.episode_ends in ("env", "model"), "episode_ends", f"{self.episode_ends!r} is not env or model"),
             (self.episode_ends == "env" or self.reward != "sparse", "episode_ends",
              "model: success is detected on the served progress, which --reward sparse does not have"),
@@ -196,6 +207,8 @@ def build(task: str, overrides: Dict[str, Any]) -> LearnConfig:
     if form != defaults.get("reward_form.shaping", RewardConfig.shaping):
         # a task's settings of its own reward form do not carry over to another form asked for
         defaults = {k: v for k, v in defaults.items() if not k.startswith("reward_form.")}
+    if overrides.get("obs", "state") != "state":
+        defaults["augment_symmetry"] = 0.0  # its maps read the block's pose
     values = {"reward_form.shaping_scale": SHAPING_SCALE.get(form, RewardConfig.shaping_scale), **defaults,
               **overrides, "task": task}
     top, agent, reward = {}, {}, {}

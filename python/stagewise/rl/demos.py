@@ -72,14 +72,14 @@ def replay_demos(env, demos, cfg: LearnConfig, out: Replay, reset) -> dict:
     returns, n, truncated, detected = [], 0, 0, 0
     for seed, states, actions in demos:
         o, info = reset(env, seed)
-        if not np.allclose(o, states[0], atol=1e-5):
+        if not np.allclose(env.last_state, states[0], atol=1e-5):
             raise RuntimeError(f"demo seed {seed}: the served reset state differs from the recorded one")
         ns, ret = NStep(cfg.nstep, gamma), 0.0
         chunk, o0 = [], o
         for k, act in enumerate(actions):
             o2, r, term, trunc, info = env.step(act)
             cut = model_ends and k + 1 == len(actions) and not (term or trunc)
-            if not np.allclose(o2, states[k + 1], atol=1e-4):
+            if not np.allclose(env.last_state, states[k + 1], atol=1e-4):
                 raise RuntimeError(f"demo seed {seed}: the served state after step {k + 1} differs from the recorded "
                                    "one (simulator not deterministic?)")
             chunk.append((act, learner_reward(r, info, advice)))

@@ -19,18 +19,58 @@ from ..launch import serve_died
 from ..session import open_session
 from ..vec_env import robot_names
 from ..wire import value_horizon
-from .config import LearnConfig
+from ..env import EMBEDDING
+from .config import PROPRIOCEPTION, LearnConfig
+
+
+class LearnerEnv(StagewiseEnv):
+    """A served env whose observation is one flat float32 vector: the state (--obs state), or the reward model's
+    embeddings of every view, flattened, then the proprioception PROPRIOCEPTION taken by name from the state (--obs
+    embeddings). `last_state` keeps the last observation's full state (for the demonstrations' replay check
+    only: it never reaches the policy)."""
+
+    def __init__(self, *args, obs: str = "state", **kw):
+        self.obs_kind = obs
+        self.last_state: Optional[np.ndarray] = None
+        super().__init__(*args, **kw)
+        if obs == "embeddings":
+            spaces = getattr(self.observation_space, "spaces", {})
+            if EMBEDDING not in spaces:
+                self.client.close()
+                raise ServeError(f"{self.client.keys['env_reset']}: --obs embeddings, but the server sends no "
+                                 "`embedding` (start it with --embeddings)")
+            names = list(self.spec_msg["state"]["names"])
+            missing = [n for n in PROPRIOCEPTION if n not in names]
+            if missing:
+                self.client.close()
+                raise ServeError(f"{self.client.keys['env_reset']}: the state has no {', '.join(missing)}")
+            self.proprio = [names.index(n) for n in PROPRIOCEPTION]
+            views, e = spaces[EMBEDDING].shape
+            self.feature_names = [f"emb{v}_{k}" for v in range(views) for k in range(e)] + list(PROPRIOCEPTION)
+        else:
+            self.feature_names = list(self.spec_msg["state"]["names"])
+
+    def _obs(self, msg, key):
+        o = super()._obs(msg, key)
+        if isinstance(o, dict):
+            self.last_state = o["state"]
+            if self.obs_kind == "embeddings":
+                return np.concatenate([o[EMBEDDING].reshape(-1), o["state"][self.proprio]]).astype(np.float32)
+            return o["state"]
+        self.last_state = o
+        return o
 
 
 class Envs:
     """The N envs of one `stagewise serve --envs N`, stepped concurrently (all queries out, then the replies).
-    `srv`: the server process, checked while connecting so that a server that died is reported at once."""
+    `srv`: the server process, checked while connecting so that a server that died is reported at once. `obs`:
+    what each env observes (LearnerEnv)."""
 
     def __init__(self, endpoint: str, robot: str, n: int, gamma: Optional[float], srv: Optional[launch.Process] = None,
-                 patience: float = 300.0):
+                 patience: float = 300.0, obs: str = "state"):
         self.srv = srv
         self.session = open_session(endpoint)
-        self.envs: List[StagewiseEnv] = []
+        self.envs: List[LearnerEnv] = []
         deadline = time.monotonic() + patience
         try:
             for r in robot_names(robot, n):
@@ -38,8 +78,8 @@ class Envs:
                     if srv is not None and not srv.alive():
                         raise serve_died(srv, f"connecting to {r}")
                     try:  # short waits, so that a dead server is noticed within seconds
-                        self.envs.append(StagewiseEnv(r, session=self.session, connect_timeout=2, gamma=gamma,
-                                                      timeout=60))
+                        self.envs.append(LearnerEnv(r, session=self.session, connect_timeout=2, gamma=gamma,
+                                                    timeout=60, obs=obs))
                         break
                     except NoRuntimeError:
                         if time.monotonic() >= deadline:
@@ -173,15 +213,23 @@ def reward_mismatch(cfg: LearnConfig, spec: Optional[dict]) -> List[str]:
 
 
 def serve_args(cfg: LearnConfig, reward: str, robot: str, envs: int, max_steps: int) -> List[str]:
+    """`stagewise serve`'s flags for the training server (`reward` = cfg.reward) or the evaluation server
+    ("sparse": the simulator's success is what is evaluated). With --obs embeddings both serve the reward model's
+    embeddings, which the policy reads (the evaluation server's reward is then the model's, unread)."""
+    training = reward == cfg.reward
+    if cfg.obs == "embeddings":
+        reward = "model"
     args = ["--task", cfg.task, "--reward", reward, "--envs", str(envs), "--robot-name", robot,
             "--gamma", repr(cfg.reward_form.gamma), "--shaping-scale", repr(cfg.reward_form.shaping_scale)]
     if max_steps:
         args += ["--max-steps", str(max_steps)]
+    if cfg.obs == "embeddings":
+        args += ["--embeddings"]
     if reward == "model":
         args += ["--width", str(cfg.width), "--height", str(cfg.height)]
         if cfg.model:
             args += ["--model", cfg.model]
-    if reward == cfg.reward:
+    if training:
         args += shaping_args(cfg)
         if cfg.oracle_trap:
             args += [f"--oracle-trap={cfg.oracle_trap}"]  # one word: Z may be negative

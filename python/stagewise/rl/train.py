@@ -80,9 +80,10 @@ class SeedRun:
         self.last: Optional[str] = None
 
     # ------------------------------------------------------------------------------------------- set-up
-    def _build(self, spec) -> None:
-        cfg = self.cfg
-        self.names = list(spec["state"]["names"])
+    def _build(self, env) -> None:
+        """The learner's parts, sized by the training env's observation (`env.feature_names`) and action."""
+        cfg, spec = self.cfg, env.spec_msg
+        self.names = list(env.feature_names)
         s_dim, a_dim = len(self.names), len(spec["action"]["low"])
         action_names = list(spec["action"].get("names", []))
         grip = action_names.index("gripper") if cfg.gripper_flip > 0 or cfg.agent.gripper_binary else None
@@ -146,14 +147,14 @@ class SeedRun:
                 launch.serve(*serve_args(cfg, "sparse", self.eval_robot, cfg.eval_envs, eval_max),
                              log=str(logs / f"serve-eval{tag}.log"), die_with_parent=True) as esrv:
             where = cfg.serve_endpoint or srv.endpoint
-            self.train = Envs(where, self.robot, cfg.envs, cfg.reward_form.gamma, srv)
-            self.evals = Envs(esrv.endpoint, self.eval_robot, cfg.eval_envs, None, esrv)
+            self.train = Envs(where, self.robot, cfg.envs, cfg.reward_form.gamma, srv, obs=cfg.obs)
+            self.evals = Envs(esrv.endpoint, self.eval_robot, cfg.eval_envs, None, esrv, obs=cfg.obs)
             try:
                 wrong = reward_mismatch(cfg, self.train.envs[0].reward_spec)
                 if wrong:
                     what = srv.log if srv is not None else f"{self.robot} at {where}"
                     raise ServeError(f"the training server ({what}) serves another reward: " + "; ".join(wrong))
-                self._build(self.train.envs[0].spec_msg)
+                self._build(self.train.envs[0])
                 if resume and (self.dir / "checkpoint.pt").exists():
                     self.load_state_dict(ckpt.load(self.dir / "checkpoint.pt"))
                 elif self.demo_buf is not None:
