@@ -343,6 +343,8 @@ fn the_runtime_drives_the_emulated_robot_like_the_simulator() {
             "30",
             // A bench on loopback: no learner pushes policies here (a real robot needs --policy-key).
             "--allow-unsigned-policies",
+            // The same state policy as the simulator's: it reads the scene channel's object state.
+            "--policy-reads-scene",
             "--link-key-file",
             key.to_str().unwrap(),
         ],
@@ -486,6 +488,47 @@ fn run_fails(args: &[&str], limit: Duration) -> String {
         start.elapsed()
     );
     t
+}
+
+/// Over a robot a policy may read only what the robot measures: a bare .onnx (it names no inputs) and a manifest
+/// naming the block's pose are refused, naming the fields; `--policy-reads-scene` is the explicit way round.
+#[test]
+fn a_policy_reading_what_the_robot_does_not_measure_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
+    let port = free_port();
+    let _emu = spawn_emulator(port, &key, &[]);
+    let url = format!("udp://127.0.0.1:{port}");
+    let policy = dir.path().join("policy.onnx");
+    make_policy(&policy);
+    let manifest = dir.path().join("policy.toml");
+    let sha = stagewise_stream::sha256_hex(&std::fs::read(&policy).unwrap());
+    let names = r#"["ee_x", "ee_y", "ee_z", "gripper_width", "grasped", "block0_x", "block0_y", "block0_z", "block0_qw", "block0_qx", "block0_qy", "block0_qz", "target_x", "target_y"]"#;
+    std::fs::write(
+        &manifest,
+        format!(
+            "kind = \"policy\"\ntask = \"pick-place\"\nonnx = \"policy.onnx\"\nsha256 = \"{sha}\"\n\
+             state_names = {names}\n[inputs]\nstate = \"state\"\n[outputs]\naction = \"action\"\n"
+        ),
+    )
+    .unwrap();
+    let common = ["--bridge", &url, "--link-key-file", key.to_str().unwrap()];
+    let t = run_fails(
+        &[&common[..], &["--policy", policy.to_str().unwrap()]].concat(),
+        Duration::from_secs(30),
+    );
+    assert!(
+        t.contains("bare ONNX file") && t.contains("--policy-reads-scene"),
+        "{t}"
+    );
+    let t = run_fails(
+        &[&common[..], &["--policy", manifest.to_str().unwrap()]].concat(),
+        Duration::from_secs(30),
+    );
+    assert!(
+        t.contains("grasped, block0_x") && t.contains("does not measure"),
+        "{t}"
+    );
 }
 
 #[test]

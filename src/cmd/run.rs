@@ -14,7 +14,7 @@ use stagewise_bridge::{
     CameraSource, Endpoint, ImageDirCamera, RobotEnv, RobotEnvConfig, SceneClient, V4l2Camera,
 };
 use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig};
-use stagewise_model::{Manifest, PolicyModel, StateMap};
+use stagewise_model::{Manifest, ModelKind, PolicyModel, StateMap};
 use stagewise_runtime::{
     Actor, ActorConfig, Clock, EpisodeLog, FrameStream, GateConfig, OnnxPolicy, Policy, PolicyGate,
     PolicyState, PolicyUpdates, ProgressSource, RandomPolicy, RunStats, DEFAULT_POLICY_MAX_BYTES,
@@ -45,6 +45,12 @@ pub struct RunArgs {
     /// Policy: `expert` (scripted), `random`, or an ONNX policy file (state in, action out).
     #[arg(long, default_value = "expert")]
     pub policy: String,
+    /// With --bridge: let the policy read the scene channel's object state (an emulator's simulator state; a real
+    /// robot has no such tracker). Without it a policy whose manifest names a state field the robot does not
+    /// measure itself, or a bare .onnx (it names none), is refused: an explicit, logged choice for emulator
+    /// experiments with state policies.
+    #[arg(long)]
+    pub policy_reads_scene: bool,
     /// Environments stepped together (default 4; a robot is one env).
     #[arg(long)]
     pub envs: Option<usize>,
@@ -405,13 +411,59 @@ fn progress_source(
     Ok(ProgressSource::Model(Box::new(model)))
 }
 
+/// Over a robot a policy reads what the robot measures itself, unless `--policy-reads-scene` opens the scene
+/// channel's object state to it (logged): refused are a manifest naming another field and a bare `.onnx`.
+fn check_robot_policy(
+    a: &RunArgs,
+    path: &str,
+    url: &str,
+    proprio: &[String],
+) -> anyhow::Result<()> {
+    if a.policy_reads_scene {
+        tracing::warn!(
+            "--policy-reads-scene: the policy {path} reads the scene channel's object state over {url} (a real \
+             robot has none; an emulator experiment)"
+        );
+        return Ok(());
+    }
+    let how = "a policy over a robot reads its proprioception (and camera embeddings) only; pass \
+               --policy-reads-scene to let it read the scene channel's object state (an emulator experiment)";
+    if !path.ends_with(".toml") {
+        bail!("--policy {path} is a bare ONNX file: it names no inputs, so over {url} it cannot be checked; {how}");
+    }
+    let m = Manifest::load_kind(std::path::Path::new(path), ModelKind::Policy)
+        .with_context(|| format!("reading {path}"))?;
+    let names = m.state_names().map(<[String]>::to_vec).unwrap_or_default();
+    let foreign: Vec<&str> = names
+        .iter()
+        .filter(|n| !proprio.contains(n))
+        .map(String::as_str)
+        .collect();
+    if names.is_empty() || !foreign.is_empty() {
+        bail!(
+            "--policy {path} reads {} which {} ({}) does not measure; {how}",
+            if names.is_empty() {
+                "a state without names".to_string()
+            } else {
+                foreign.join(", ")
+            },
+            robot_state_source(url),
+            proprio.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// `--policy`: the scripted expert, random actions, or an ONNX policy (a manifest or a bare file).
 fn load_policy(a: &RunArgs, envs: &Envs, spec: &EnvSpec) -> anyhow::Result<Box<dyn Policy>> {
     Ok(match (a.policy.as_str(), envs) {
         ("expert", Envs::Sim(sims)) => Box::new(ExpertPolicy::new(a.sim.task, sims)),
         ("expert", Envs::Robot(_)) => bail!("--policy expert needs the simulator"),
         ("random", _) => Box::new(RandomPolicy::new(&spec.action, a.seed)),
-        (path, _) => {
+        (path, envs) => {
+            if let (Envs::Robot(r), Some(url)) = (envs, &a.bridge) {
+                check_robot_policy(a, path, url, r.proprio_names())?;
+            }
             let (rt, opts) = (a.ort.runtime()?, a.ort.session_options());
             let (s, n) = (spec.state.len(), spec.action.len());
             let m = if path.ends_with(".toml") {
