@@ -10,8 +10,8 @@
 //! --robot-name, default sim0).
 //!
 //! `--rerun MODE [ARG]` shows what the served envs did in Rerun (docs/view.md): each served env publishes its steps
-//! in batches (`steps`, a message every tenth of a second with that step's RGB frames, and at an episode's end)
-//! and its episodes' summaries on its own robot's keys, with zenoh's `CongestionControl::Drop` (the learner's
+//! in batches (`steps`, a message every tenth of a second and at an episode's end, with RGB frames at
+//! `--rerun-frames-per-s`) and its episodes' summaries on its own robot's keys, with zenoh's `CongestionControl::Drop` (the learner's
 //! reply never waits on the viewer), and a `stagewise view live` child follows every served robot. Without
 //! `--rerun` none of this exists: no publisher, no message built.
 
