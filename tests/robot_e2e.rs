@@ -501,20 +501,28 @@ fn a_policy_reading_what_the_robot_does_not_measure_is_refused() {
     let url = format!("udp://127.0.0.1:{port}");
     let policy = dir.path().join("policy.onnx");
     make_policy(&policy);
-    let manifest = dir.path().join("policy.toml");
-    let sha = stagewise_stream::sha256_hex(&std::fs::read(&policy).unwrap());
-    let names = r#"["ee_x", "ee_y", "ee_z", "gripper_width", "grasped", "block0_x", "block0_y", "block0_z", "block0_qw", "block0_qx", "block0_qy", "block0_qz", "target_x", "target_y"]"#;
-    std::fs::write(
-        &manifest,
-        format!(
-            "kind = \"policy\"\ntask = \"pick-place\"\nonnx = \"policy.onnx\"\nsha256 = \"{sha}\"\n\
-             state_names = {names}\n[inputs]\nstate = \"state\"\n[outputs]\naction = \"action\"\n"
-        ),
-    )
-    .unwrap();
-    let common = ["--bridge", &url, "--link-key-file", key.to_str().unwrap()];
+    let manifest = common::named_policy(
+        dir.path(),
+        &[
+            "ee_x",
+            "ee_y",
+            "ee_z",
+            "gripper_width",
+            "grasped",
+            "block0_x",
+            "block0_y",
+            "block0_z",
+            "block0_qw",
+            "block0_qx",
+            "block0_qy",
+            "block0_qz",
+            "target_x",
+            "target_y",
+        ],
+    );
+    let link = ["--bridge", &url, "--link-key-file", key.to_str().unwrap()];
     let t = run_fails(
-        &[&common[..], &["--policy", policy.to_str().unwrap()]].concat(),
+        &[&link[..], &["--policy", policy.to_str().unwrap()]].concat(),
         Duration::from_secs(30),
     );
     assert!(
@@ -522,7 +530,7 @@ fn a_policy_reading_what_the_robot_does_not_measure_is_refused() {
         "{t}"
     );
     let t = run_fails(
-        &[&common[..], &["--policy", manifest.to_str().unwrap()]].concat(),
+        &[&link[..], &["--policy", manifest.to_str().unwrap()]].concat(),
         Duration::from_secs(30),
     );
     assert!(

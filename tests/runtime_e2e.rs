@@ -918,6 +918,88 @@ fn a_run_killed_mid_episode_leaves_a_log_that_reads_to_its_last_complete_record(
     assert!(t.contains("torn last record"), "{t}");
 }
 
+/// A policy manifest's `state_names` are read by name: a policy of the hand's 4 fields (in another order than the
+/// simulator's) runs in `eval policy`, `run` and `record --policy`, which before fed every policy the whole state
+/// vector; a name the simulator does not have is refused, naming it.
+#[test]
+fn policies_read_their_state_fields_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = common::named_policy(dir.path(), &["gripper_width", "ee_z", "ee_x", "ee_y"]);
+    let p = policy.to_str().unwrap();
+    let runs: [&[&str]; 3] = [
+        &[
+            "eval",
+            "policy",
+            "--task",
+            "push-target",
+            "--episodes",
+            "2",
+            "--policy",
+            p,
+        ],
+        &[
+            "run",
+            "--task",
+            "push-target",
+            "--envs",
+            "2",
+            "--episodes",
+            "2",
+            "--max-steps",
+            "30",
+            "--no-stream",
+            "--width",
+            "32",
+            "--height",
+            "32",
+            "--policy",
+            p,
+        ],
+        &[
+            "record",
+            "--task",
+            "push-target",
+            "--episodes",
+            "1",
+            "--width",
+            "16",
+            "--height",
+            "16",
+            "--policy",
+            p,
+        ],
+    ];
+    for (k, args) in runs.iter().enumerate() {
+        let mut cmd = Command::new(exe());
+        cmd.current_dir(root()).args(*args);
+        if k == 1 {
+            cmd.arg("--log-file").arg(dir.path().join("run.swlog"));
+        }
+        if k == 2 {
+            cmd.arg("--out").arg(dir.path().join("rec"));
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+    }
+    let bad = common::named_policy(dir.path(), &["gripper_width", "block7_x"]);
+    let out = Command::new(exe())
+        .current_dir(root())
+        .args([
+            "eval",
+            "policy",
+            "--task",
+            "push-target",
+            "--episodes",
+            "1",
+            "--policy",
+        ])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert!(!out.status.success() && t.contains("block7_x"), "{t}");
+}
+
 /// `eval policy` holds each action of a policy that declares an action repeat in its graph (ONNX metadata
 /// `stagewise.action_repeat`) as long as it says: the committed push-target policy was trained with 4.
 #[test]

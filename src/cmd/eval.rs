@@ -560,16 +560,20 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
         bail!("--episodes must be at least 1");
     }
     let cfg = stagewise_sim::SimConfig::headless(task);
-    let state_size = stagewise_sim::state_spec(task).names.len();
+    let names = stagewise_sim::state_spec(task).names;
     let rt = args.ort.runtime()?;
-    let mut policy = stagewise_model::PolicyModel::load(
+    // The policy's state fields by name (its manifest's state_names) from the simulator's state.
+    let (mut policy, map) = stagewise_model::PolicyModel::load_bound(
         path,
-        state_size,
+        &format!("the simulator's state (task {task})"),
+        &names,
+        None,
         stagewise_sim::ACTION_NAMES.len(),
         rt,
         &args.ort.session_options(),
     )
     .with_context(|| format!("loading policy {}", path.display()))?;
+    let k = map.model_len();
     let n = args.episodes;
     let mut envs = Vec::with_capacity(n);
     let mut states = Vec::with_capacity(n);
@@ -591,7 +595,14 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
         if active.is_empty() {
             break;
         }
-        let batch: Vec<&[f32]> = active.iter().map(|&i| states[i].as_slice()).collect();
+        let mut inputs = vec![0.0f32; active.len() * k];
+        for (row, &i) in active.iter().enumerate() {
+            map.select(&states[i], &mut inputs[row * k..(row + 1) * k])
+                .map_err(|e| anyhow::anyhow!("seed {}: {e}", args.seed + i as u64))?;
+        }
+        let batch: Vec<&[f32]> = (0..active.len())
+            .map(|row| &inputs[row * k..(row + 1) * k])
+            .collect();
         // each action held for the policy's own action repeat, as it was trained
         let actions = policy
             .act_held(&active, &batch)

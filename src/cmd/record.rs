@@ -26,7 +26,7 @@ use stagewise_dataset::{
     ColumnValues, DatasetInfo, DatasetWriter, EpisodeData, ExtraColumnSpec, ExtraDtype, FrameData,
     FrameImage, StageAnnotation, VideoCodec, VideoSettings, ViewSpec,
 };
-use stagewise_model::{OrtRuntime, PolicyModel, Provider, SessionOptions};
+use stagewise_model::{OrtRuntime, PolicyModel, Provider, SessionOptions, StateMap};
 use stagewise_sim::{rollout_driven, rollout_with, Degradation, EpisodeRecord, SimConfig, Task};
 use std::path::{Path, PathBuf};
 
@@ -505,7 +505,6 @@ struct PolicyDriver {
     noise: f32,
     action_repeat: u32,
     runtime: &'static OrtRuntime,
-    state_size: usize,
 }
 
 impl PolicyDriver {
@@ -517,30 +516,31 @@ impl PolicyDriver {
         ort_lib: Option<&Path>,
     ) -> anyhow::Result<Self> {
         let runtime = OrtRuntime::init(ort_lib)?;
-        let state_size = stagewise_sim::state_spec(task).names.len();
-        let probe = Self::load(manifest, runtime, state_size)?;
+        let (probe, _) = Self::load(manifest, runtime, task)?;
         Ok(Self {
             manifest: manifest.to_path_buf(),
             noise,
             action_repeat: probe.action_repeat(),
             runtime,
-            state_size,
         })
     }
 
+    /// The policy and the map of its state fields (by name) from the simulator's state.
     fn load(
         manifest: &Path,
         runtime: &OrtRuntime,
-        state_size: usize,
-    ) -> anyhow::Result<PolicyModel> {
+        task: Task,
+    ) -> anyhow::Result<(PolicyModel, StateMap)> {
         let opts = SessionOptions {
             provider: Provider::Cpu,
             intra_threads: 1,
             tensorrt_cache: None,
         };
-        PolicyModel::load(
+        PolicyModel::load_bound(
             manifest,
-            state_size,
+            &format!("the simulator's state (task {task})"),
+            &stagewise_sim::state_spec(task).names,
+            None,
             stagewise_sim::ACTION_NAMES.len(),
             runtime,
             &opts,
@@ -551,7 +551,8 @@ impl PolicyDriver {
     /// One episode: a session of its own (sessions run with `&mut self`; a policy graph loads in milliseconds),
     /// each decision's action plus noise held for the policy's action repeat.
     fn rollout(&self, cfg: &SimConfig, seed: u64) -> anyhow::Result<EpisodeRecord> {
-        let mut policy = Self::load(&self.manifest, self.runtime, self.state_size)?;
+        let (mut policy, map) = Self::load(&self.manifest, self.runtime, cfg.task)?;
+        let mut input = vec![0.0f32; map.model_len()];
         let normal =
             Normal::new(0.0f32, self.noise.max(f32::MIN_POSITIVE)).context("--policy-noise")?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ POLICY_NOISE_STREAM);
@@ -561,7 +562,8 @@ impl PolicyDriver {
         rollout_driven(cfg, seed, Degradation::none(), |env| {
             let world = env.world().context("the env has no world after reset")?;
             let state = stagewise_sim::state_vector(world);
-            let held = policy.act_held(&[0], &[state.as_slice()])?;
+            map.select(&state, &mut input).map_err(anyhow::Error::msg)?;
+            let held = policy.act_held(&[0], &[input.as_slice()])?;
             let action = held.first().context("the policy returned no action")?;
             if step.is_multiple_of(repeat) && self.noise > 0.0 {
                 noise = std::array::from_fn(|_| normal.sample(&mut rng));

@@ -466,15 +466,27 @@ fn load_policy(a: &RunArgs, envs: &Envs, spec: &EnvSpec) -> anyhow::Result<Box<d
             }
             let (rt, opts) = (a.ort.runtime()?, a.ort.session_options());
             let (s, n) = (spec.state.len(), spec.action.len());
-            let m = if path.ends_with(".toml") {
-                PolicyModel::load(std::path::Path::new(path), s, n, rt, &opts)
+            if path.ends_with(".toml") {
+                // The policy's state fields by name (its manifest's state_names) from the env's state.
+                let source = format!("the env's state (task {})", spec.task);
+                let (m, map) = PolicyModel::load_bound(
+                    std::path::Path::new(path),
+                    &source,
+                    &spec.state.names,
+                    None,
+                    n,
+                    rt,
+                    &opts,
+                )
+                .with_context(|| format!("loading policy {path}"))?;
+                Box::new(OnnxPolicy::new(m, path, 0).with_state_map(map))
             } else {
                 let bytes =
                     std::fs::read(path).with_context(|| format!("reading policy {path}"))?;
-                PolicyModel::from_bytes(&bytes, path, s, n, rt, &opts)
+                let m = PolicyModel::from_bytes(&bytes, path, s, n, rt, &opts)
+                    .with_context(|| format!("loading policy {path}"))?;
+                Box::new(OnnxPolicy::new(m, path, 0))
             }
-            .with_context(|| format!("loading policy {path}"))?;
-            Box::new(OnnxPolicy::new(m, path, 0))
         }
     })
 }

@@ -22,3 +22,36 @@ pub fn tiny3v_reading(dir: &Path, names: &[&str]) -> PathBuf {
     std::fs::write(&path, text).unwrap();
     path
 }
+
+/// A policy reading the state fields `names` by name: an untrained tanh MLP (`models/make_test_models.py`, state
+/// `names.len()` -> action 4) and its manifest in `dir`.
+pub fn named_policy(dir: &Path, names: &[&str]) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let onnx = dir.join("named-policy.onnx");
+    let py = root.join(".venv/bin/python");
+    let out = std::process::Command::new(&py)
+        .arg(root.join("models/make_test_models.py"))
+        .arg("--policy")
+        .arg(&onnx)
+        .args([&names.len().to_string(), "4", "--seed", "5"])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", py.display()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sha = stagewise_stream::sha256_hex(&std::fs::read(&onnx).unwrap());
+    let list: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    let path = dir.join("named-policy.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "kind = \"policy\"\ntask = \"push-target\"\nonnx = \"named-policy.onnx\"\nsha256 = \"{sha}\"\n\
+             state_names = [{}]\n[inputs]\nstate = \"state\"\n[outputs]\naction = \"action\"\n",
+            list.join(", ")
+        ),
+    )
+    .unwrap();
+    path
+}

@@ -5,6 +5,7 @@
 use crate::graph::GraphCheck;
 use crate::manifest::{Manifest, ModelKind};
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
+use crate::state::StateMap;
 use crate::ModelError;
 use ort::session::Session;
 use ort::value::TensorRef;
@@ -147,6 +148,25 @@ impl PolicyModel {
             runtime,
             opts,
         )
+    }
+
+    /// Loads a `kind = "policy"` manifest for a source whose state fields are `source_names` (`source`
+    /// describes it for errors): the manifest's `state_names` are bound by name ([`StateMap::bind_source`];
+    /// `readable` limits which source fields may be read), and the graph is checked against the bound size. A
+    /// manifest without names reads the source's vector as it is. Feed the policy `map.select(state)`.
+    pub fn load_bound(
+        manifest_path: &Path,
+        source: &str,
+        source_names: &[String],
+        readable: Option<&[String]>,
+        action_size: usize,
+        runtime: &OrtRuntime,
+        opts: &SessionOptions,
+    ) -> Result<(Self, StateMap), ModelError> {
+        let m = Manifest::load_kind(manifest_path, ModelKind::Policy)?;
+        let map = StateMap::bind_source(&m, source, source_names, readable)?;
+        let policy = Self::load(manifest_path, map.model_len(), action_size, runtime, opts)?;
+        Ok((policy, map))
     }
 
     pub fn provider(&self) -> Provider {

@@ -5,7 +5,7 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use stagewise_core::{BoxSpec, Observation};
-use stagewise_model::{ModelError, OrtRuntime, PolicyModel, SessionOptions};
+use stagewise_model::{ModelError, OrtRuntime, PolicyModel, SessionOptions, StateMap};
 use stagewise_wire::PolicyMsg;
 use std::path::{Path, PathBuf};
 
@@ -148,6 +148,11 @@ pub struct OnnxPolicy {
     model: PolicyModel,
     name: String,
     version: u64,
+    /// The policy's state fields by name from the source's state (its manifest's `state_names`,
+    /// [`PolicyModel::load_bound`]); None: the source's state vector as it is.
+    state_map: Option<StateMap>,
+    /// The mapped states of a call, one row per env.
+    mapped: Vec<f32>,
 }
 
 impl OnnxPolicy {
@@ -156,7 +161,16 @@ impl OnnxPolicy {
             model,
             name: name.into(),
             version,
+            state_map: None,
+            mapped: Vec::new(),
         }
+    }
+
+    /// Feeds the policy the fields `map` selects from each observation's state (an identity map changes
+    /// nothing and is dropped).
+    pub fn with_state_map(mut self, map: StateMap) -> Self {
+        self.state_map = (!map.is_identity()).then_some(map);
+        self
     }
 
     pub fn version(&self) -> u64 {
@@ -177,7 +191,24 @@ impl Policy for OnnxPolicy {
 
     /// Each env's action is held for the graph's action repeat ([`PolicyModel::act_held`]).
     fn act(&mut self, envs: &[usize], obs: &[&Observation]) -> Result<Vec<Vec<f32>>, PolicyError> {
-        let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
+        let Some(map) = &self.state_map else {
+            let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
+            return self.model.act_held(envs, &states).map_err(PolicyError::Run);
+        };
+        let k = map.model_len();
+        self.mapped.resize(obs.len() * k, 0.0);
+        for (i, o) in obs.iter().enumerate() {
+            map.select(&o.state, &mut self.mapped[i * k..(i + 1) * k])
+                .map_err(|reason| {
+                    PolicyError::Run(ModelError::BadObservation {
+                        env: envs.get(i).copied().unwrap_or(i),
+                        reason,
+                    })
+                })?;
+        }
+        let states: Vec<&[f32]> = (0..obs.len())
+            .map(|i| &self.mapped[i * k..(i + 1) * k])
+            .collect();
         self.model.act_held(envs, &states).map_err(PolicyError::Run)
     }
 
