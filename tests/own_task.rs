@@ -215,6 +215,53 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         .map(|e| e.stages.clone())
         .collect();
     assert_eq!(after, before);
+    // The short form a person gives, stage starts only (each stage ends where the next starts, the last at the
+    // episode's end), reads back the same annotations where they are contiguous.
+    let mut file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stages).unwrap()).unwrap();
+    let frames = |e: &serde_json::Value, k: &str| -> Vec<i64> {
+        e[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect()
+    };
+    let mut short = 0;
+    for e in file["episodes"].as_array_mut().unwrap() {
+        let (starts, ends) = (frames(e, "start_frames"), frames(e, "end_frames"));
+        let ep = e["episode_index"].as_u64().unwrap() as usize;
+        let len = v
+            .episodes()
+            .iter()
+            .find(|m| m.episode_index == ep)
+            .unwrap()
+            .length as i64;
+        if starts[1..] == ends[..ends.len() - 1] && ends.last() == Some(&len) {
+            e.as_object_mut().unwrap().remove("end_frames");
+            short += 1;
+        }
+    }
+    assert!(
+        short >= 3,
+        "{short} episodes with contiguous stages: {file}"
+    );
+    let starts_only = tmp.path().join("starts.json");
+    std::fs::write(&starts_only, file.to_string()).unwrap();
+    ok(&stagewise(&["annotate", "--dataset", s(&ds), "--clear"]));
+    ok(&stagewise(&[
+        "annotate",
+        "--dataset",
+        s(&ds),
+        "--from",
+        s(&starts_only),
+    ]));
+    let short_after: Vec<_> = Dataset::open(&ds)
+        .unwrap()
+        .episodes()
+        .iter()
+        .map(|e| e.stages.clone())
+        .collect();
+    assert_eq!(short_after, before);
 
     // 3. Train: single graph + two-part form + manifest + training record, validation metrics printed.
     let t_train = Instant::now();

@@ -12,8 +12,10 @@
 //! ```
 //!
 //! Stage `k` spans frames `start..end` (end exclusive; LeRobot's convention). Times are seconds from the episode
-//! start, turned into frames as LeRobot's `subtask_annotation.py` does (`int(t * fps)`). `--from` sets the listed
-//! episodes and keeps the others' annotations.
+//! start, turned into frames as LeRobot's `subtask_annotation.py` does (`int(t * fps)`). The ends may be left out
+//! (what a person labelling stage starts gives: `{"episode_index": 5, "start_frames": [0, 38, 61]}`): each stage
+//! then ends where the next starts and the last at the episode's end. `--from` sets the listed episodes and keeps
+//! the others' annotations.
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
@@ -130,10 +132,24 @@ pub fn run(args: AnnotateArgs) -> anyhow::Result<()> {
             .iter()
             .map(|e| {
                 let ep = e.episode_index;
+                let start_frames = frames_of(&e.start_frames, &e.start_times, fps, "start", ep)?;
+                let end_frames = if e.end_frames.is_none() && e.end_times.is_none() {
+                    // Stage starts only: each stage ends where the next starts, the last at the episode's end.
+                    let Some(meta) = ds.episodes().iter().find(|m| m.episode_index == ep) else {
+                        bail!(
+                            "episode {ep}: the dataset has no such episode (it has {})",
+                            ds.num_episodes()
+                        );
+                    };
+                    let len = i64::try_from(meta.length).unwrap_or(i64::MAX);
+                    start_frames.iter().skip(1).copied().chain([len]).collect()
+                } else {
+                    frames_of(&e.end_frames, &e.end_times, fps, "end", ep)?
+                };
                 let ann = StageAnnotation {
                     names: file.stages.clone(),
-                    start_frames: frames_of(&e.start_frames, &e.start_times, fps, "start", ep)?,
-                    end_frames: frames_of(&e.end_frames, &e.end_times, fps, "end", ep)?,
+                    start_frames,
+                    end_frames,
                 };
                 Ok((ep, Some(ann)))
             })
