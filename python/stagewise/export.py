@@ -110,7 +110,10 @@ def _toml_value(key: str, v: Any) -> str:
         return json.dumps(v)
     if isinstance(v, (list, tuple)) and all(isinstance(x, (int, float, str)) for x in v):
         return "[" + ", ".join(json.dumps(x) for x in v) + "]"
-    raise ValueError(f"manifest key {key}: cannot write {type(v).__name__} {v!r} (str, number, bool or a list)")
+    if isinstance(v, dict):  # an inline table of the same values
+        return "{ " + ", ".join(f"{k} = {_toml_value(f'{key}.{k}', x)}" for k, x in v.items()) + " }"
+    raise ValueError(f"manifest key {key}: cannot write {type(v).__name__} {v!r} (str, number, bool, a list or a "
+                     "table of them)")
 
 
 def atomic_write(path, data: bytes) -> None:

@@ -10,6 +10,8 @@ import dataclasses
 import json
 import math
 import subprocess
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from stagewise.rl import AgentConfig, cli, runner
 from stagewise.rl.plot import run_label
 
 TD3 = AgentConfig()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _agent_cfg(**kw) -> AgentConfig:
@@ -496,8 +499,24 @@ def test_with_embeddings_the_policy_reads_the_reward_models_view_and_the_hand_on
     (run,) = runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--obs", "embeddings",
                                      "--demos", "2", "--steps", "800", "--out", str(out)]))  # fmt: skip
     assert run["demos"]["episodes"] == 2 and run["checkpoints"][-1]["steps"] >= 800
-    manifest = (out / "seed-0" / "policy" / "push-target-model-0.toml").read_text()
-    assert "state_size = 196" in manifest, manifest
-    names = manifest[manifest.index("state_names"):].split("]")[0]
-    assert '"emb0_0"' in names and '"emb2_63"' in names and '"gripper_width"' in names
-    assert not any(w in names for w in ("block", "target", "grasped")), names
+    # The exported policy reads the reward model's embeddings (its encoder pinned by sha256), then the hand.
+    policy = out / "seed-0" / "policy" / "push-target-model-0.toml"
+    manifest = tomllib.loads(policy.read_text())
+    assert manifest["state_names"] == ["ee_x", "ee_y", "ee_z", "gripper_width"] and manifest["state_size"] == 4
+    shipped = tomllib.loads((ROOT / "models/push-target/push-target-progress.toml").read_text())
+    assert manifest["embeddings"] == {"encoder_sha256": shipped["parts"]["encoder_sha256"], "views": 3, "size": 64}
+    # The runtime feeds it the run's reward model's embeddings and the hand's fields, and refuses it without them.
+    run = subprocess.run([binary, "--log", "warn", "run", "--task", "push-target", "--policy", str(policy),
+                          "--envs", "2", "--episodes", "2", "--max-steps", "40", "--no-stream", "--width", "32",
+                          "--height", "32", "--log-file", str(tmp_path / "run.swlog")],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0 and "2 episodes" in run.stdout, run.stdout + run.stderr
+    for bad, why in ((["--reward", "oracle"], "has no reward model"),
+                     (["--model", str(ROOT / "models/pick-place/pick-place-progress.toml")], "was trained on")):
+        r = subprocess.run([binary, "run", "--task", "push-target", "--policy", str(policy), "--episodes", "1",
+                            "--no-stream", "--width", "32", "--height", "32", *bad,
+                            "--log-file", str(tmp_path / "bad.swlog")], capture_output=True, text=True, timeout=300)
+        assert r.returncode != 0 and why in r.stderr, r.stderr
+    r = subprocess.run([binary, "eval", "policy", "--task", "push-target", "--policy", str(policy), "--episodes", "1"],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode != 0 and "frame embeddings" in r.stderr and "stagewise run --policy" in r.stderr, r.stderr

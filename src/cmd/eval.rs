@@ -563,7 +563,7 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
     let names = stagewise_sim::state_spec(task).names;
     let rt = args.ort.runtime()?;
     // The policy's state fields by name (its manifest's state_names) from the simulator's state.
-    let (mut policy, map) = stagewise_model::PolicyModel::load_bound(
+    let bound = stagewise_model::PolicyModel::load_bound(
         path,
         &format!("the simulator's state (task {task})"),
         &names,
@@ -573,6 +573,15 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
         &args.ort.session_options(),
     )
     .with_context(|| format!("loading policy {}", path.display()))?;
+    if bound.embeddings.is_some() {
+        bail!(
+            "policy {} reads a reward model's frame embeddings: `eval policy` does not render frames for it yet; \
+             evaluate it with `stagewise run --policy {} --reward model --model MANIFEST --episodes N --no-stream`",
+            path.display(),
+            path.display()
+        );
+    }
+    let (mut policy, map) = (bound.model, bound.state_map);
     let k = map.model_len();
     let n = args.episodes;
     let mut envs = Vec::with_capacity(n);

@@ -536,7 +536,7 @@ impl PolicyDriver {
             intra_threads: 1,
             tensorrt_cache: None,
         };
-        PolicyModel::load_bound(
+        let bound = PolicyModel::load_bound(
             manifest,
             &format!("the simulator's state (task {task})"),
             &stagewise_sim::state_spec(task).names,
@@ -545,7 +545,14 @@ impl PolicyDriver {
             runtime,
             &opts,
         )
-        .with_context(|| format!("loading --policy {}", manifest.display()))
+        .with_context(|| format!("loading --policy {}", manifest.display()))?;
+        if bound.embeddings.is_some() {
+            bail!(
+                "--policy {} reads a reward model's frame embeddings, which record does not compute",
+                manifest.display()
+            );
+        }
+        Ok((bound.model, bound.state_map))
     }
 
     /// One episode: a session of its own (sessions run with `&mut self`; a policy graph loads in milliseconds),

@@ -14,7 +14,7 @@ use stagewise_bridge::{
     CameraSource, Endpoint, ImageDirCamera, RobotEnv, RobotEnvConfig, SceneClient, V4l2Camera,
 };
 use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig};
-use stagewise_model::{Manifest, ModelKind, PolicyModel, StateMap};
+use stagewise_model::{Manifest, ModelKind, PolicyEmbeddings, PolicyModel, StateMap};
 use stagewise_runtime::{
     Actor, ActorConfig, Clock, EpisodeLog, FrameStream, GateConfig, OnnxPolicy, Policy, PolicyGate,
     PolicyState, PolicyUpdates, ProgressSource, RandomPolicy, RunStats, DEFAULT_POLICY_MAX_BYTES,
@@ -454,8 +454,50 @@ fn check_robot_policy(
     Ok(())
 }
 
+/// A policy that reads a reward model's frame embeddings gets them from this run's reward model: it must be a
+/// two-part model with the encoder the policy was trained with (sha256), the same views and embedding size.
+fn check_embedding_source(
+    path: &str,
+    e: &PolicyEmbeddings,
+    reward: &RewardChoice,
+) -> anyhow::Result<()> {
+    let Some(model) = reward.manifest.as_deref() else {
+        bail!(
+            "--policy {path} reads a reward model's frame embeddings (encoder {}), but this run has no reward \
+             model (--reward {}): run it with --reward model and that model",
+            &e.encoder_sha256[..12],
+            reward.source
+        );
+    };
+    let m = Manifest::load(model).with_context(|| format!("reading {}", model.display()))?;
+    let have = m
+        .parts
+        .as_ref()
+        .map(|p| (p.encoder_sha256.as_str(), m.views.len(), p.embedding));
+    if have != Some((e.encoder_sha256.as_str(), e.views, e.size)) {
+        bail!(
+            "--policy {path} was trained on the embeddings of encoder {} ({} views x {}); the reward model {} \
+             {}: give --model the policy's reward model",
+            &e.encoder_sha256[..12],
+            e.views,
+            e.size,
+            model.display(),
+            match have {
+                Some((sha, v, s)) => format!("has encoder {} ({v} views x {s})", &sha[..12.min(sha.len())]),
+                None => "is a single graph (no frame embeddings)".to_string(),
+            }
+        );
+    }
+    Ok(())
+}
+
 /// `--policy`: the scripted expert, random actions, or an ONNX policy (a manifest or a bare file).
-fn load_policy(a: &RunArgs, envs: &Envs, spec: &EnvSpec) -> anyhow::Result<Box<dyn Policy>> {
+fn load_policy(
+    a: &RunArgs,
+    envs: &Envs,
+    spec: &EnvSpec,
+    reward: &RewardChoice,
+) -> anyhow::Result<Box<dyn Policy>> {
     Ok(match (a.policy.as_str(), envs) {
         ("expert", Envs::Sim(sims)) => Box::new(ExpertPolicy::new(a.sim.task, sims)),
         ("expert", Envs::Robot(_)) => bail!("--policy expert needs the simulator"),
@@ -469,7 +511,7 @@ fn load_policy(a: &RunArgs, envs: &Envs, spec: &EnvSpec) -> anyhow::Result<Box<d
             if path.ends_with(".toml") {
                 // The policy's state fields by name (its manifest's state_names) from the env's state.
                 let source = format!("the env's state (task {})", spec.task);
-                let (m, map) = PolicyModel::load_bound(
+                let bound = PolicyModel::load_bound(
                     std::path::Path::new(path),
                     &source,
                     &spec.state.names,
@@ -479,7 +521,10 @@ fn load_policy(a: &RunArgs, envs: &Envs, spec: &EnvSpec) -> anyhow::Result<Box<d
                     &opts,
                 )
                 .with_context(|| format!("loading policy {path}"))?;
-                Box::new(OnnxPolicy::new(m, path, 0).with_state_map(map))
+                if let Some(e) = &bound.embeddings {
+                    check_embedding_source(path, e, reward)?;
+                }
+                Box::new(OnnxPolicy::bound(bound, path))
             } else {
                 let bytes =
                     std::fs::read(path).with_context(|| format!("reading policy {path}"))?;
@@ -642,7 +687,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let envs = Envs::open(&a, robot_url, &reward)?;
     let spec = envs.spec();
     let progress = progress_source(&a, &reward, &envs, &spec)?;
-    let policy = load_policy(&a, &envs, &spec)?;
+    let policy = load_policy(&a, &envs, &spec, &reward)?;
     // A robot runs at its control rate: the actor's clock then counts the steps that overran their period.
     let hz = match (&envs, a.hz) {
         (Envs::Robot(r), hz) if hz <= 0.0 => r.spec().control_hz,

@@ -29,8 +29,8 @@ pub mod window;
 
 pub use error::ModelError;
 pub use hop::HopModel;
-pub use manifest::{Manifest, ModelKind, ProgressMode};
-pub use policy::{PolicyModel, ACTION_REPEAT_KEY, MAX_ACTION_REPEAT};
+pub use manifest::{Manifest, ModelKind, PolicyEmbeddings, ProgressMode};
+pub use policy::{BoundPolicy, PolicyModel, ACTION_REPEAT_KEY, MAX_ACTION_REPEAT};
 pub use reward::{ModelForm, RewardModel, StepTiming};
 pub use runtime::{OrtRuntime, Provider, SessionOptions};
 pub use scoring::{EpisodeScorer, FrameSource, ScoringError};

@@ -171,6 +171,31 @@ pub struct Parts {
     pub step_sha256: Option<String>,
 }
 
+/// A policy's visual input (`[embeddings]` of a `kind = "policy"` manifest): the frame embeddings of a two-part
+/// reward model, every view's flattened in the model's view order, before the named state fields in the policy's
+/// input (`[N, views * size + state_size]`). The runtime takes them from the run's reward model and refuses a
+/// model whose encoder is not this one.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyEmbeddings {
+    /// sha256 of the reward model's encoder (its manifest's `parts.encoder_sha256`) the policy was trained with.
+    pub encoder_sha256: String,
+    /// Camera views, and values per view (the encoder's embedding size).
+    pub views: usize,
+    pub size: usize,
+}
+
+impl PolicyEmbeddings {
+    /// Values of the policy's input the embeddings take.
+    pub fn len(&self) -> usize {
+        self.views * self.size
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A parsed manifest, with `onnx` (and the [`Parts`] files) resolved against the manifest's directory.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -200,6 +225,9 @@ pub struct Manifest {
     pub outputs: Outputs,
     pub stages: Option<Stages>,
     pub parts: Option<Parts>,
+    /// A policy's reward-model embeddings input ([`PolicyEmbeddings`]).
+    #[serde(default)]
+    pub embeddings: Option<PolicyEmbeddings>,
     /// Free text: where the model came from, what it was trained on.
     #[serde(default)]
     pub description: String,
@@ -543,6 +571,25 @@ impl Manifest {
                 }
             }
         }
+        if let Some(e) = &self.embeddings {
+            if self.kind != ModelKind::Policy {
+                return Err(self.field_err("embeddings", "only a policy reads embeddings"));
+            }
+            if !is_sha256(&e.encoder_sha256) {
+                return Err(
+                    self.field_err("embeddings.encoder_sha256", "must be 64 hexadecimal digits")
+                );
+            }
+            if e.views == 0 || e.views > MAX_VIEWS || e.size == 0 || e.size > MAX_EMBEDDING {
+                return Err(self.field_err(
+                    "embeddings",
+                    format!(
+                        "views {} and size {} must be in 1..={MAX_VIEWS} and 1..={MAX_EMBEDDING}",
+                        e.views, e.size
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -659,6 +706,41 @@ embedding = 16
             ModelError::Checksum { path, .. } => assert_eq!(path, dir.path().join("m.head.onnx")),
             other => panic!("expected a checksum error, got {other}"),
         }
+    }
+
+    /// A policy's `[embeddings]` (a reward model's frame embeddings before its named state): parsed, and refused
+    /// on another kind, with a bad sha256 or sizes out of bounds, naming the field.
+    #[test]
+    fn policy_embeddings_are_checked() {
+        let policy = r#"
+kind = "policy"
+onnx = "p.onnx"
+sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+state_names = ["ee_x", "gripper_width"]
+embeddings = { encoder_sha256 = "2222222222222222222222222222222222222222222222222222222222222222", views = 3, size = 64 }
+[inputs]
+state = "state"
+[outputs]
+action = "action"
+"#;
+        let m = parse(policy).unwrap();
+        let e = m.embeddings.as_ref().unwrap();
+        assert_eq!((e.views, e.size, e.len(), m.state_size), (3, 64, 192, 2));
+        for (bad, field) in [
+            (
+                policy.replace(&"2".repeat(64), "abc"),
+                "embeddings.encoder_sha256",
+            ),
+            (policy.replace("views = 3", "views = 0"), "embeddings"),
+            (policy.replace("size = 64", "size = 1000000"), "embeddings"),
+        ] {
+            assert_eq!(field_of(parse(&bad).unwrap_err()), field, "{bad}");
+        }
+        let on_a_model = format!(
+            "embeddings = {{ encoder_sha256 = \"{}\", views = 1, size = 1 }}\n{GOOD}",
+            "2".repeat(64)
+        );
+        assert_eq!(field_of(parse(&on_a_model).unwrap_err()), "embeddings");
     }
 
     fn parse(text: &str) -> Result<Manifest, ModelError> {

@@ -3,7 +3,7 @@
 //! action sizes before it may act.
 
 use crate::graph::GraphCheck;
-use crate::manifest::{Manifest, ModelKind};
+use crate::manifest::{Manifest, ModelKind, PolicyEmbeddings};
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::state::StateMap;
 use crate::ModelError;
@@ -17,6 +17,14 @@ use std::path::{Path, PathBuf};
 pub const ACTION_REPEAT_KEY: &str = "stagewise.action_repeat";
 /// Largest action repeat a policy may declare.
 pub const MAX_ACTION_REPEAT: u32 = 1000;
+
+/// A policy loaded for a source ([`PolicyModel::load_bound`]): the graph, how its state fields are taken from
+/// the source's state, and the reward-model embeddings it reads before them (if any).
+pub struct BoundPolicy {
+    pub model: PolicyModel,
+    pub state_map: StateMap,
+    pub embeddings: Option<PolicyEmbeddings>,
+}
 
 /// A policy graph `state f32 [N, state_size] -> action f32 [N, action_size]`.
 pub struct PolicyModel {
@@ -152,8 +160,9 @@ impl PolicyModel {
 
     /// Loads a `kind = "policy"` manifest for a source whose state fields are `source_names` (`source`
     /// describes it for errors): the manifest's `state_names` are bound by name ([`StateMap::bind_source`];
-    /// `readable` limits which source fields may be read), and the graph is checked against the bound size. A
-    /// manifest without names reads the source's vector as it is. Feed the policy `map.select(state)`.
+    /// `readable` limits which source fields may be read), and the graph is checked against its input: the
+    /// manifest's `[embeddings]` (when it has them) then the bound state. A manifest without names reads the
+    /// source's vector as it is. Feed the policy `[embeddings, map.select(state)]`.
     pub fn load_bound(
         manifest_path: &Path,
         source: &str,
@@ -162,11 +171,27 @@ impl PolicyModel {
         action_size: usize,
         runtime: &OrtRuntime,
         opts: &SessionOptions,
-    ) -> Result<(Self, StateMap), ModelError> {
+    ) -> Result<BoundPolicy, ModelError> {
         let m = Manifest::load_kind(manifest_path, ModelKind::Policy)?;
-        let map = StateMap::bind_source(&m, source, source_names, readable)?;
-        let policy = Self::load(manifest_path, map.model_len(), action_size, runtime, opts)?;
-        Ok((policy, map))
+        let state_map = StateMap::bind_source(&m, source, source_names, readable)?;
+        let extra = m.embeddings.as_ref().map_or(0, PolicyEmbeddings::len);
+        let bytes = std::fs::read(&m.onnx).map_err(|source| ModelError::Io {
+            path: m.onnx.clone(),
+            source,
+        })?;
+        let model = Self::from_bytes(
+            &bytes,
+            &m.onnx.display().to_string(),
+            extra + state_map.model_len(),
+            action_size,
+            runtime,
+            opts,
+        )?;
+        Ok(BoundPolicy {
+            model,
+            state_map,
+            embeddings: m.embeddings,
+        })
     }
 
     pub fn provider(&self) -> Provider {

@@ -163,7 +163,20 @@ impl Policies {
             .map_or_else(|| "?".into(), |p| p.name())
     }
 
-    fn act(&mut self, obs: &[Observation]) -> Result<Vec<Vec<f32>>, RuntimeError> {
+    /// Whether a policy in use reads the reward model's frame embeddings.
+    fn read_embeddings(&self) -> bool {
+        self.slots
+            .iter()
+            .flatten()
+            .any(|p| p.embeddings().is_some())
+    }
+
+    /// Every env's action; `embeddings[env]` (empty when none are read) goes to a policy that reads them.
+    fn act(
+        &mut self,
+        obs: &[Observation],
+        embeddings: &[Vec<f32>],
+    ) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let mut actions = vec![Vec::new(); obs.len()];
         for (idx, slot) in self.slots.iter_mut().enumerate() {
             let Some(policy) = slot.as_mut() else {
@@ -174,12 +187,17 @@ impl Policies {
                 continue;
             }
             let refs: Vec<&Observation> = envs.iter().map(|&e| &obs[e]).collect();
-            let out = policy
-                .act(&envs, &refs)
-                .map_err(|source| RuntimeError::Policy {
-                    policy: policy.name(),
-                    source: Box::new(source),
-                })?;
+            let emb: Vec<&[f32]> = envs
+                .iter()
+                .map(|&e| embeddings.get(e).map_or(&[][..], Vec::as_slice))
+                .collect();
+            let out =
+                policy
+                    .act_embedded(&envs, &refs, &emb)
+                    .map_err(|source| RuntimeError::Policy {
+                        policy: policy.name(),
+                        source: Box::new(source),
+                    })?;
             if out.len() != envs.len() {
                 return Err(RuntimeError::PolicyActions {
                     policy: policy.name(),
@@ -202,6 +220,8 @@ pub struct Actor {
     sink: Sink,
     config: ActorConfig,
     obs: Vec<Observation>,
+    /// Per env, the reward model's embeddings of `obs`'s frames, kept only while a policy reads them.
+    embeddings: Vec<Vec<f32>>,
     acc: Vec<EpisodeAcc>,
     next_seed: u64,
     stats: RunStats,
@@ -230,6 +250,7 @@ impl Actor {
             next_seed: config.base_seed,
             config,
             obs: Vec::new(),
+            embeddings: vec![Vec::new(); n],
             acc: vec![EpisodeAcc::default(); n],
             stats: RunStats::default(),
         })
@@ -277,8 +298,9 @@ impl Actor {
             }
             ticker.tick();
             self.poll_policy_updates();
-            let actions = self.policies.act(&self.obs)?;
+            let actions = self.policies.act(&self.obs, &self.embeddings)?;
             let steps = self.shaped.step(&actions)?;
+            self.keep_embeddings(&all);
             let mut done = Vec::new();
             for (env, out) in steps.iter().enumerate() {
                 let shaped = &out.shaped;
@@ -391,6 +413,7 @@ impl Actor {
             })
             .collect();
         let started = self.shaped.reset(&resets)?;
+        self.keep_embeddings(envs);
         let mut obs = Vec::with_capacity(started.len());
         for r in started {
             self.policies.start_episode(r.env, r.seed);
@@ -403,6 +426,23 @@ impl Actor {
             obs.push(r.obs);
         }
         Ok(obs)
+    }
+
+    /// Keeps the reward model's embeddings of the frames of `envs` (the envs of the last reset or step, in its
+    /// order) while a policy reads them.
+    fn keep_embeddings(&mut self, envs: &[usize]) {
+        if !self.policies.read_embeddings() {
+            return;
+        }
+        let Some((values, _)) = self.shaped.last_embeddings() else {
+            return;
+        };
+        let per = values.len() / envs.len().max(1);
+        for (row, &env) in envs.iter().enumerate() {
+            let e = &mut self.embeddings[env];
+            e.clear();
+            e.extend_from_slice(&values[row * per..(row + 1) * per]);
+        }
     }
 
     /// Installs the policies the checking worker accepted since the last step (each env switches at its next

@@ -5,7 +5,9 @@ use ed25519_dalek::{Signature, VerifyingKey};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use stagewise_core::{BoxSpec, Observation};
-use stagewise_model::{ModelError, OrtRuntime, PolicyModel, SessionOptions, StateMap};
+use stagewise_model::{
+    BoundPolicy, ModelError, OrtRuntime, PolicyEmbeddings, PolicyModel, SessionOptions, StateMap,
+};
 use stagewise_wire::PolicyMsg;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +18,20 @@ pub trait Policy: Send {
     fn act(&mut self, envs: &[usize], obs: &[&Observation]) -> Result<Vec<Vec<f32>>, PolicyError>;
     /// Env `env` starts a new episode with `seed`.
     fn reset(&mut self, _env: usize, _seed: u64) {}
+    /// The reward model's frame embeddings the policy reads beside the state (None: it reads none).
+    fn embeddings(&self) -> Option<&PolicyEmbeddings> {
+        None
+    }
+    /// [`Self::act`] given each observation's frame embeddings too (`embeddings[i]`: env `envs[i]`'s, every view's
+    /// in the model's view order), for a policy whose [`Self::embeddings`] is Some; others ignore them.
+    fn act_embedded(
+        &mut self,
+        envs: &[usize],
+        obs: &[&Observation],
+        _embeddings: &[&[f32]],
+    ) -> Result<Vec<Vec<f32>>, PolicyError> {
+        self.act(envs, obs)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,8 +167,10 @@ pub struct OnnxPolicy {
     /// The policy's state fields by name from the source's state (its manifest's `state_names`,
     /// [`PolicyModel::load_bound`]); None: the source's state vector as it is.
     state_map: Option<StateMap>,
-    /// The mapped states of a call, one row per env.
-    mapped: Vec<f32>,
+    /// The reward-model embeddings the policy reads before its state (its manifest's `[embeddings]`).
+    embeddings: Option<PolicyEmbeddings>,
+    /// The inputs of a call, one row per env.
+    rows: Vec<f32>,
 }
 
 impl OnnxPolicy {
@@ -162,15 +180,49 @@ impl OnnxPolicy {
             name: name.into(),
             version,
             state_map: None,
-            mapped: Vec::new(),
+            embeddings: None,
+            rows: Vec::new(),
         }
     }
 
-    /// Feeds the policy the fields `map` selects from each observation's state (an identity map changes
-    /// nothing and is dropped).
-    pub fn with_state_map(mut self, map: StateMap) -> Self {
-        self.state_map = (!map.is_identity()).then_some(map);
-        self
+    /// A policy loaded from its manifest for a source: its state fields by name, its embeddings input.
+    pub fn bound(policy: BoundPolicy, name: impl Into<String>) -> Self {
+        let mut p = Self::new(policy.model, name, 0);
+        p.state_map = (!policy.state_map.is_identity() || policy.embeddings.is_some())
+            .then_some(policy.state_map);
+        p.embeddings = policy.embeddings;
+        p
+    }
+
+    /// The graph's input rows: each env's embeddings (when the policy reads them), then its state fields.
+    fn inputs(
+        &mut self,
+        envs: &[usize],
+        obs: &[&Observation],
+        embeddings: &[&[f32]],
+    ) -> Result<usize, PolicyError> {
+        let e = self.embeddings.as_ref().map_or(0, PolicyEmbeddings::len);
+        let width = e + self.state_map.as_ref().map_or(0, StateMap::model_len);
+        self.rows.resize(obs.len() * width, 0.0);
+        for (i, o) in obs.iter().enumerate() {
+            let env = envs.get(i).copied().unwrap_or(i);
+            let bad = |reason: String| PolicyError::Run(ModelError::BadObservation { env, reason });
+            let row = &mut self.rows[i * width..(i + 1) * width];
+            if e > 0 {
+                let emb = embeddings.get(i).copied().unwrap_or_default();
+                if emb.len() != e {
+                    return Err(bad(format!(
+                        "{} embedding values from the reward model, the policy reads {e}",
+                        emb.len()
+                    )));
+                }
+                row[..e].copy_from_slice(emb);
+            }
+            if let Some(map) = &self.state_map {
+                map.select(&o.state, &mut row[e..]).map_err(bad)?;
+            }
+        }
+        Ok(width)
     }
 
     pub fn version(&self) -> u64 {
@@ -191,25 +243,28 @@ impl Policy for OnnxPolicy {
 
     /// Each env's action is held for the graph's action repeat ([`PolicyModel::act_held`]).
     fn act(&mut self, envs: &[usize], obs: &[&Observation]) -> Result<Vec<Vec<f32>>, PolicyError> {
-        let Some(map) = &self.state_map else {
+        self.act_embedded(envs, obs, &[])
+    }
+
+    fn embeddings(&self) -> Option<&PolicyEmbeddings> {
+        self.embeddings.as_ref()
+    }
+
+    fn act_embedded(
+        &mut self,
+        envs: &[usize],
+        obs: &[&Observation],
+        embeddings: &[&[f32]],
+    ) -> Result<Vec<Vec<f32>>, PolicyError> {
+        if self.state_map.is_none() {
             let states: Vec<&[f32]> = obs.iter().map(|o| o.state.as_slice()).collect();
             return self.model.act_held(envs, &states).map_err(PolicyError::Run);
-        };
-        let k = map.model_len();
-        self.mapped.resize(obs.len() * k, 0.0);
-        for (i, o) in obs.iter().enumerate() {
-            map.select(&o.state, &mut self.mapped[i * k..(i + 1) * k])
-                .map_err(|reason| {
-                    PolicyError::Run(ModelError::BadObservation {
-                        env: envs.get(i).copied().unwrap_or(i),
-                        reason,
-                    })
-                })?;
         }
-        let states: Vec<&[f32]> = (0..obs.len())
-            .map(|i| &self.mapped[i * k..(i + 1) * k])
+        let width = self.inputs(envs, obs, embeddings)?;
+        let rows: Vec<&[f32]> = (0..obs.len())
+            .map(|i| &self.rows[i * width..(i + 1) * width])
             .collect();
-        self.model.act_held(envs, &states).map_err(PolicyError::Run)
+        self.model.act_held(envs, &rows).map_err(PolicyError::Run)
     }
 
     fn reset(&mut self, env: usize, _seed: u64) {

@@ -6,7 +6,7 @@ set-up measured what. Every piece has `state_dict` / `load_state_dict` for the c
 from __future__ import annotations
 
 import math
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -496,10 +496,14 @@ def actor_onnx(agent: Agent) -> bytes:
 
 
 def export_policy(agent: Agent, out_dir, name: str, *, task: str, state_names: List[str], description: str,
-                  action_repeat: int = 1):
+                  action_repeat: int = 1, embeddings: Optional[Dict[str, Any]] = None):
     """The deterministic actor as `<out_dir>/<name>.onnx` + its `kind = "policy"` manifest (returned), what
     `stagewise eval policy` and `run --policy` load. A policy trained with each action held K > 1 steps says so in
-    the graph's metadata, and the runtime then holds its actions K steps, as in training."""
+    the graph's metadata, and the runtime then holds its actions K steps, as in training. `embeddings`
+    ({encoder_sha256, views, size}): the policy reads a reward model's frame embeddings before `state_names`
+    (`stagewise learn --obs embeddings`); the runtime feeds them from that model and refuses another."""
+    extra: Dict[str, Any] = {"action_repeat": action_repeat, "state_names": list(state_names)}
+    if embeddings:
+        extra["embeddings"] = dict(embeddings)
     return write_policy(out_dir, name, actor_onnx(agent), task=task, state_size=len(state_names),
-                        action_size=agent.actor.act, description=description,
-                        extra={"action_repeat": action_repeat, "state_names": list(state_names)})
+                        action_size=agent.actor.act, description=description, extra=extra)

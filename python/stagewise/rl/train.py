@@ -21,7 +21,7 @@ import torch
 from .. import launch
 from . import checkpoint as ckpt
 from .agent import Agent, GripperFlip, NStep, Replay, Symmetry, export_policy, sample
-from .config import LearnConfig
+from .config import PROPRIOCEPTION, LearnConfig
 from .envs import (Envs, ServeError, evaluate, learner_reward, reset, reward_mismatch, serve_args, step_all,
                    uses_advice)
 
@@ -37,6 +37,25 @@ def detection_stats(episodes) -> dict:
             "false_success": (sum(1 for e in detected if not e[5]) / len(detected)) if detected else float("nan"),
             "missed_success": (sum(1 for e in sim if not e[1]) / len(sim)) if sim else float("nan"),
             "detected": len(detected)}
+
+
+def embedding_spec(env) -> dict:
+    """The `[embeddings]` of a policy trained on `env`'s served embeddings: the served reward model's encoder
+    (its manifest's `parts.encoder_sha256`), views and embedding size, checked against what the env observes."""
+    import tomllib
+
+    path = (env.reward_spec or {}).get("model")
+    if not path:
+        raise ServeError(f"{env.client.keys['env_reset']}: --obs embeddings, but the server names no reward model")
+    with open(path, "rb") as fh:
+        m = tomllib.load(fh)
+    parts = m.get("parts") or {}
+    spec = {"encoder_sha256": parts.get("encoder_sha256"), "views": len(m.get("views") or []),
+            "size": parts.get("embedding")}
+    if not spec["encoder_sha256"] or (spec["views"], spec["size"]) != env.observation_space["embedding"].shape:
+        raise ServeError(f"{path}: its [parts] ({spec}) are not the embeddings the server sends "
+                         f"{env.observation_space['embedding'].shape}")
+    return spec
 
 
 def train_seed_base(seed: int) -> int:
@@ -84,6 +103,9 @@ class SeedRun:
         """The learner's parts, sized by the training env's observation (`env.feature_names`) and action."""
         cfg, spec = self.cfg, env.spec_msg
         self.names = list(env.feature_names)
+        self.export_names, self.export_embeddings = self.names, None
+        if cfg.obs == "embeddings":
+            self.export_names, self.export_embeddings = list(PROPRIOCEPTION), embedding_spec(env)
         s_dim, a_dim = len(self.names), len(spec["action"]["low"])
         action_names = list(spec["action"].get("names", []))
         grip = action_names.index("gripper") if cfg.gripper_flip > 0 or cfg.agent.gripper_binary else None
@@ -162,9 +184,8 @@ class SeedRun:
                 self._start_episodes()
                 self._loop()
                 self._evaluate(self.step)
-                self.last = str(export_policy(self.agent, self.policy_dir, self._name(), task=cfg.task,
-                                              state_names=self.names, description=self._describe(
-                                                  f"{self.step} env steps"), action_repeat=cfg.action_repeat))
+                self.last = str(self._export(self.policy_dir, self._name(),
+                                             self._describe(f"{self.step} env steps")))
             finally:
                 self.train.close()
                 self.evals.close()
@@ -262,6 +283,13 @@ class SeedRun:
                               actor_step=(self.agent.updates % cfg.actor_every == 0))
 
     # ------------------------------------------------------------------------------------ eval and files
+    def _export(self, out_dir, name: str, description: str):
+        """The actor as a policy the runtime runs: its manifest names the state fields it reads and, with --obs
+        embeddings, the reward model's encoder whose embeddings come first in its input."""
+        return export_policy(self.agent, out_dir, name, task=self.cfg.task, state_names=self.export_names,
+                             description=description, action_repeat=self.cfg.action_repeat,
+                             embeddings=self.export_embeddings)
+
     def _name(self, suffix: str = "") -> str:
         return f"{self.cfg.task}-{self.cfg.reward}-{self.seed}{suffix}"
 
@@ -291,11 +319,9 @@ class SeedRun:
         desc = self._describe(f"{step} env steps, held-out eval {ev['success']:.2f}")
         self.on_evaluate(ev)
         if cfg.export_checkpoints and step > 0:
-            export_policy(self.agent, self.dir / "checkpoints", self._name(f"-{step // 1000}k"), task=cfg.task,
-                          state_names=self.names, description=desc, action_repeat=cfg.action_repeat)
+            self._export(self.dir / "checkpoints", self._name(f"-{step // 1000}k"), desc)
         if ev["success"] >= self.best["success"] and step > 0:
-            path = export_policy(self.agent, self.policy_dir, self._name("-best"), task=cfg.task,
-                                 state_names=self.names, description=desc, action_repeat=cfg.action_repeat)
+            path = self._export(self.policy_dir, self._name("-best"), desc)
             self.best = {"success": ev["success"], "steps": step, "manifest": str(path)}
 
     def record(self, done: bool) -> dict:
