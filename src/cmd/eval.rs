@@ -115,6 +115,10 @@ pub struct PolicyEvalArgs {
     /// Write the per-episode outcomes and the success rate as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// For a policy that reads a reward model's frame embeddings (`embeddings` in its manifest): that model
+    /// (default: the task's shipped one; its encoder must be the policy's).
+    #[arg(long, value_name = "MANIFEST")]
+    pub model: Option<PathBuf>,
     #[command(flatten)]
     pub ort: OrtArgs,
 }
@@ -554,12 +558,12 @@ pub struct PolicyEpisode {
 /// Rolls a policy out headless on `--episodes` seeds, all envs in lockstep (one batched policy run per step).
 fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
     use stagewise_core::Env;
+    use stagewise_runtime::Policy as _;
     let path = args.policy.as_path();
     let task = args.task;
     if args.episodes == 0 {
         bail!("--episodes must be at least 1");
     }
-    let cfg = stagewise_sim::SimConfig::headless(task);
     let names = stagewise_sim::state_spec(task).names;
     let rt = args.ort.runtime()?;
     // The policy's state fields by name (its manifest's state_names) from the simulator's state.
@@ -573,26 +577,44 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
         &args.ort.session_options(),
     )
     .with_context(|| format!("loading policy {}", path.display()))?;
-    if bound.embeddings.is_some() {
-        bail!(
-            "policy {} reads a reward model's frame embeddings: `eval policy` does not render frames for it yet; \
-             evaluate it with `stagewise run --policy {} --reward model --model MANIFEST --episodes N --no-stream`",
-            path.display(),
-            path.display()
-        );
-    }
-    let (mut policy, map) = (bound.model, bound.state_map);
-    let k = map.model_len();
+    let repeat = bound.model.action_repeat();
+    // A policy that reads a reward model's frame embeddings gets them from that model on frames rendered at its
+    // size; any other runs headless.
+    let mut cfg = stagewise_sim::SimConfig::headless(task);
+    let mut encoder = match &bound.embeddings {
+        None => None,
+        Some(e) => {
+            let model_path = match &args.model {
+                Some(m) => m.clone(),
+                None => stagewise_model::runtime::find_shipped_model(task.name())?,
+            };
+            super::run::check_embedding_model(&path.display().to_string(), e, &model_path)?;
+            let mut model = args.ort.load_reward_model(&model_path)?;
+            let source = format!("the simulator's state (task {task})");
+            let map = StateMap::bind_source(model.manifest(), &source, &names, None)
+                .with_context(|| format!("binding the state fields of {}", model_path.display()))?;
+            model.set_state_map(map)?;
+            let img = model
+                .manifest()
+                .image
+                .clone()
+                .context("the reward model has no [image]")?;
+            cfg = stagewise_sim::SimConfig::new(task).with_resolution(img.width, img.height);
+            cfg.depth = false;
+            Some(model)
+        }
+    };
+    let mut policy = stagewise_runtime::OnnxPolicy::bound(bound, path.display().to_string());
     let n = args.episodes;
     let mut envs = Vec::with_capacity(n);
-    let mut states = Vec::with_capacity(n);
+    let mut obs: Vec<Observation> = Vec::with_capacity(n);
     for i in 0..n {
         let mut env = stagewise_sim::SimEnv::new(cfg.clone())?;
         let seed = args.seed + i as u64;
-        let obs = env
-            .reset(seed)
-            .with_context(|| format!("resetting seed {seed}"))?;
-        states.push(obs.state);
+        obs.push(
+            env.reset(seed)
+                .with_context(|| format!("resetting seed {seed}"))?,
+        );
         envs.push(env);
     }
     let mut done: Vec<Option<PolicyEpisode>> = vec![None; n];
@@ -604,17 +626,25 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
         if active.is_empty() {
             break;
         }
-        let mut inputs = vec![0.0f32; active.len() * k];
-        for (row, &i) in active.iter().enumerate() {
-            map.select(&states[i], &mut inputs[row * k..(row + 1) * k])
-                .map_err(|e| anyhow::anyhow!("seed {}: {e}", args.seed + i as u64))?;
-        }
-        let batch: Vec<&[f32]> = (0..active.len())
-            .map(|row| &inputs[row * k..(row + 1) * k])
+        let refs: Vec<&Observation> = active.iter().map(|&i| &obs[i]).collect();
+        // The reward model reads every observation once (its windows follow each env's episode).
+        let embedded: Vec<f32> = match encoder.as_mut() {
+            Some(m) => {
+                m.score_envs(&active, &refs)
+                    .context("running the reward model")?;
+                m.last_embeddings()
+                    .map(|(v, _)| v.to_vec())
+                    .unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        let per = embedded.len() / active.len();
+        let rows: Vec<&[f32]> = (0..active.len())
+            .map(|r| &embedded[r * per..(r + 1) * per])
             .collect();
         // each action held for the policy's own action repeat, as it was trained
         let actions = policy
-            .act_held(&active, &batch)
+            .act_embedded(&active, &refs, &rows)
             .context("running the policy")?;
         for (&i, a) in active.iter().zip(actions) {
             let r = envs[i]
@@ -630,7 +660,7 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
                 });
                 bar.inc(1);
             }
-            states[i] = r.obs.state;
+            obs[i] = r.obs;
         }
     }
     bar.finish_and_clear();
@@ -647,7 +677,7 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
         args.seed,
         args.seed + n as u64,
         t0.elapsed().as_secs_f64(),
-        policy.action_repeat()
+        repeat
     );
     if let Some(p) = &args.json {
         let json = serde_json::json!({
@@ -658,7 +688,7 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
             "successes": successes,
             "success_rate": rate,
             "mean_final_progress": mean_progress,
-            "action_repeat": policy.action_repeat(),
+            "action_repeat": repeat,
             "per_episode": eps,
         });
         std::fs::write(p, serde_json::to_string_pretty(&json)?)

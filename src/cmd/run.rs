@@ -469,6 +469,16 @@ fn check_embedding_source(
             reward.source
         );
     };
+    check_embedding_model(path, e, model)
+}
+
+/// `model` (a reward model manifest) gives the embeddings `e` a policy (`path`) was trained on: a two-part model
+/// with that encoder (sha256), as many views and the same embedding size.
+pub(crate) fn check_embedding_model(
+    path: &str,
+    e: &PolicyEmbeddings,
+    model: &std::path::Path,
+) -> anyhow::Result<()> {
     let m = Manifest::load(model).with_context(|| format!("reading {}", model.display()))?;
     let have = m
         .parts
