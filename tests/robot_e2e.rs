@@ -539,6 +539,58 @@ fn a_policy_reading_what_the_robot_does_not_measure_is_refused() {
     );
 }
 
+/// A policy that reads the reward model's frame embeddings and the robot's own fields drives the emulated robot
+/// over the bridge: the embeddings of the scene channel's frames from the run's reward model, the hand's fields
+/// from its proprioception; no `--policy-reads-scene` needed.
+#[test]
+fn a_policy_of_embeddings_and_proprioception_drives_the_robot() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
+    let port = free_port();
+    let _emu = spawn_emulator(port, &key, &[]);
+    let policy = common::embedding_policy(
+        dir.path(),
+        &["ee_x", "ee_y", "ee_z", "gripper_width"],
+        MODEL,
+    );
+    let out = Command::new(exe())
+        .current_dir(root())
+        .env_remove("STAGEWISE_LINK_KEY_FILE")
+        .args([
+            "--log",
+            "warn",
+            "run",
+            "--no-stream",
+            "--model",
+            MODEL,
+            "--policy",
+        ])
+        .arg(&policy)
+        .args([
+            "--episodes",
+            "1",
+            "--max-steps",
+            "20",
+            "--width",
+            "32",
+            "--height",
+            "32",
+        ])
+        .args([
+            "--bridge",
+            &format!("udp://127.0.0.1:{port}"),
+            "--link-key-file",
+        ])
+        .arg(&key)
+        .arg("--log-file")
+        .arg(dir.path().join("emb.swlog"))
+        .output()
+        .expect("stagewise run");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("1 episodes, 20 env-steps"), "{t}");
+}
+
 #[test]
 fn a_robot_that_does_not_answer_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

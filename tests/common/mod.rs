@@ -26,14 +26,36 @@ pub fn tiny3v_reading(dir: &Path, names: &[&str]) -> PathBuf {
 /// A policy reading the state fields `names` by name: an untrained tanh MLP (`models/make_test_models.py`, state
 /// `names.len()` -> action 4) and its manifest in `dir`.
 pub fn named_policy(dir: &Path, names: &[&str]) -> PathBuf {
+    policy_with_inputs(dir, names, None)
+}
+
+/// The same reading, before its state fields, the frame embeddings (every view's) of the two-part reward model
+/// `model` (a manifest path relative to the checkout): its manifest's `embeddings` pin that model's encoder.
+pub fn embedding_policy(dir: &Path, names: &[&str], model: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let m = stagewise_model::Manifest::load(&root.join(model)).unwrap();
+    let parts = m.parts.expect("a two-part model");
+    policy_with_inputs(
+        dir,
+        names,
+        Some((parts.encoder_sha256, m.views.len(), parts.embedding)),
+    )
+}
+
+fn policy_with_inputs(
+    dir: &Path,
+    names: &[&str],
+    embeddings: Option<(String, usize, usize)>,
+) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let inputs = names.len() + embeddings.as_ref().map_or(0, |e| e.1 * e.2);
     let onnx = dir.join("named-policy.onnx");
     let py = root.join(".venv/bin/python");
     let out = std::process::Command::new(&py)
         .arg(root.join("models/make_test_models.py"))
         .arg("--policy")
         .arg(&onnx)
-        .args([&names.len().to_string(), "4", "--seed", "5"])
+        .args([&inputs.to_string(), "4", "--seed", "5"])
         .output()
         .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", py.display()));
     assert!(
@@ -48,8 +70,11 @@ pub fn named_policy(dir: &Path, names: &[&str]) -> PathBuf {
         &path,
         format!(
             "kind = \"policy\"\ntask = \"push-target\"\nonnx = \"named-policy.onnx\"\nsha256 = \"{sha}\"\n\
-             state_names = [{}]\n[inputs]\nstate = \"state\"\n[outputs]\naction = \"action\"\n",
-            list.join(", ")
+             state_names = [{}]\n{}[inputs]\nstate = \"state\"\n[outputs]\naction = \"action\"\n",
+            list.join(", "),
+            embeddings.map_or(String::new(), |(e, v, n)| format!(
+                "embeddings = {{ encoder_sha256 = \"{e}\", views = {v}, size = {n} }}\n"
+            ))
         ),
     )
     .unwrap();
