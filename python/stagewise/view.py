@@ -664,6 +664,94 @@ def view_dataset(root: Path, recorder: Recorder, episodes: Optional[List[int]] =
     return said
 
 
+def episode_frames(ds: Dataset, e: int, view: Optional[str], table, file: Path) -> Tuple[str, np.ndarray]:
+    """(camera key, uint8 [n, h, w, 3]) of episode `e`'s frames of camera `view` (default the first)."""
+    if not ds.cameras:
+        raise ViewError(f"{ds.root}: the dataset has no camera")
+    keys = {k.rsplit(".", 1)[-1]: (k, kind) for k, kind in ds.cameras}
+    name = view or next(iter(keys))
+    if name not in keys:
+        raise ViewError(f"{ds.root}: no camera `{name}` (it has: {', '.join(keys)})")
+    key, kind = keys[name]
+    if kind == "video":
+        return key, ds.video_frames(key, e, table.num_rows)
+    import io
+
+    from PIL import Image
+
+    out = []
+    for f, cell in zip(_column(table, "frame_index", file), _column(table, key, file)):
+        data = cell.get("bytes") if isinstance(cell, dict) else None
+        if not data:
+            raise ViewError(f"{file}: column `{key}`, frame {f} of episode {e}: no embedded image bytes")
+        out.append(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+    return key, np.stack(out)
+
+
+def write_sheet(root: Path, e: int, out: Path, every: int = 0, view: Optional[str] = None,
+                tiles: int = 40) -> Dict[str, Any]:
+    """A labelling sheet of episode `e`: every `every`-th frame of camera `view` (default: the first camera; every:
+    about `tiles` frames in all) with its frame index, above the episode's progress (`sarm_progress.parquet`, and
+    the recorder's ground truth when the dataset has it) with the current stage starts drawn: what a person reads
+    stage-start frames and success from (`stagewise annotate --from`). Returns what it drew."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ds = Dataset.open(root)
+    if e not in ds.episodes:
+        raise ViewError(f"{root}: no episode {e} (it has {len(ds.episodes)}: 0..{len(ds.episodes) - 1})")
+    table, file = ds.data(e)
+    n = table.num_rows
+    key, frames = episode_frames(ds, e, view, table, file)
+    every = every or max(1, -(-n // tiles))
+    shown = list(range(0, n, every))
+    if shown[-1] != n - 1:
+        shown.append(n - 1)
+    cols = min(10, len(shown))
+    rows_ = -(-len(shown) // cols)
+    fig = plt.figure(figsize=(1.6 * cols, 1.7 * rows_ + 3.2))
+    grid = fig.add_gridspec(rows_ + 2, cols, height_ratios=[1] * rows_ + [0.25, 2.2])
+    for k, f in enumerate(shown):
+        ax = fig.add_subplot(grid[k // cols, k % cols])
+        ax.imshow(frames[f])
+        ax.set_title(f"{f}", fontsize=8)
+        ax.axis("off")
+    ax = fig.add_subplot(grid[rows_ + 1, :])
+    progress = _progress(root)
+    index = _column(table, "index", file)
+    drawn = {"frames": shown, "camera": key, "progress": False, "ground_truth": False}
+    if progress is not None:
+        phi = [progress.get(int(i), (np.nan, None))[0] for i in index]
+        ax.plot(range(n), phi, label="model progress (sarm_progress.parquet)")
+        drawn["progress"] = True
+    if "progress_gt" in table.column_names:
+        ax.plot(range(n), table.column("progress_gt").to_pylist(), "--", label="recorder's ground truth")
+        drawn["ground_truth"] = True
+    ep = ds.episodes[e]
+    names = ep.get("sparse_subtask_names") or []
+    for k, s0 in enumerate(ep.get("sparse_subtask_start_frames") or []):
+        ax.axvline(int(s0), color="grey", lw=0.8)
+        ax.text(int(s0), 1.02, names[k] if k < len(names) else str(k), fontsize=8, rotation=45)
+    for f in shown:
+        ax.axvline(f, color="grey", lw=0.3, ls=":")
+    ax.set_xlim(0, max(n - 1, 1))
+    ax.set_ylim(-0.02, 1.1)
+    ax.set_xlabel("frame")
+    ax.set_ylabel("progress")
+    if drawn["progress"] or drawn["ground_truth"]:
+        ax.legend(loc="lower right", fontsize=8)
+    ok = ep.get("success")
+    fig.suptitle(f"{root.name}: episode {e}, {n} frames, camera {key}"
+                 + ("" if ok is None else f", success {bool(ok)}")
+                 + ("" if progress is not None else " (no sarm_progress.parquet: `stagewise label` draws it)"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return drawn
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Live: a running actor's stream
 
@@ -765,6 +853,13 @@ def _parser() -> argparse.ArgumentParser:
     ds = sub.add_parser("dataset", help="a LeRobot v3 dataset (with its sarm_progress.parquet when present)")
     ds.add_argument("path", type=Path)
     ds.add_argument("--episodes", help="comma-separated episode indices (default: all)")
+    sh = sub.add_parser("sheet", help="a PNG labelling sheet of one dataset episode: its frames with their indices "
+                        "above its progress and stage starts (what a person labels stage starts and success from)")
+    sh.add_argument("path", type=Path)
+    sh.add_argument("--episode", type=int, required=True)
+    sh.add_argument("--out", type=Path, required=True, help="the PNG to write")
+    sh.add_argument("--every", type=int, default=0, help="every N-th frame (default: about 40 frames in all)")
+    sh.add_argument("--camera", help="camera view (default: the dataset's first)")
     lv = sub.add_parser("live", help="a running `stagewise run`'s stream")
     lv.add_argument(
         "--robot",
@@ -796,6 +891,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     warnings.simplefilter("default")
     warnings.formatwarning = lambda msg, cat, *a, **k: f"view: warning: {msg}\n"
+    if args.source == "sheet":
+        try:
+            drawn = write_sheet(args.path, args.episode, args.out, args.every, args.camera)
+        except ViewError as e:
+            print(f"view: error: {e}", file=sys.stderr)
+            return 1
+        print(f"view: episode {args.episode}: {len(drawn['frames'])} frames of {drawn['camera']}"
+              f"{', progress' if drawn['progress'] else ''} -> {args.out}", file=sys.stderr)
+        return 0
     try:
         sink = Sink.parse(args.rerun)
         if args.source == "live" and args.nice:

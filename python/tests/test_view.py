@@ -379,3 +379,31 @@ def test_batches_of_steps_are_shown_as_rows_and_a_bad_one_is_skipped(tmp_path):
     p = "/env0/episode3"
     assert scalars(rrd, f"{p}/reward") == pytest.approx({0: 0, 1: 0.5, 2: 1.0, 3: 1.5, 6: 0, 7: 0.5, 8: 1.0})
     assert sorted(scalars(rrd, f"{p}/oracle_phi")) == [1, 2, 3, 4, 7, 8, 9]
+
+
+def test_a_labelling_sheet_shows_an_episodes_frames_and_progress(tmp_path):
+    """`stagewise view sheet`: one episode's frames (every k-th, with their indices, the last always) above its
+    progress and stage starts, as a PNG a person labels from; an episode or camera the dataset lacks is an error
+    naming it."""
+    from PIL import Image
+
+    from stagewise.view import write_sheet
+
+    ds = tmp_path / "ds"
+    out = stagewise("record", "--task", "push-target", "--episodes", "1", "--degraded", "0", "--width", "32",
+                    "--height", "32", "--threads", "1", "--out", str(ds))  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    png = tmp_path / "sheet.png"
+    out = stagewise("view", "sheet", str(ds), "--episode", "0", "--every", "10", "--out", str(png))
+    assert out.returncode == 0, out.stderr
+    w, h = Image.open(png).size
+    assert w > 600 and h > 300, (w, h)
+    drawn = write_sheet(ds, 0, tmp_path / "again.png", every=10, view="wrist")
+    import pyarrow.parquet as pq
+
+    n = pq.read_table(next((ds / "data").rglob("*.parquet"))).num_rows
+    assert drawn["frames"][:3] == [0, 10, 20] and drawn["frames"][-1] == n - 1
+    assert drawn["camera"].endswith("wrist") and drawn["ground_truth"] and not drawn["progress"]
+    for bad, why in ((["--episode", "3"], "no episode 3"), (["--episode", "0", "--camera", "top"], "no camera `top`")):
+        out = stagewise("view", "sheet", str(ds), *bad, "--out", str(tmp_path / "x.png"))
+        assert out.returncode == 1 and why in out.stderr, out.stderr
