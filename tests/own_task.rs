@@ -262,6 +262,47 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         .map(|e| e.stages.clone())
         .collect();
     assert_eq!(short_after, before);
+    // Outcome labels a person gives (`success`, an entry may give only it) land in the `success` column; an
+    // episode out of range is refused before anything is written.
+    let outcomes = tmp.path().join("outcomes.json");
+    std::fs::write(
+        &outcomes,
+        r#"{"episodes": [{"episode_index": 0, "success": false}, {"episode_index": 1, "success": true}]}"#,
+    )
+    .unwrap();
+    let said = ok(&stagewise(&[
+        "annotate",
+        "--dataset",
+        s(&ds),
+        "--from",
+        s(&outcomes),
+    ]));
+    assert!(said.contains("2 outcomes labelled"), "{said}");
+    let labelled = Dataset::open(&ds).unwrap();
+    let flags: Vec<Option<bool>> = labelled.episodes().iter().map(|e| e.success).collect();
+    assert_eq!(&flags[..2], &[Some(false), Some(true)], "{flags:?}");
+    let stages_kept: Vec<_> = labelled
+        .episodes()
+        .iter()
+        .map(|e| e.stages.clone())
+        .collect();
+    assert_eq!(
+        stages_kept, before,
+        "outcome labels leave the stages as they were"
+    );
+    std::fs::write(
+        &outcomes,
+        r#"{"episodes": [{"episode_index": 99, "success": true}]}"#,
+    )
+    .unwrap();
+    let e = err(&stagewise(&[
+        "annotate",
+        "--dataset",
+        s(&ds),
+        "--from",
+        s(&outcomes),
+    ]));
+    assert!(e.contains("episode 99: out of range"), "{e}");
 
     // 3. Train: single graph + two-part form + manifest + training record, validation metrics printed.
     let t_train = Instant::now();

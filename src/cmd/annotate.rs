@@ -14,12 +14,13 @@
 //! Stage `k` spans frames `start..end` (end exclusive; LeRobot's convention). Times are seconds from the episode
 //! start, turned into frames as LeRobot's `subtask_annotation.py` does (`int(t * fps)`). The ends may be left out
 //! (what a person labelling stage starts gives: `{"episode_index": 5, "start_frames": [0, 38, 61]}`): each stage
-//! then ends where the next starts and the last at the episode's end. `--from` sets the listed episodes and keeps
-//! the others' annotations.
+//! then ends where the next starts and the last at the episode's end. `"success": true|false` is the person's
+//! label of the episode's outcome (the dataset's `success` column; an entry may give only it). `--from` sets the
+//! listed episodes and keeps the others' annotations.
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
-use stagewise_dataset::{write_annotations, Dataset, StageAnnotation};
+use stagewise_dataset::{write_annotations, write_success, Dataset, StageAnnotation};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -44,6 +45,8 @@ pub struct AnnotateArgs {
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct AnnotationFile {
+    /// The stage names, in order (may be left out of a file that only labels outcomes).
+    #[serde(default)]
     pub stages: Vec<String>,
     pub episodes: Vec<EpisodeStages>,
 }
@@ -51,6 +54,9 @@ pub struct AnnotationFile {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct EpisodeStages {
     pub episode_index: usize,
+    /// The episode's outcome as labelled (the dataset's `success` column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_frames: Option<Vec<i64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +102,7 @@ pub fn run(args: AnnotateArgs) -> anyhow::Result<()> {
                 stages.get_or_insert_with(|| a.names.clone());
                 episodes.push(EpisodeStages {
                     episode_index: e.episode_index,
+                    success: e.success,
                     start_frames: Some(a.start_frames.clone()),
                     end_frames: Some(a.end_frames.clone()),
                     start_times: None,
@@ -117,19 +124,37 @@ pub fn run(args: AnnotateArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    let mut labels: Vec<(usize, Option<bool>)> = Vec::new();
     let changes: Vec<(usize, Option<StageAnnotation>)> = if let Some(path) = &args.from {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let file: AnnotationFile = serde_json::from_str(&text)
             .with_context(|| format!("{}: not an annotation file", path.display()))?;
-        if file.stages.is_empty() {
+        let stages_given = file
+            .episodes
+            .iter()
+            .any(|e| e.start_frames.is_some() || e.start_times.is_some());
+        if file.stages.is_empty() && stages_given {
             bail!(
                 "{}: `stages` is empty: name the stages in order",
                 path.display()
             );
         }
+        labels = file
+            .episodes
+            .iter()
+            .filter_map(|e| e.success.map(|s| (e.episode_index, Some(s))))
+            .collect();
+        if let Some((ep, _)) = labels.iter().find(|(ep, _)| *ep >= ds.num_episodes()) {
+            bail!(
+                "{}: episode {ep}: out of range, the dataset has {} episodes",
+                path.display(),
+                ds.num_episodes()
+            );
+        }
         file.episodes
             .iter()
+            .filter(|e| e.success.is_none() || e.start_frames.is_some() || e.start_times.is_some())
             .map(|e| {
                 let ep = e.episode_index;
                 let start_frames = frames_of(&e.start_frames, &e.start_times, fps, "start", ep)?;
@@ -166,6 +191,15 @@ pub fn run(args: AnnotateArgs) -> anyhow::Result<()> {
     };
     let s = write_annotations(&args.dataset, &changes)
         .with_context(|| format!("annotating {}", args.dataset.display()))?;
+    if !labels.is_empty() {
+        let (ok, failed, unknown) = write_success(&args.dataset, &labels)
+            .with_context(|| format!("labelling the outcomes of {}", args.dataset.display()))?;
+        println!(
+            "{}: {} outcomes labelled ({ok} successful, {failed} failed, {unknown} unlabelled in all)",
+            args.dataset.display(),
+            labels.len()
+        );
+    }
     println!(
         "{}: {} of {} episodes annotated{}",
         args.dataset.display(),

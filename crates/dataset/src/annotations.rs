@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::builder::{Float64Builder, Int64Builder, ListBuilder, StringBuilder};
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{ArrayRef, BooleanArray, RecordBatch};
 use arrow_schema::{Field, Schema};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
@@ -73,6 +73,112 @@ pub(crate) fn stage_columns(
     ]
 }
 
+/// Sets the `success` flag (Stagewise's episode column, what `stagewise log export` writes from a run's episode
+/// summaries) of the episodes in `labels` (`None` clears one: unknown) and keeps the others' as they are: the
+/// per-episode label a person gives. Returns how many episodes are labelled successful, failed, and unknown.
+pub fn write_success(
+    root: impl AsRef<Path>,
+    labels: &[(usize, Option<bool>)],
+) -> Result<(usize, usize, usize)> {
+    let root = root.as_ref();
+    let ds = Dataset::open(root)?;
+    let n = ds.num_episodes();
+    let mut success: Vec<Option<bool>> = ds.episodes().iter().map(|e| e.success).collect();
+    for &(ep, flag) in labels {
+        *success.get_mut(ep).ok_or_else(|| {
+            DatasetError::Input(format!(
+                "episode {ep}: out of range, the dataset has {n} episodes"
+            ))
+        })? = flag;
+    }
+    rewrite_episode_columns(root, &["success"], |eps| {
+        let col: BooleanArray = eps
+            .iter()
+            .map(|&e| {
+                usize::try_from(e)
+                    .ok()
+                    .and_then(|e| success.get(e).copied().flatten())
+            })
+            .collect();
+        vec![("success", Arc::new(col) as ArrayRef)]
+    })?;
+    let count = |want: Option<bool>| success.iter().filter(|&&s| s == want).count();
+    Ok((count(Some(true)), count(Some(false)), count(None)))
+}
+
+/// Rewrites every `meta/episodes/*/*.parquet` durably with the columns `make` builds from each batch's
+/// `episode_index` values: columns named in `replaced` are dropped and `make`'s appended; the others stay.
+fn rewrite_episode_columns(
+    root: &Path,
+    replaced: &[&str],
+    make: impl Fn(&[i64]) -> Vec<(&'static str, ArrayRef)>,
+) -> Result<()> {
+    let dir = root.join("meta/episodes");
+    let mut files = Vec::new();
+    for chunk in std::fs::read_dir(&dir).map_err(io_err(&dir))? {
+        let chunk = chunk.map_err(io_err(&dir))?.path();
+        if chunk.is_dir() {
+            for f in std::fs::read_dir(&chunk).map_err(io_err(&chunk))? {
+                let f = f.map_err(io_err(&chunk))?.path();
+                if f.extension().is_some_and(|e| e == "parquet") {
+                    files.push(f);
+                }
+            }
+        }
+    }
+    files.sort();
+    for path in &files {
+        let file = std::fs::File::open(path).map_err(io_err(path))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(pq_err(path))?
+            .build()
+            .map_err(pq_err(path))?;
+        let mut out: Vec<RecordBatch> = Vec::new();
+        for batch in reader {
+            let batch = batch.map_err(arrow_err(path))?;
+            let eps = i64_values(
+                column(&batch, path, "episode_index")?,
+                path,
+                "episode_index",
+            )?;
+            let mut fields: Vec<Field> = Vec::new();
+            let mut cols: Vec<ArrayRef> = Vec::new();
+            for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+                if !replaced.contains(&f.name().as_str()) {
+                    fields.push(f.as_ref().clone());
+                    cols.push(c.clone());
+                }
+            }
+            for (name, col) in make(&eps) {
+                fields.push(Field::new(name, col.data_type().clone(), true));
+                cols.push(col);
+            }
+            let schema = Arc::new(Schema::new_with_metadata(
+                fields,
+                batch.schema().metadata().clone(),
+            ));
+            out.push(RecordBatch::try_new(schema, cols).map_err(arrow_err(path))?);
+        }
+        let tmp = crate::durable::temp_path(path);
+        crate::durable::write_atomic(path, |f| {
+            let Some(first) = out.first() else {
+                return Ok(());
+            };
+            let props = WriterProperties::builder()
+                .set_compression(Compression::SNAPPY)
+                .build();
+            let mut w =
+                ArrowWriter::try_new(f, first.schema(), Some(props)).map_err(pq_err(&tmp))?;
+            for b in &out {
+                w.write(b).map_err(pq_err(&tmp))?;
+            }
+            w.into_inner().map_err(pq_err(&tmp))?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 /// What [`write_annotations`] left in the dataset.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AnnotationSummary {
@@ -127,78 +233,18 @@ pub fn write_annotations(
     let fps = f64::from(ds.fps());
 
     // Rewrite every episodes file with the five stage columns (replaced where they were, appended otherwise).
-    let dir = root.join("meta/episodes");
-    let mut files = Vec::new();
-    for chunk in std::fs::read_dir(&dir).map_err(io_err(&dir))? {
-        let chunk = chunk.map_err(io_err(&dir))?.path();
-        if chunk.is_dir() {
-            for f in std::fs::read_dir(&chunk).map_err(io_err(&chunk))? {
-                let f = f.map_err(io_err(&chunk))?.path();
-                if f.extension().is_some_and(|e| e == "parquet") {
-                    files.push(f);
-                }
-            }
-        }
-    }
-    files.sort();
-    for path in &files {
-        let file = std::fs::File::open(path).map_err(io_err(path))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-            .map_err(pq_err(path))?
-            .build()
-            .map_err(pq_err(path))?;
-        let mut out: Vec<RecordBatch> = Vec::new();
-        for batch in reader {
-            let batch = batch.map_err(arrow_err(path))?;
-            let eps = i64_values(
-                column(&batch, path, "episode_index")?,
-                path,
-                "episode_index",
-            )?;
-            let rows: Vec<Option<&StageAnnotation>> = eps
-                .iter()
-                .map(|&e| {
-                    usize::try_from(e)
-                        .ok()
-                        .and_then(|e| ann.get(e))
-                        .and_then(Option::as_ref)
-                })
-                .collect();
-            let mut fields: Vec<Field> = Vec::new();
-            let mut cols: Vec<ArrayRef> = Vec::new();
-            for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
-                if !STAGE_COLUMNS.contains(&f.name().as_str()) {
-                    fields.push(f.as_ref().clone());
-                    cols.push(c.clone());
-                }
-            }
-            for (name, col) in stage_columns(&rows, fps) {
-                fields.push(Field::new(name, col.data_type().clone(), true));
-                cols.push(col);
-            }
-            let schema = Arc::new(Schema::new_with_metadata(
-                fields,
-                batch.schema().metadata().clone(),
-            ));
-            out.push(RecordBatch::try_new(schema, cols).map_err(arrow_err(path))?);
-        }
-        let tmp = crate::durable::temp_path(path);
-        crate::durable::write_atomic(path, |f| {
-            let Some(first) = out.first() else {
-                return Ok(());
-            };
-            let props = WriterProperties::builder()
-                .set_compression(Compression::SNAPPY)
-                .build();
-            let mut w =
-                ArrowWriter::try_new(f, first.schema(), Some(props)).map_err(pq_err(&tmp))?;
-            for b in &out {
-                w.write(b).map_err(pq_err(&tmp))?;
-            }
-            w.into_inner().map_err(pq_err(&tmp))?;
-            Ok(())
-        })?;
-    }
+    rewrite_episode_columns(root, &STAGE_COLUMNS, |eps| {
+        let rows: Vec<Option<&StageAnnotation>> = eps
+            .iter()
+            .map(|&e| {
+                usize::try_from(e)
+                    .ok()
+                    .and_then(|e| ann.get(e))
+                    .and_then(Option::as_ref)
+            })
+            .collect();
+        stage_columns(&rows, fps).to_vec()
+    })?;
 
     // Stage priors a_k over the annotated episodes (DESIGN.md; the writer's formula).
     let prop_path = root.join(TEMPORAL_PROPORTIONS_SPARSE_PATH);

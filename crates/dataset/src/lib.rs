@@ -31,7 +31,7 @@ pub mod stats;
 pub mod video;
 pub mod writer;
 
-pub use annotations::{write_annotations, AnnotationSummary};
+pub use annotations::{write_annotations, write_success, AnnotationSummary};
 pub use error::{DatasetError, Result};
 pub use info::{Feature, InfoJson, OrderedMap, CODEBASE_VERSION, SARM_PROGRESS_FILE};
 pub use reader::{Dataset, Episode, EpisodeMeta, Images, VideoRef};
