@@ -47,8 +47,11 @@ def embedding_spec(env) -> dict:
     path = (env.reward_spec or {}).get("model")
     if not path:
         raise ServeError(f"{env.client.keys['env_reset']}: --obs embeddings, but the server names no reward model")
-    with open(path, "rb") as fh:
-        m = tomllib.load(fh)
+    try:
+        with open(path, "rb") as fh:
+            m = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ServeError(f"{path} (the served reward model): cannot read its manifest ({e})") from None
     parts = m.get("parts") or {}
     spec = {"encoder_sha256": parts.get("encoder_sha256"), "views": len(m.get("views") or []),
             "size": parts.get("embedding")}
