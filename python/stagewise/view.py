@@ -313,18 +313,22 @@ class Recorder:
             self._scalar(f"{p}/oracle_phi", float(m["oracle_phi"]))
         if m.get("stage") is not None:
             self._scalar(f"{p}/stage", int(m["stage"]))
-        obs = m.get("next_obs")
-        if obs is not None and self._frame_gap:
-            now = time.monotonic()
-            if now - self._last_frame.get((robot, env), -1e9) < self._frame_gap:
-                obs = None
-            else:
-                self._last_frame[(robot, env)] = now
-        if obs is not None:
-            for view, img in (obs.get("images") or {}).items():
-                a = tensor(img, key, f"next_obs.images[{view!r}]")
-                self._log(f"{p}/camera/{view}", self.rr.Image(a, color_model="RGB"))
+        self._frames(p, (robot, env), m.get("next_obs"), key)
         self.counts.transitions += 1
+
+    def _frames(self, p: str, who: Tuple[str, int], obs: Optional[Dict[str, Any]], key: str) -> None:
+        """Logs `obs`'s RGB frames under `p/camera/<view>` at the current step, unless the env `who`'s last ones
+        are less than the frame gap old (`frames_per_s`)."""
+        if obs is None:
+            return
+        if self._frame_gap:
+            now = time.monotonic()
+            if now - self._last_frame.get(who, -1e9) < self._frame_gap:
+                return
+            self._last_frame[who] = now
+        for view, img in (obs.get("images") or {}).items():
+            a = tensor(img, key, f"next_obs.images[{view!r}]")
+            self._log(f"{p}/camera/{view}", self.rr.Image(a, color_model="RGB"))
 
     def steps(self, m: Dict[str, Any], key: str = "?") -> None:
         """A batch of one env's consecutive steps (`serve --rerun`): its columns go to Rerun as columns, no Python
@@ -349,18 +353,8 @@ class Recorder:
         for name in ("oracle_phi", "stage", "stage_probs"):  # empty when the source has none
             if m.get(name):
                 self._chunk(f"{p}/{name}", after, m[name])
-        obs = m.get("next_obs")
-        if obs is not None and self._frame_gap:
-            now = time.monotonic()
-            if now - self._last_frame.get((robot, env), -1e9) < self._frame_gap:
-                obs = None
-            else:
-                self._last_frame[(robot, env)] = now
-        if obs is not None:
-            self._at(t0 + n)
-            for view, img in (obs.get("images") or {}).items():
-                a = tensor(img, key, f"next_obs.images[{view!r}]")
-                self._log(f"{p}/camera/{view}", self.rr.Image(a, color_model="RGB"))
+        self._at(t0 + n)  # the frames are of the state after the last row's action
+        self._frames(p, (robot, env), m.get("next_obs"), key)
         self.counts.transitions += n
 
     def progress(self, m: Dict[str, Any]) -> None:
