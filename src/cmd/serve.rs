@@ -21,11 +21,11 @@ use super::view::{LiveViewer, RerunSink, VIEWER_BATCH_GAP, VIEWER_FINISH, VIEWER
 use super::zenoh_args::{Role, ZenohArgs};
 use crate::cli::{RewardSource, ShapingArgs};
 use anyhow::{bail, Context};
-use stagewise_core::{Env, EnvSpec, Observation, SuccessDetection};
+use stagewise_core::{Env, EnvSpec, Observation, ShapingConfig, SuccessDetection};
 use stagewise_model::StateMap;
 use stagewise_runtime::clock::{Clock, Ticker};
 use stagewise_runtime::{ProgressSource, RuntimeError, ShapedEnv, StepOutcome};
-use stagewise_sim::SimEnv;
+use stagewise_sim::{SimConfig, SimEnv};
 use stagewise_stream::wire::{
     kind, now_ns, EnvSpecMsg, EpisodeMsg, ResetReply, ResetRequest, RewardSpecMsg, Schema,
     StepReply, StepRequest, StepsMsg,
@@ -344,10 +344,10 @@ fn spec_msg(spec: &EnvSpec, images: bool) -> EnvSpecMsg {
     m
 }
 
-pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    if a.envs == 0 {
-        bail!("--envs must be >= 1");
-    }
+/// The shaping and the simulator's configuration the flags ask for, checked: sparse has nothing to shape or
+/// detect, embeddings are a reward model's, and `--episode-ends model` detects success on the served progress
+/// (default detection when none is given) instead of the simulator's.
+fn served_config(a: &ServeArgs) -> anyhow::Result<(ShapingConfig, SimConfig)> {
     // The shaper checks gamma, the scale and the form (sparse serves the task reward but keeps the same checks).
     let mut shaping = a.shaping.config()?;
     if a.reward == RewardSource::Sparse
@@ -378,6 +378,30 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     // Render only when someone reads the frames; depth is never served.
     cfg.render = a.images || a.reward == RewardSource::Model;
     cfg.depth = false;
+    Ok((shaping, cfg))
+}
+
+/// How old a served env's last frames are before `--rerun` sends new ones (`--rerun-frames-per-s`, default
+/// `VIEWER_FRAMES_PER_S_IN_ALL` shared by the served envs, at most 10 a second per env).
+fn viewer_frame_gap(a: &ServeArgs) -> anyhow::Result<Duration> {
+    let fps = a
+        .rerun_frames_per_s
+        .unwrap_or(VIEWER_FRAMES_PER_S_IN_ALL / a.envs as f64)
+        .min(10.0);
+    if fps.is_nan() || fps <= 0.0 {
+        bail!("--rerun-frames-per-s must be > 0 (got {fps})");
+    }
+    if a.rerun.is_empty() && a.rerun_frames_per_s.is_some() {
+        bail!("--rerun-frames-per-s needs --rerun (it sets the viewer's frame rate)");
+    }
+    Ok(Duration::from_secs_f64(1.0 / fps))
+}
+
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    if a.envs == 0 {
+        bail!("--envs must be >= 1");
+    }
+    let (shaping, cfg) = served_config(&a)?;
     let manifest = match (a.reward, &a.model) {
         (RewardSource::Model, Some(m)) => Some(m.clone()),
         (RewardSource::Model, None) => Some(stagewise_model::runtime::find_shipped_model(
@@ -400,17 +424,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let rerun = (!a.rerun.is_empty())
         .then(|| RerunSink::parse(&a.rerun))
         .transpose()?;
-    let fps = a
-        .rerun_frames_per_s
-        .unwrap_or(VIEWER_FRAMES_PER_S_IN_ALL / a.envs as f64)
-        .min(10.0);
-    if fps.is_nan() || fps <= 0.0 {
-        bail!("--rerun-frames-per-s must be > 0 (got {fps})");
-    }
-    if a.rerun.is_empty() && a.rerun_frames_per_s.is_some() {
-        bail!("--rerun-frames-per-s needs --rerun (it sets the viewer's frame rate)");
-    }
-    let frame_gap = Duration::from_secs_f64(1.0 / fps);
+    let frame_gap = viewer_frame_gap(&a)?;
     let base = Keys::new(a.zenoh.robot_name())?;
     let node = a.zenoh.open(Role::Listen, None)?;
     let mut handlers = Vec::with_capacity(a.envs);
