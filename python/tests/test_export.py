@@ -64,7 +64,9 @@ def test_bad_exporter_arguments_are_refused(kwargs, words):
 def test_write_policy_writes_a_manifest_the_runtime_rolls_out(tmp_path, binary):
     torch.manual_seed(3)
     data = mlp_to_onnx([nn.Linear(14, 32), nn.ReLU(), nn.Linear(32, 4)], 14, 4)
-    names = [f"s{i}" for i in range(14)]
+    # the runtime feeds a policy the state fields its manifest names: push-target's, here in the simulator's order
+    names = ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped", "block0_x", "block0_y", "block0_z", "block0_qw",
+             "block0_qx", "block0_qy", "block0_qz", "target_x", "target_y"]
     path = write_policy(tmp_path / "pol", "p", data, task="push-target", state_size=14, action_size=4,
                         description='a "quoted"\nrandom policy', extra={"action_repeat": 4, "state_names": names})
     assert path == tmp_path / "pol" / "p.toml"
@@ -83,6 +85,12 @@ def test_write_policy_writes_a_manifest_the_runtime_rolls_out(tmp_path, binary):
                     "--episodes", "2", "--json", str(out)], check=True, capture_output=True, timeout=300)
     report = json.loads(out.read_text())
     assert report["episodes"] == 2 and report["action_repeat"] == 4
+    # names the simulator does not have are refused, naming one
+    bad = write_policy(tmp_path / "bad", "p", data, task="push-target", state_size=14, action_size=4,
+                       description="d", extra={"state_names": [f"s{i}" for i in range(14)]})
+    r = subprocess.run([binary, "eval", "policy", "--policy", str(bad), "--task", "push-target", "--episodes", "1"],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode != 0 and '"s0"' in r.stderr, r.stderr
 
 
 def test_write_policy_refuses_a_wrong_action_size_and_its_own_keys_and_writes_nothing(tmp_path):
