@@ -567,9 +567,10 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
     let names = stagewise_sim::state_spec(task).names;
     let rt = args.ort.runtime()?;
     // The policy's state fields by name (its manifest's state_names) from the simulator's state.
+    let source = format!("the simulator's state (task {task})");
     let bound = stagewise_model::PolicyModel::load_bound(
         path,
-        &format!("the simulator's state (task {task})"),
+        &source,
         &names,
         None,
         stagewise_sim::ACTION_NAMES.len(),
@@ -590,7 +591,6 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
             };
             super::run::check_embedding_model(&path.display().to_string(), e, &model_path)?;
             let mut model = args.ort.load_reward_model(&model_path)?;
-            let source = format!("the simulator's state (task {task})");
             let map = StateMap::bind_source(model.manifest(), &source, &names, None)
                 .with_context(|| format!("binding the state fields of {}", model_path.display()))?;
             model.set_state_map(map)?;
