@@ -115,6 +115,14 @@ pub enum ModelError {
         source_len: usize,
         has: String,
     },
+    /// A policy's `[pixels]` view that its source lacks or gives at another size.
+    #[error("policy {policy} reads camera view {view:?} at {size}, but {reason}")]
+    PolicyView {
+        policy: PathBuf,
+        view: String,
+        size: String,
+        reason: String,
+    },
     #[error("model kind `{kind}` cannot be used as {wanted}")]
     WrongKind { kind: String, wanted: &'static str },
 

@@ -29,7 +29,7 @@ pub mod window;
 
 pub use error::ModelError;
 pub use hop::HopModel;
-pub use manifest::{Manifest, ModelKind, PolicyEmbeddings, ProgressMode};
+pub use manifest::{Manifest, ModelKind, PolicyEmbeddings, PolicyPixels, ProgressMode};
 pub use policy::{BoundPolicy, PolicyModel, ACTION_REPEAT_KEY, MAX_ACTION_REPEAT};
 pub use reward::{ModelForm, RewardModel, StepTiming};
 pub use runtime::{OrtRuntime, Provider, SessionOptions};

@@ -45,6 +45,17 @@
 //!                                   #   embedding] (+ state) -> the [outputs] + embedding f32 [N * views, embedding]
 //! ```
 //!
+//! A policy (`kind = "policy"`) reads its state fields by name too, after what it sees: either a reward model's
+//! frame embeddings (`embeddings = { encoder_sha256, views, size }`, [`PolicyEmbeddings`]) or raw camera frames
+//! (never both):
+//!
+//! ```toml
+//! [pixels]                          # the policy's input starts with these views' frames ([`PolicyPixels`])
+//! views = ["front", "side", "wrist"]  # camera views, in input order
+//! width = 32                        # each frame exactly width x height RGB (the runtime never resizes them)
+//! height = 32
+//! ```
+//!
 //! A manifest without `state_names` (the older form) gives only `state_size`: its model reads the source's state
 //! vector as it is, so it binds only to a source whose state has exactly `state_size` values (the identity
 //! mapping); any other source is refused with both sizes named. Name the fields to use such a model elsewhere.
@@ -196,6 +207,110 @@ impl PolicyEmbeddings {
     }
 }
 
+/// A policy's camera input (`[pixels]` of a `kind = "policy"` manifest): every view's frame, in `views` order,
+/// channel-major `[3, height, width]` RGB with the raw bytes 0..255 as f32 (the graph normalises them itself),
+/// before the named state fields in the policy's input (`[N, views * 3 * height * width + state_size]`). Frames
+/// are picked by view name and must be exactly this size: the runtime renders or refuses, it never resizes (a
+/// resized frame is not what the policy was trained on).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyPixels {
+    pub views: Vec<String>,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl PolicyPixels {
+    /// Values of one view's frame: `3 * height * width`.
+    pub fn frame_len(&self) -> usize {
+        3 * self.width as usize * self.height as usize
+    }
+
+    /// Values of the policy's input the frames take.
+    pub fn len(&self) -> usize {
+        self.views.len() * self.frame_len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `width x height`, for messages.
+    pub fn size(&self) -> String {
+        format!("{}x{}", self.width, self.height)
+    }
+
+    /// Refuses a source (`origin`, for errors) that lacks one of the views or gives it at another size, before
+    /// anything runs. `policy` is the manifest (for errors).
+    pub fn check_source(
+        &self,
+        policy: &Path,
+        origin: &str,
+        views: &[stagewise_core::ViewSpec],
+    ) -> Result<(), ModelError> {
+        for name in &self.views {
+            let err = |reason: String| ModelError::PolicyView {
+                policy: policy.to_path_buf(),
+                view: name.clone(),
+                size: self.size(),
+                reason,
+            };
+            let Some(v) = views.iter().find(|v| &v.name == name) else {
+                let has: Vec<&str> = views.iter().map(|v| v.name.as_str()).collect();
+                return Err(err(format!(
+                    "{origin} has no such view (it has: {})",
+                    if has.is_empty() {
+                        "none".into()
+                    } else {
+                        has.join(", ")
+                    }
+                )));
+            };
+            if (v.width, v.height) != (self.width, self.height) {
+                return Err(err(format!(
+                    "{origin} gives it at {}x{}",
+                    v.width, v.height
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `obs`'s frames of the policy's views into `out` ([`Self::len`] values) as the graph reads them:
+    /// channel-major, raw bytes as f32. A missing view or a frame of another size is refused, naming both.
+    pub fn write(&self, obs: &stagewise_core::Observation, out: &mut [f32]) -> Result<(), String> {
+        let plane = self.width as usize * self.height as usize;
+        assert_eq!(out.len(), self.len(), "one row of frames");
+        for (name, dst) in self.views.iter().zip(out.chunks_exact_mut(3 * plane)) {
+            let Some(view) = obs.view(name) else {
+                let has: Vec<&str> = obs.views.iter().map(|v| v.name.as_str()).collect();
+                return Err(format!(
+                    "the policy reads camera view {name:?} ({}), the observation has only [{}]",
+                    self.size(),
+                    has.join(", ")
+                ));
+            };
+            let rgb = &view.rgb;
+            if rgb.dimensions() != (self.width, self.height) {
+                return Err(format!(
+                    "camera view {name:?} is {}x{}, the policy reads {}",
+                    rgb.width(),
+                    rgb.height(),
+                    self.size()
+                ));
+            }
+            let (r, rest) = dst.split_at_mut(plane);
+            let (g, b) = rest.split_at_mut(plane);
+            for (i, px) in rgb.as_raw().chunks_exact(3).enumerate() {
+                r[i] = f32::from(px[0]);
+                g[i] = f32::from(px[1]);
+                b[i] = f32::from(px[2]);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A parsed manifest, with `onnx` (and the [`Parts`] files) resolved against the manifest's directory.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -228,6 +343,9 @@ pub struct Manifest {
     /// A policy's reward-model embeddings input ([`PolicyEmbeddings`]).
     #[serde(default)]
     pub embeddings: Option<PolicyEmbeddings>,
+    /// A policy's camera-frame input ([`PolicyPixels`]); never together with `embeddings`.
+    #[serde(default)]
+    pub pixels: Option<PolicyPixels>,
     /// Free text: where the model came from, what it was trained on.
     #[serde(default)]
     pub description: String,
@@ -252,6 +370,8 @@ pub const MAX_VIEWS: usize = 64;
 pub const MAX_EMBEDDING: usize = 1 << 16;
 /// Largest image side.
 pub const MAX_SIDE: u32 = 4096;
+/// Most input values a policy's `[pixels]` may take (views x 3 x height x width): 256 MiB of f32 per env.
+pub const MAX_PIXEL_INPUT: usize = 1 << 26;
 /// Largest window ring of one env (2 x views x frames x stride frames of f32 RGB), bytes.
 pub const MAX_WINDOW_BYTES: u64 = 4 << 30;
 
@@ -571,6 +691,11 @@ impl Manifest {
                 }
             }
         }
+        self.check_policy_inputs()
+    }
+
+    /// A policy's visual input: `[embeddings]` or `[pixels]` (one of them at most), each within bounds.
+    fn check_policy_inputs(&self) -> Result<(), ModelError> {
         if let Some(e) = &self.embeddings {
             if self.kind != ModelKind::Policy {
                 return Err(self.field_err("embeddings", "only a policy reads embeddings"));
@@ -586,6 +711,58 @@ impl Manifest {
                     format!(
                         "views {} and size {} must be in 1..={MAX_VIEWS} and 1..={MAX_EMBEDDING}",
                         e.views, e.size
+                    ),
+                ));
+            }
+        }
+        if let Some(p) = &self.pixels {
+            if self.kind != ModelKind::Policy {
+                return Err(self.field_err("pixels", "only a policy reads [pixels]"));
+            }
+            // One input row holds one or the other: a policy trained on both has no layout here.
+            if self.embeddings.is_some() {
+                return Err(self.field_err(
+                    "pixels",
+                    "a policy reads either [pixels] (camera frames) or [embeddings] (a reward model's frame \
+                     embeddings), not both",
+                ));
+            }
+            if p.views.is_empty() || p.views.len() > MAX_VIEWS {
+                return Err(self.field_err(
+                    "pixels.views",
+                    format!("{} views: 1..={MAX_VIEWS} expected", p.views.len()),
+                ));
+            }
+            let mut seen = std::collections::HashSet::new();
+            if let Some(v) = p
+                .views
+                .iter()
+                .find(|v| v.trim().is_empty() || !seen.insert(*v))
+            {
+                return Err(self.field_err(
+                    "pixels.views",
+                    format!("view names must be unique and non-empty ({v:?})"),
+                ));
+            }
+            if !(1..=MAX_SIDE).contains(&p.width) || !(1..=MAX_SIDE).contains(&p.height) {
+                return Err(self.field_err(
+                    "pixels",
+                    format!(
+                        "{}x{}: width and height must be in 1..={MAX_SIDE}",
+                        p.width, p.height
+                    ),
+                ));
+            }
+            // The runtime allocates a row of this per env: bounded like every other size it allocates from.
+            if p.len() > MAX_PIXEL_INPUT {
+                return Err(self.field_err(
+                    "pixels",
+                    format!(
+                        "{} views of {}x{} are {} input values (at most {MAX_PIXEL_INPUT})",
+                        p.views.len(),
+                        p.width,
+                        p.height,
+                        p.len()
                     ),
                 ));
             }
@@ -741,6 +918,78 @@ action = "action"
             "2".repeat(64)
         );
         assert_eq!(field_of(parse(&on_a_model).unwrap_err()), "embeddings");
+    }
+
+    /// A policy's `[pixels]` (camera frames before its named state): parsed, its input length computed, and
+    /// refused with [embeddings], on another kind, without views, with duplicate views, sizes out of bounds or
+    /// unknown fields, naming the field (and, for both inputs, both).
+    #[test]
+    fn policy_pixels_are_checked() {
+        let policy = r#"
+kind = "policy"
+onnx = "p.onnx"
+sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+state_names = ["ee_x", "ee_y", "ee_z", "gripper_width"]
+state_size = 4
+[pixels]
+views = ["front", "side", "wrist"]
+width = 32
+height = 24
+[inputs]
+state = "state"
+[outputs]
+action = "action"
+"#;
+        let m = parse(policy).unwrap();
+        let p = m.pixels.as_ref().unwrap();
+        assert_eq!(p.views, ["front", "side", "wrist"]);
+        assert_eq!((p.frame_len(), p.len(), m.state_size), (2304, 6912, 4));
+        for (bad, field) in [
+            (
+                policy.replace("[\"front\", \"side\", \"wrist\"]", "[]"),
+                "pixels.views",
+            ),
+            (policy.replace("\"side\"", "\"front\""), "pixels.views"),
+            (policy.replace("\"side\"", "\" \""), "pixels.views"),
+            (policy.replace("width = 32", "width = 0"), "pixels"),
+            (policy.replace("height = 24", "height = 4097"), "pixels"),
+            (
+                policy.replace("width = 32\nheight = 24", "width = 4096\nheight = 4096"),
+                "pixels",
+            ),
+        ] {
+            assert_eq!(field_of(parse(&bad).unwrap_err()), field, "{bad}");
+        }
+        let many: Vec<String> = (0..=MAX_VIEWS).map(|i| format!("\"v{i}\"")).collect();
+        let too_many = policy.replace(
+            "[\"front\", \"side\", \"wrist\"]",
+            &format!("[{}]", many.join(", ")),
+        );
+        assert_eq!(field_of(parse(&too_many).unwrap_err()), "pixels.views");
+        let unknown = policy.replace("height = 24", "height = 24\nmean = 0.5");
+        assert!(field_of(parse(&unknown).unwrap_err()).starts_with("syntax"));
+        // Both visual inputs: refused naming the file and both fields.
+        let both = policy.replace(
+            "state_size = 4\n",
+            &format!(
+                "state_size = 4\nembeddings = {{ encoder_sha256 = \"{}\", views = 3, size = 8 }}\n",
+                "2".repeat(64)
+            ),
+        );
+        let e = parse(&both).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("test.toml")
+                && text.contains("[pixels]")
+                && text.contains("[embeddings]"),
+            "{text}"
+        );
+        assert_eq!(field_of(e), "pixels");
+        let on_a_model = GOOD.replace(
+            "[inputs]",
+            "[pixels]\nviews = [\"front\"]\nwidth = 8\nheight = 8\n[inputs]",
+        );
+        assert_eq!(field_of(parse(&on_a_model).unwrap_err()), "pixels");
     }
 
     fn parse(text: &str) -> Result<Manifest, ModelError> {

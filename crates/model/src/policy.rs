@@ -3,7 +3,7 @@
 //! action sizes before it may act.
 
 use crate::graph::GraphCheck;
-use crate::manifest::{Manifest, ModelKind, PolicyEmbeddings};
+use crate::manifest::{Manifest, ModelKind, PolicyEmbeddings, PolicyPixels};
 use crate::runtime::{OrtRuntime, Provider, SessionOptions};
 use crate::state::StateMap;
 use crate::ModelError;
@@ -19,11 +19,30 @@ pub const ACTION_REPEAT_KEY: &str = "stagewise.action_repeat";
 pub const MAX_ACTION_REPEAT: u32 = 1000;
 
 /// A policy loaded for a source ([`PolicyModel::load_bound`]): the graph, how its state fields are taken from
-/// the source's state, and the reward-model embeddings it reads before them (if any).
+/// the source's state, and what it reads before them: the reward-model embeddings or the camera frames (if any).
 pub struct BoundPolicy {
     pub model: PolicyModel,
     pub state_map: StateMap,
     pub embeddings: Option<PolicyEmbeddings>,
+    pub pixels: Option<PolicyPixels>,
+    /// The manifest it was loaded from (for errors).
+    pub manifest: PathBuf,
+}
+
+impl BoundPolicy {
+    /// Refuses a source whose camera views (`views`; `origin` describes the source) lack one the policy's
+    /// `[pixels]` reads, or give it at another size ([`PolicyPixels::check_source`]). Nothing to check for
+    /// a policy without `[pixels]`.
+    pub fn check_views(
+        &self,
+        origin: &str,
+        views: &[stagewise_core::ViewSpec],
+    ) -> Result<(), ModelError> {
+        match &self.pixels {
+            Some(p) => p.check_source(&self.manifest, origin, views),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A policy graph `state f32 [N, state_size] -> action f32 [N, action_size]`.
@@ -161,8 +180,9 @@ impl PolicyModel {
     /// Loads a `kind = "policy"` manifest for a source whose state fields are `source_names` (`source`
     /// describes it for errors): the manifest's `state_names` are bound by name ([`StateMap::bind_source`];
     /// `readable` limits which source fields may be read), and the graph is checked against its input: the
-    /// manifest's `[embeddings]` (when it has them) then the bound state. A manifest without names reads the
-    /// source's vector as it is. Feed the policy `[embeddings, map.select(state)]`.
+    /// manifest's `[embeddings]` or `[pixels]` (when it has them) then the bound state. A manifest without
+    /// names reads the source's vector as it is. Feed the policy `[embeddings or frames, map.select(state)]`
+    /// (check a source's cameras against `[pixels]` with [`BoundPolicy::check_views`]).
     pub fn load_bound(
         manifest_path: &Path,
         source: &str,
@@ -174,23 +194,48 @@ impl PolicyModel {
     ) -> Result<BoundPolicy, ModelError> {
         let m = Manifest::load_kind(manifest_path, ModelKind::Policy)?;
         let state_map = StateMap::bind_source(&m, source, source_names, readable)?;
-        let extra = m.embeddings.as_ref().map_or(0, PolicyEmbeddings::len);
+        let extra = m.embeddings.as_ref().map_or(0, PolicyEmbeddings::len)
+            + m.pixels.as_ref().map_or(0, PolicyPixels::len);
         let bytes = std::fs::read(&m.onnx).map_err(|source| ModelError::Io {
             path: m.onnx.clone(),
             source,
         })?;
+        let width = extra + state_map.model_len();
         let model = Self::from_bytes(
             &bytes,
             &m.onnx.display().to_string(),
-            extra + state_map.model_len(),
+            width,
             action_size,
             runtime,
             opts,
-        )?;
+        )
+        .map_err(|e| match (e, &m.pixels) {
+            // The graph's input width follows from [pixels]: say how, on the manifest that says so.
+            (ModelError::GraphMismatch { field, reason, path }, Some(p))
+                if field == "inputs.state" =>
+            {
+                ModelError::ManifestField {
+                    path: m.path.clone(),
+                    field: "pixels".into(),
+                    reason: format!(
+                        "the policy's input is {} views x 3 x {} x {} frame values + {} state values = {width} \
+                         values, but its graph {} disagrees: {reason}",
+                        p.views.len(),
+                        p.height,
+                        p.width,
+                        state_map.model_len(),
+                        path.display()
+                    ),
+                }
+            }
+            (e, _) => e,
+        })?;
         Ok(BoundPolicy {
             model,
             state_map,
             embeddings: m.embeddings,
+            pixels: m.pixels,
+            manifest: m.path,
         })
     }
 

@@ -62,6 +62,9 @@ fn parse(text: &str) -> Result<Manifest, ModelError> {
                 .saturating_mul(pixels.saturating_mul(12));
             assert!(window < 16 << 30, "a window of {window} bytes: {m:?}");
             assert!(m.state_size < 1 << 24, "state_size {}", m.state_size);
+            // A pixel policy's input row per env.
+            let frames = m.pixels.as_ref().map_or(0, |p| p.len());
+            assert!(frames <= 1 << 26, "a row of {frames} frame values: {m:?}");
             Ok(m)
         }
         Err(e) => {

@@ -177,3 +177,162 @@ fn an_action_repeat_no_policy_may_declare_is_refused() {
         "{msg}"
     );
 }
+
+/// The simulator's state field names (the pixel test policy reads the hand's four of them).
+fn hand_source() -> Vec<String> {
+    ["ee_x", "ee_y", "ee_z", "gripper_width", "grasped"]
+        .map(String::from)
+        .to_vec()
+}
+
+fn view(name: &str, w: u32, h: u32) -> stagewise_core::ViewSpec {
+    stagewise_core::ViewSpec {
+        name: name.into(),
+        width: w,
+        height: h,
+    }
+}
+
+/// A `[pixels]` policy loads with its input width computed from the manifest (3 views x 3 x 8 x 8 + 4 state
+/// values), and its frames, written channel-major as raw bytes, are what the graph acts on: pixel3v8's
+/// action[k] is view k's channel k mean / 255 * 2 - 1, action[3] the gripper width.
+#[test]
+fn a_pixel_policy_loads_and_acts_on_its_frames() {
+    let bound = PolicyModel::load_bound(
+        &model_path("pixel3v8"),
+        "the test source",
+        &hand_source(),
+        None,
+        4,
+        runtime(),
+        &cpu(),
+    )
+    .unwrap();
+    let pixels = bound.pixels.clone().expect("[pixels]");
+    assert_eq!((pixels.len(), bound.state_map.model_len()), (576, 4));
+    assert!(bound.embeddings.is_none());
+    let solid = |rgb: [u8; 3]| image::RgbImage::from_pixel(8, 8, image::Rgb(rgb));
+    let obs = stagewise_core::Observation {
+        step: 0,
+        time: 0.0,
+        // Out of the policy's order, with a view it does not read: frames are picked by name.
+        views: vec![
+            stagewise_core::View::new("wrist", solid([0, 0, 51])),
+            stagewise_core::View::new("top", solid([255, 255, 255])),
+            stagewise_core::View::new("side", solid([9, 0, 9])),
+            stagewise_core::View::new("front", solid([255, 7, 7])),
+        ],
+        state: vec![0.1, 0.2, 0.3, 0.04, 1.0],
+    };
+    let mut row = vec![0.0f32; pixels.len() + 4];
+    pixels.write(&obs, &mut row[..576]).unwrap();
+    assert_eq!(
+        (row[0], row[64], row[128], row[192]),
+        (255.0, 7.0, 7.0, 9.0)
+    );
+    bound.state_map.select(&obs.state, &mut row[576..]).unwrap();
+    let mut model = bound.model;
+    let a = model.act(&[&row]).unwrap().remove(0);
+    let want = [1.0, -1.0, 51.0 / 255.0 * 2.0 - 1.0, 0.04];
+    assert!(
+        a.iter().zip(want).all(|(x, y)| (x - y).abs() < 1e-5),
+        "{a:?} vs {want:?}"
+    );
+    // A frame of another size, or a missing view, is refused naming the view and both sizes.
+    let mut small = obs.clone();
+    small.views[3] = stagewise_core::View::new("front", image::RgbImage::new(16, 8));
+    let e = pixels.write(&small, &mut row[..576]).unwrap_err();
+    assert!(
+        e.contains("\"front\"") && e.contains("16x8") && e.contains("8x8"),
+        "{e}"
+    );
+    let mut blind = obs.clone();
+    blind.views.remove(2);
+    let e = pixels.write(&blind, &mut row[..576]).unwrap_err();
+    assert!(
+        e.contains("\"side\"") && e.contains("wrist, top, front"),
+        "{e}"
+    );
+}
+
+/// A source's cameras are checked against `[pixels]` before anything runs: a missing view names itself and the
+/// views the source has; a view at another size names both sizes.
+#[test]
+fn a_pixel_policy_refuses_sources_without_its_views_at_its_size() {
+    let bound = PolicyModel::load_bound(
+        &model_path("pixel3v8"),
+        "the test source",
+        &hand_source(),
+        None,
+        4,
+        runtime(),
+        &cpu(),
+    )
+    .unwrap();
+    let good = [view("front", 8, 8), view("side", 8, 8), view("wrist", 8, 8)];
+    bound.check_views("the test cameras", &good).unwrap();
+    let e = bound
+        .check_views(
+            "the test cameras",
+            &[view("front", 8, 8), view("top", 8, 8)],
+        )
+        .unwrap_err();
+    let t = e.to_string();
+    assert!(
+        matches!(e, ModelError::PolicyView { ref view, .. } if view == "side"),
+        "{t}"
+    );
+    assert!(
+        t.contains("pixel3v8.toml") && t.contains("it has: front, top"),
+        "{t}"
+    );
+    let e = bound
+        .check_views(
+            "the test cameras",
+            &[
+                view("front", 8, 8),
+                view("side", 32, 32),
+                view("wrist", 8, 8),
+            ],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"side\" at 8x8") && e.contains("gives it at 32x32"),
+        "{e}"
+    );
+}
+
+/// A `[pixels]` manifest whose graph takes another input width is refused on the manifest, with the width it
+/// computes and the graph's.
+#[test]
+fn a_pixel_policy_whose_graph_disagrees_with_its_pixels_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("models/test");
+    std::fs::copy(src.join("pixel3v8.onnx"), dir.path().join("pixel3v8.onnx")).unwrap();
+    let text = std::fs::read_to_string(src.join("pixel3v8.toml"))
+        .unwrap()
+        .replace("width = 8", "width = 16");
+    let path = dir.path().join("wide.toml");
+    std::fs::write(&path, text).unwrap();
+    let e = PolicyModel::load_bound(
+        &path,
+        "the test source",
+        &hand_source(),
+        None,
+        4,
+        runtime(),
+        &cpu(),
+    )
+    .err()
+    .expect("a graph of another width");
+    let t = e.to_string();
+    assert!(
+        matches!(e, ModelError::ManifestField { ref field, .. } if field == "pixels"),
+        "{t}"
+    );
+    assert!(
+        t.contains("wide.toml") && t.contains("= 1156 values") && t.contains("is 580"),
+        "{t}"
+    );
+}

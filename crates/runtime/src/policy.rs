@@ -6,7 +6,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use stagewise_core::{BoxSpec, Observation};
 use stagewise_model::{
-    BoundPolicy, ModelError, OrtRuntime, PolicyEmbeddings, PolicyModel, SessionOptions, StateMap,
+    BoundPolicy, ModelError, OrtRuntime, PolicyEmbeddings, PolicyModel, PolicyPixels,
+    SessionOptions, StateMap,
 };
 use stagewise_wire::PolicyMsg;
 use std::path::{Path, PathBuf};
@@ -169,6 +170,8 @@ pub struct OnnxPolicy {
     state_map: Option<StateMap>,
     /// The reward-model embeddings the policy reads before its state (its manifest's `[embeddings]`).
     embeddings: Option<PolicyEmbeddings>,
+    /// The camera frames the policy reads before its state, from each observation (its manifest's `[pixels]`).
+    pixels: Option<PolicyPixels>,
     /// The inputs of a call, one row per env.
     rows: Vec<f32>,
 }
@@ -181,20 +184,28 @@ impl OnnxPolicy {
             version,
             state_map: None,
             embeddings: None,
+            pixels: None,
             rows: Vec::new(),
         }
     }
 
-    /// A policy loaded from its manifest for a source: its state fields by name, its embeddings input.
+    /// A policy loaded from its manifest for a source: its state fields by name, its embeddings or frames input.
     pub fn bound(policy: BoundPolicy, name: impl Into<String>) -> Self {
         let mut p = Self::new(policy.model, name, 0);
-        p.state_map = (!policy.state_map.is_identity() || policy.embeddings.is_some())
-            .then_some(policy.state_map);
+        let reads_more = policy.embeddings.is_some() || policy.pixels.is_some();
+        p.state_map = (!policy.state_map.is_identity() || reads_more).then_some(policy.state_map);
         p.embeddings = policy.embeddings;
+        p.pixels = policy.pixels;
         p
     }
 
-    /// The graph's input rows: each env's embeddings (when the policy reads them), then its state fields.
+    /// The camera frames the policy reads (its manifest's `[pixels]`), None when it reads none.
+    pub fn pixels(&self) -> Option<&PolicyPixels> {
+        self.pixels.as_ref()
+    }
+
+    /// The graph's input rows: each env's embeddings or frames (when the policy reads them), then its state
+    /// fields.
     fn inputs(
         &mut self,
         envs: &[usize],
@@ -202,7 +213,8 @@ impl OnnxPolicy {
         embeddings: &[&[f32]],
     ) -> Result<usize, PolicyError> {
         let e = self.embeddings.as_ref().map_or(0, PolicyEmbeddings::len);
-        let width = e + self.state_map.as_ref().map_or(0, StateMap::model_len);
+        let f = self.pixels.as_ref().map_or(0, PolicyPixels::len);
+        let width = e + f + self.state_map.as_ref().map_or(0, StateMap::model_len);
         self.rows.resize(obs.len() * width, 0.0);
         for (i, o) in obs.iter().enumerate() {
             let env = envs.get(i).copied().unwrap_or(i);
@@ -218,8 +230,11 @@ impl OnnxPolicy {
                 }
                 row[..e].copy_from_slice(emb);
             }
+            if let Some(p) = &self.pixels {
+                p.write(o, &mut row[e..e + f]).map_err(bad)?;
+            }
             if let Some(map) = &self.state_map {
-                map.select(&o.state, &mut row[e..]).map_err(bad)?;
+                map.select(&o.state, &mut row[e + f..]).map_err(bad)?;
             }
         }
         Ok(width)

@@ -5,4 +5,5 @@
 mod common;
 mod encoder_cache;
 mod log_corpus;
+mod pixel_policy;
 mod shaped_env;
