@@ -591,6 +591,64 @@ fn a_policy_of_embeddings_and_proprioception_drives_the_robot() {
     assert!(t.contains("1 episodes, 20 env-steps"), "{t}");
 }
 
+/// A pixel policy of the scene channel's frames (at the emulator's 32x32) and the robot's own fields drives the
+/// emulated robot over the bridge, with no `--policy-reads-scene`: its state names are proprioception only. One of
+/// another frame size is refused before it acts, naming both sizes.
+#[test]
+fn a_pixel_policy_of_camera_frames_and_proprioception_drives_the_robot() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path());
+    let port = free_port();
+    let _emu = spawn_emulator(port, &key, &[]);
+    let policy = common::pixel_policy(dir.path(), 32);
+    let out = Command::new(exe())
+        .current_dir(root())
+        .env_remove("STAGEWISE_LINK_KEY_FILE")
+        .args([
+            "--log",
+            "warn",
+            "run",
+            "--no-stream",
+            "--model",
+            MODEL,
+            "--policy",
+        ])
+        .arg(&policy)
+        .args(["--episodes", "1", "--max-steps", "20"])
+        .args([
+            "--bridge",
+            &format!("udp://127.0.0.1:{port}"),
+            "--link-key-file",
+        ])
+        .arg(&key)
+        .arg("--log-file")
+        .arg(dir.path().join("pix.swlog"))
+        .output()
+        .expect("stagewise run");
+    let t = text(&out);
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("1 episodes, 20 env-steps"), "{t}");
+    let small = common::pixel_policy(dir.path(), 16);
+    let url = format!("udp://127.0.0.1:{port}");
+    let t = run_fails(
+        &[
+            "--model",
+            MODEL,
+            "--policy",
+            small.to_str().unwrap(),
+            "--bridge",
+            &url,
+            "--link-key-file",
+            key.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        t.contains("at 16x16") && t.contains("the robot's cameras") && t.contains("at 32x32"),
+        "{t}"
+    );
+}
+
 #[test]
 fn a_robot_that_does_not_answer_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();

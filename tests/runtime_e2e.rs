@@ -1000,6 +1000,103 @@ fn policies_read_their_state_fields_by_name() {
     assert!(!out.status.success() && t.contains("block7_x"), "{t}");
 }
 
+/// A pixel policy (`[pixels]`: camera frames, then the hand's fields) runs in `eval policy` (the simulator renders
+/// its views at its size) and in `run` when the run renders at its size; a run at another size, a view the
+/// simulator lacks and `record --policy` (whose driver feeds no frames) are refused, naming what differs.
+#[test]
+fn pixel_policies_run_where_their_frames_are_rendered_and_are_refused_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = "models/test/pixel3v8.toml";
+    let log = dir.path().join("run.swlog");
+    let stagewise = |args: &[&str]| {
+        Command::new(exe())
+            .current_dir(root())
+            .env("RUST_BACKTRACE", "0")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let eval = [
+        "eval",
+        "policy",
+        "--task",
+        "pick-place",
+        "--episodes",
+        "2",
+        "--policy",
+    ];
+    let out = stagewise(&[&eval[..], &[p]].concat());
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("/2 successes"), "{t}");
+    let run = [
+        "run",
+        "--reward",
+        "oracle",
+        "--envs",
+        "2",
+        "--episodes",
+        "2",
+        "--max-steps",
+        "20",
+        "--no-stream",
+        "--log-file",
+        log.to_str().unwrap(),
+        "--policy",
+        p,
+    ];
+    let out = stagewise(&[&run[..], &["--width", "8", "--height", "8"]].concat());
+    let t = text(&out);
+    assert!(
+        out.status.success() && t.contains("2 episodes, 40 env-steps"),
+        "{t}"
+    );
+    let out = stagewise(&run);
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("\"front\" at 8x8")
+            && t.contains("at 96x96")
+            && t.contains("--width 8 --height 8"),
+        "{t}"
+    );
+    // A view the simulator's camera rig does not have: named, with the rig's.
+    std::fs::copy(
+        root().join("models/test/pixel3v8.onnx"),
+        dir.path().join("pixel3v8.onnx"),
+    )
+    .unwrap();
+    let top = dir.path().join("top.toml");
+    let text_top = std::fs::read_to_string(root().join(p))
+        .unwrap()
+        .replace("\"wrist\"]", "\"top\"]");
+    std::fs::write(&top, text_top).unwrap();
+    let out = stagewise(&[&eval[..], &[top.to_str().unwrap()]].concat());
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains("\"top\"") && t.contains("it has: front, side, wrist"),
+        "{t}"
+    );
+    let rec = dir.path().join("rec");
+    let out = stagewise(&[
+        "record",
+        "--task",
+        "pick-place",
+        "--episodes",
+        "1",
+        "--out",
+        rec.to_str().unwrap(),
+        "--policy",
+        p,
+    ]);
+    let t = text(&out);
+    assert!(
+        !out.status.success() && t.contains("reads camera frames"),
+        "{t}"
+    );
+    assert!(!rec.exists(), "record refuses before it writes");
+}
+
 /// `eval policy` holds each action of a policy that declares an action repeat in its graph (ONNX metadata
 /// `stagewise.action_repeat`) as long as it says: the committed push-target policy was trained with 4.
 #[test]

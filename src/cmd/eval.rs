@@ -19,8 +19,9 @@
 //! and `--ablations` prints the metrics side by side for the data as is, every view blanked, each view blanked,
 //! every state field the model reads held, and each `--hold-state` field held.
 //!
-//! `stagewise eval policy --policy P` is the other job: roll a policy out headless in the simulator on fresh
-//! seeds and print its success rate (and the oracle's final progress).
+//! `stagewise eval policy --policy P` is the other job: roll a policy out in the simulator on fresh seeds and
+//! print its success rate (and the oracle's final progress): headless, or rendering what the policy reads (a
+//! reward model's frames for embeddings, the policy's own views at its size for `[pixels]`).
 
 use crate::cmd::ort_args::OrtArgs;
 use crate::plot::{save_png, ProgressPlot, BLACK, BLUE};
@@ -99,8 +100,9 @@ pub struct ModelEvalArgs {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct PolicyEvalArgs {
-    /// A `kind = "policy"` manifest (state in, action out), rolled out headless in the simulator on
-    /// `--episodes` fresh seeds from `--seed`.
+    /// A `kind = "policy"` manifest (state in, action out), rolled out in the simulator on `--episodes` fresh
+    /// seeds from `--seed` (headless unless it reads frames: a `[pixels]` policy's views are rendered at its
+    /// size).
     #[arg(long, value_name = "MANIFEST")]
     pub policy: PathBuf,
     /// Simulated task.
@@ -555,6 +557,58 @@ pub struct PolicyEpisode {
     pub final_progress: f64,
 }
 
+/// The simulator a policy is rolled out in, and the reward model that gives it frame embeddings (if it reads
+/// them): such a policy gets frames rendered at that model's size; a pixel policy (`[pixels]`) gets its own views,
+/// and only those, rendered at its own size (a view the task's camera rig lacks is refused, naming the rig's);
+/// any other runs headless.
+fn policy_sim(
+    args: &PolicyEvalArgs,
+    bound: &stagewise_model::BoundPolicy,
+    source: &str,
+    names: &[String],
+) -> anyhow::Result<(
+    stagewise_sim::SimConfig,
+    Option<stagewise_model::RewardModel>,
+)> {
+    let (path, task) = (args.policy.as_path(), args.task);
+    if let Some(p) = &bound.pixels {
+        let mut cfg = stagewise_sim::SimConfig::new(task).with_resolution(p.width, p.height);
+        cfg.depth = false;
+        let rig: Vec<stagewise_core::ViewSpec> = cfg
+            .cameras
+            .iter()
+            .map(|c| stagewise_core::ViewSpec {
+                name: c.name.clone(),
+                width: c.width,
+                height: c.height,
+            })
+            .collect();
+        bound.check_views(&format!("the simulator's camera rig (task {task})"), &rig)?;
+        cfg.cameras.retain(|c| p.views.contains(&c.name));
+        return Ok((cfg, None));
+    }
+    let Some(e) = &bound.embeddings else {
+        return Ok((stagewise_sim::SimConfig::headless(task), None));
+    };
+    let model_path = match &args.model {
+        Some(m) => m.clone(),
+        None => stagewise_model::runtime::find_shipped_model(task.name())?,
+    };
+    super::run::check_embedding_model(&path.display().to_string(), e, &model_path)?;
+    let mut model = args.ort.load_reward_model(&model_path)?;
+    let map = StateMap::bind_source(model.manifest(), source, names, None)
+        .with_context(|| format!("binding the state fields of {}", model_path.display()))?;
+    model.set_state_map(map)?;
+    let img = model
+        .manifest()
+        .image
+        .clone()
+        .context("the reward model has no [image]")?;
+    let mut cfg = stagewise_sim::SimConfig::new(task).with_resolution(img.width, img.height);
+    cfg.depth = false;
+    Ok((cfg, Some(model)))
+}
+
 /// Rolls a policy out headless on `--episodes` seeds, all envs in lockstep (one batched policy run per step).
 fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
     use stagewise_core::Env;
@@ -579,31 +633,7 @@ fn run_policy(args: &PolicyEvalArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("loading policy {}", path.display()))?;
     let repeat = bound.model.action_repeat();
-    // A policy that reads a reward model's frame embeddings gets them from that model on frames rendered at its
-    // size; any other runs headless.
-    let mut cfg = stagewise_sim::SimConfig::headless(task);
-    let mut encoder = match &bound.embeddings {
-        None => None,
-        Some(e) => {
-            let model_path = match &args.model {
-                Some(m) => m.clone(),
-                None => stagewise_model::runtime::find_shipped_model(task.name())?,
-            };
-            super::run::check_embedding_model(&path.display().to_string(), e, &model_path)?;
-            let mut model = args.ort.load_reward_model(&model_path)?;
-            let map = StateMap::bind_source(model.manifest(), &source, &names, None)
-                .with_context(|| format!("binding the state fields of {}", model_path.display()))?;
-            model.set_state_map(map)?;
-            let img = model
-                .manifest()
-                .image
-                .clone()
-                .context("the reward model has no [image]")?;
-            cfg = stagewise_sim::SimConfig::new(task).with_resolution(img.width, img.height);
-            cfg.depth = false;
-            Some(model)
-        }
-    };
+    let (cfg, mut encoder) = policy_sim(args, &bound, &source, &names)?;
     let mut policy = stagewise_runtime::OnnxPolicy::bound(bound, path.display().to_string());
     let n = args.episodes;
     let mut envs = Vec::with_capacity(n);

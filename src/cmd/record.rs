@@ -552,6 +552,18 @@ impl PolicyDriver {
                 manifest.display()
             );
         }
+        // record's driver acts on the world's state between renders; a pixel policy needs each step's frames
+        // before it acts (`stagewise run --policy` feeds them).
+        if let Some(p) = &bound.pixels {
+            bail!(
+                "--policy {} reads camera frames ([pixels]: {} at {}), which record's policy driver does not \
+                 feed: it acts on the simulator's state; run a pixel policy with `stagewise run --policy` or \
+                 `stagewise eval policy`",
+                manifest.display(),
+                p.views.join(", "),
+                p.size()
+            );
+        }
         Ok((bound.model, bound.state_map))
     }
 

@@ -426,7 +426,7 @@ fn check_robot_policy(
         );
         return Ok(());
     }
-    let how = "a policy over a robot reads its proprioception (and camera embeddings) only; pass \
+    let how = "a policy over a robot reads its proprioception (and camera frames or embeddings) only; pass \
                --policy-reads-scene to let it read the scene channel's object state (an emulator experiment)";
     if !path.ends_with(".toml") {
         bail!("--policy {path} is a bare ONNX file: it names no inputs, so over {url} it cannot be checked; {how}");
@@ -501,6 +501,49 @@ pub(crate) fn check_embedding_model(
     Ok(())
 }
 
+/// A pixel policy (`[pixels]`) reads the frames this run already takes for its reward model: every view it
+/// names, at exactly its size. A run renders (or a robot's cameras give) one size, so a policy of another size is
+/// refused with both sizes, never fed resized frames nor rendered for twice (docs/runtime.md "Pixel policies").
+fn check_pixel_source(
+    a: &RunArgs,
+    bound: &stagewise_model::BoundPolicy,
+    envs: &Envs,
+    spec: &EnvSpec,
+) -> anyhow::Result<()> {
+    let Some(p) = &bound.pixels else {
+        return Ok(());
+    };
+    let (origin, fix) = match envs {
+        Envs::Sim(_) => (
+            format!("this run's simulator (task {}, --width/--height)", spec.task),
+            format!(
+                "pass --width {} --height {} to render at the policy's size (a reward model resizes frames to \
+                 its own)",
+                p.width, p.height
+            ),
+        ),
+        Envs::Robot(_) => (
+            format!("the robot's cameras (--cameras {})", a.cameras),
+            format!(
+                "give the policy cameras of these views at {} (an emulator: its --width/--height)",
+                p.size()
+            ),
+        ),
+    };
+    let lacks_a_view = p
+        .views
+        .iter()
+        .any(|v| !spec.views.iter().any(|s| &s.name == v));
+    let what = format!("--policy {} reads camera frames", bound.manifest.display());
+    bound.check_views(&origin, &spec.views).with_context(|| {
+        if lacks_a_view {
+            what
+        } else {
+            format!("{what}: {fix}")
+        }
+    })
+}
+
 /// `--policy`: the scripted expert, random actions, or an ONNX policy (a manifest or a bare file).
 fn load_policy(
     a: &RunArgs,
@@ -534,6 +577,7 @@ fn load_policy(
                 if let Some(e) = &bound.embeddings {
                     check_embedding_source(path, e, reward)?;
                 }
+                check_pixel_source(a, &bound, envs, spec)?;
                 Box::new(OnnxPolicy::bound(bound, path))
             } else {
                 let bytes =

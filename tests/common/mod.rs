@@ -80,3 +80,23 @@ fn policy_with_inputs(
     .unwrap();
     path
 }
+
+/// models/test/pixel3v8's linear pixel policy (the hand's 4 fields after the front, side and wrist frames) at
+/// `size` x `size` frames, written into `dir` by models/make_test_models.py: its manifest's path.
+pub fn pixel_policy(dir: &Path, size: u32) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let py = root.join(".venv/bin/python");
+    let out = std::process::Command::new(&py)
+        .arg(root.join("models/make_test_models.py"))
+        .arg("--pixel-policy")
+        .arg(dir)
+        .arg(size.to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup.sh)", py.display()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join(format!("pixel3v{size}.toml"))
+}
