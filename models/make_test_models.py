@@ -4,7 +4,9 @@
 Each is a real conv net with fixed seeded weights (no training): per frame a two-layer strided conv encoder with
 global average pooling, the embeddings of all views and window frames concatenated with the state, an MLP
 trunk, a stage-logits head and a tau head (sigmoid). The input layout is the one Stagewise feeds:
-images f32 [N, views, frames, 3, H, W] (normalised), state f32 [N, state_size].
+images f32 [N, views, frames, 3, H, W] (normalised), state f32 [N, state_size]. Beside them: small tanh MLP policies
+(state in, action out) and pixel3v8, a linear pixel policy ([pixels]: three 8x8 views, raw bytes, then the hand's
+four fields) whose action a test can compute from the frames it was fed.
 
     .venv/bin/python models/make_test_models.py [--out models/test]
 
