@@ -123,14 +123,17 @@ class Agent:
     0% progress at 20k)."""
 
     def __init__(self, state_names, act_dim, cfg: AgentConfig, seed, grip: Optional[int] = None,
-                 rise: Optional[int] = None, advice: float = 0.0):
+                 rise: Optional[int] = None, advice: float = 0.0, pixels=None):
         torch.manual_seed(seed)
         self.cfg = cfg
         self.grip = grip if cfg.gripper_binary else None
         self.rise = rise if self.grip is not None else None
+        # `pixels` (pixels.PixelFeatures): the observation's frames go through its encoder, which the critics train
+        # (the actor reads its features detached, as in DrQ); else the fixed feature map of the state
+        self.pix = pixels
         w, b = feature_map(state_names)
         self.fw, self.fb = torch.as_tensor(w), torch.as_tensor(b)
-        nf = w.shape[0]
+        nf = pixels.out_size if pixels is not None else w.shape[0]
         hidden = list(cfg.net)
         self.actor = Actor(nf, hidden, act_dim)
         self.q = Critics(cfg.critics, nf + act_dim, hidden, cfg.layer_norm)
@@ -140,7 +143,8 @@ class Agent:
             p.requires_grad_(False)
         self.q_params, self.q_targ_params = list(self.q.parameters()), list(self.q_targ.parameters())
         self.opt_pi = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
-        self.opt_q = torch.optim.Adam(self.q.parameters(), lr=cfg.lr)
+        enc = list(pixels.parameters()) if pixels is not None else []
+        self.opt_q = torch.optim.Adam(list(self.q.parameters()) + enc, lr=cfg.lr)
         # Look-ahead advice (`--shaping advice`, c = `advice` > 0): psi(s, a) regresses the reward model's phi after
         # the decision, and every Q the learner reads is the critic's plus c psi (see `q_value`).
         self.advice = advice
@@ -161,12 +165,16 @@ class Agent:
              "updates": self.updates, "noise": self.noise, "stats": dict(self.stats)}
         if self.psi is not None:
             d.update(psi=self.psi.state_dict(), opt_psi=self.opt_psi.state_dict())
+        if self.pix is not None:
+            d["pixels"] = self.pix.state_dict()
         return d
 
     def load_state_dict(self, d: dict) -> None:
         self.actor.load_state_dict(d["actor"])
         self.q.load_state_dict(d["q"])
         self.q_targ.load_state_dict(d["q_targ"])
+        if self.pix is not None:
+            self.pix.load_state_dict(d["pixels"])
         self.opt_pi.load_state_dict(d["opt_pi"])
         self.opt_q.load_state_dict(d["opt_q"])
         self.opt_alpha.load_state_dict(d["opt_alpha"])
@@ -177,7 +185,9 @@ class Agent:
             self.log_alpha.copy_(d["log_alpha"])
         self.updates, self.noise, self.stats = d["updates"], d["noise"], dict(d["stats"])
 
-    def features(self, s):
+    def features(self, s, augment: bool = False):
+        if self.pix is not None:
+            return self.pix(s, augment)
         return s @ self.fw.T + self.fb
 
     @torch.no_grad()
@@ -202,10 +212,12 @@ class Agent:
         # disc = gamma^k * (1 - terminated): the bootstrap factor; batch[5] (with advice): the model's phi after
         # the decision, psi's regression target
         s, a, r, s2, disc = batch[:5]
-        f, f2 = self.features(s), self.features(s2)
+        f = self.features(s, augment=True)  # with pixels: the critics' loss trains the encoder through f
+        with torch.no_grad():
+            f2 = self.features(s2, augment=True)
         x = torch.cat([f, a], -1)
         if self.psi is not None:
-            psi_loss = (self.psi(x)[0] - batch[5]).pow(2).mean()
+            psi_loss = (self.psi(torch.cat([f.detach(), a], -1))[0] - batch[5]).pow(2).mean()
             self.opt_psi.zero_grad(set_to_none=True)
             psi_loss.backward()
             self.opt_psi.step()
@@ -231,6 +243,7 @@ class Agent:
         with torch.no_grad():
             torch._foreach_lerp_(self.q_targ_params, self.q_params, self.cfg.tau)
         self.updates += 1
+        f = f.detach()  # the actor's loss does not train the encoder (DrQ)
         if actor_step:
             if td3:
                 ap, logp = self.actor(f, deterministic=True)[0], torch.zeros(f.shape[0])
@@ -280,43 +293,55 @@ class Agent:
 
 class Replay:
     """Preallocated torch tensors; n-step transitions are assembled per env before they are stored. `adv`: the
-    reward model's phi after the transition's first decision (what look-ahead advice regresses; 0 without it)."""
+    reward model's phi after the transition's first decision (what look-ahead advice regresses; 0 without it).
+    `pix`: the observation's first `pix` values are camera bytes (0..255, `--obs pixels`), kept as uint8 (a quarter
+    of the memory) and returned as float32 like the rest. Full, it overwrites its oldest transitions."""
 
-    def __init__(self, cap, s_dim, a_dim):
-        self.s = torch.zeros(cap, s_dim)
+    def __init__(self, cap, s_dim, a_dim, pix: int = 0):
+        self.pix = pix
+        self.s_pix = torch.zeros(cap, pix, dtype=torch.uint8)
+        self.s2_pix = torch.zeros(cap, pix, dtype=torch.uint8)
+        self.s = torch.zeros(cap, s_dim - pix)
         self.a = torch.zeros(cap, a_dim)
         self.r = torch.zeros(cap)
-        self.s2 = torch.zeros(cap, s_dim)
+        self.s2 = torch.zeros(cap, s_dim - pix)
         self.disc = torch.zeros(cap)
         self.adv = torch.zeros(cap)
         self.n, self.cap, self.i = 0, cap, 0
         self.added = 0  # transitions ever added (the crash-safety tests count them)
 
+    KEYS = ("s", "a", "r", "s2", "disc", "adv", "s_pix", "s2_pix")
+
     def state_dict(self) -> dict:
         n = self.n
-        return {"s": self.s[:n].clone(), "a": self.a[:n].clone(), "r": self.r[:n].clone(), "s2": self.s2[:n].clone(),
-                "disc": self.disc[:n].clone(), "adv": self.adv[:n].clone(), "n": n, "i": self.i, "added": self.added,
+        return {**{k: getattr(self, k)[:n].clone() for k in self.KEYS}, "n": n, "i": self.i, "added": self.added,
                 "cap": self.cap}
 
     def load_state_dict(self, d: dict) -> None:
         """A checkpoint's buffer, into one of the same or (a run extended with more steps) a larger capacity: its
         transitions kept, new ones filling the new room first."""
-        if d["cap"] > self.cap or d["s"].shape[1:] != self.s.shape[1:] or d["a"].shape[1:] != self.a.shape[1:]:
+        pix = d["s_pix"].shape[1] if "s_pix" in d else 0
+        if d["cap"] > self.cap or d["s"].shape[1:] != self.s.shape[1:] or d["a"].shape[1:] != self.a.shape[1:] \
+                or pix != self.pix:
             raise ValueError(f"checkpoint replay of capacity {d['cap']} and shapes {tuple(d['s'].shape[1:])}/"
-                             f"{tuple(d['a'].shape[1:])} does not fit this run's ({self.cap}, "
-                             f"{tuple(self.s.shape[1:])}/{tuple(self.a.shape[1:])})")
+                             f"{tuple(d['a'].shape[1:])} (+{pix} camera bytes) does not fit this run's ({self.cap}, "
+                             f"{tuple(self.s.shape[1:])}/{tuple(self.a.shape[1:])} (+{self.pix}))")
         n = d["n"]
-        for k in ("s", "a", "r", "s2", "disc", "adv"):
-            if k in d:  # a checkpoint from before `adv` has none (its run had no advice)
+        for k in self.KEYS:
+            if k in d:  # a checkpoint from before `adv` has none (its run had no advice), nor camera bytes
                 getattr(self, k)[:n] = d[k]
         self.n, self.i, self.added = n, (d["i"] if d["cap"] == self.cap else n % self.cap), d["added"]
 
     def add(self, s, a, r, s2, disc, adv: float = 0.0):
-        j = self.i
-        self.s[j] = torch.from_numpy(np.array(s, np.float32))
+        j, p = self.i, self.pix
+        s, s2 = np.asarray(s, np.float32), np.asarray(s2, np.float32)
+        if p:
+            self.s_pix[j] = torch.from_numpy(s[:p].astype(np.uint8))
+            self.s2_pix[j] = torch.from_numpy(s2[:p].astype(np.uint8))
+        self.s[j] = torch.from_numpy(np.array(s[p:], np.float32))
         self.a[j] = torch.from_numpy(np.array(a, np.float32))
         self.r[j] = float(r)
-        self.s2[j] = torch.from_numpy(np.array(s2, np.float32))
+        self.s2[j] = torch.from_numpy(np.array(s2[p:], np.float32))
         self.disc[j] = float(disc)
         self.adv[j] = float(adv)
         self.i = (j + 1) % self.cap
@@ -325,7 +350,10 @@ class Replay:
 
     def sample(self, b):
         i = torch.randint(0, self.n, (b,))
-        return self.s[i], self.a[i], self.r[i], self.s2[i], self.disc[i], self.adv[i]
+        s, s2 = self.s[i], self.s2[i]
+        if self.pix:
+            s, s2 = torch.cat([self.s_pix[i].float(), s], 1), torch.cat([self.s2_pix[i].float(), s2], 1)
+        return s, self.a[i], self.r[i], s2, self.disc[i], self.adv[i]
 
 
 def sample(online: Replay, demo: Optional[Replay], b: int, demo_ratio: float):
@@ -486,6 +514,10 @@ class GripperFlip:
 
 def actor_onnx(agent: Agent) -> bytes:
     """The deterministic actor (features, MLP, tanh of the mean) as ONNX `state` [N, S] -> `action` [N, A]."""
+    if agent.pix is not None:
+        from .pixels import pixel_actor_onnx
+
+        return pixel_actor_onnx(agent.pix, agent.actor)
     act = agent.actor.act
     head = nn.Linear(agent.actor.head.in_features, act)
     with torch.no_grad():
@@ -496,14 +528,18 @@ def actor_onnx(agent: Agent) -> bytes:
 
 
 def export_policy(agent: Agent, out_dir, name: str, *, task: str, state_names: List[str], description: str,
-                  action_repeat: int = 1, embeddings: Optional[Dict[str, Any]] = None):
+                  action_repeat: int = 1, embeddings: Optional[Dict[str, Any]] = None,
+                  pixels: Optional[Dict[str, Any]] = None):
     """The deterministic actor as `<out_dir>/<name>.onnx` + its `kind = "policy"` manifest (returned), what
     `stagewise eval policy` and `run --policy` load. A policy trained with each action held K > 1 steps says so in
     the graph's metadata, and the runtime then holds its actions K steps, as in training. `embeddings`
     ({encoder_sha256, views, size}): the policy reads a reward model's frame embeddings before `state_names`
-    (`stagewise learn --obs embeddings`); the runtime feeds them from that model and refuses another."""
+    (`stagewise learn --obs embeddings`); the runtime feeds them from that model and refuses another. `pixels`
+    ({views, width, height}): the policy reads those views' raw frames before `state_names` (`--obs pixels`)."""
     extra: Dict[str, Any] = {"action_repeat": action_repeat, "state_names": list(state_names)}
     if embeddings:
         extra["embeddings"] = dict(embeddings)
+    if pixels:
+        extra["pixels"] = dict(pixels)
     return write_policy(out_dir, name, actor_onnx(agent), task=task, state_size=len(state_names),
                         action_size=agent.actor.act, description=description, extra=extra)

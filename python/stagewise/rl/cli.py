@@ -44,10 +44,17 @@ OPTIONS = {
          "the value of a success K (1 - phi) env steps away (K: the steps a whole task takes, e.g. the "
          "demonstrations' mean length)"),
         ("--gamma", "reward_form.gamma", float, "discount of the learner and the shaping (default 0.99)"),
-        ("--obs", "obs", ("state", "embeddings"), "what the policy reads: state (default: the simulator's state, "
-         "object poses included) or embeddings (what a robot has: the reward model's embeddings of the camera "
-         "frames, `serve --embeddings`, and the hand's position and gripper width; needs --reward model; symmetry "
-         "augmentation off)"),
+        ("--obs", "obs", ("state", "embeddings", "pixels"), "what the policy reads: state (default: the simulator's "
+         "state, object poses included), embeddings (what a robot has: the reward model's frozen embeddings of the "
+         "camera frames, `serve --embeddings`, and the hand's position and gripper width; needs --reward model) or "
+         "pixels (what a robot has: the camera frames, --width x --height, through a conv encoder the critics train "
+         "with random shifts (DrQ), and the hand's position and gripper width); symmetry augmentation off with "
+         "either"),
+        ("--encoder-init", "encoder_init", str, "--obs pixels: the encoder's first weights: a stage-progress "
+         "model's manifest, whose encoder it copies, or `random` (default: the served reward model's encoder; "
+         "random with --reward sparse)"),
+        ("--pixel-shift", "pixel_shift", int, "--obs pixels: random shift augmentation, up to this many pixels "
+         "(default 2)"),
         ("--episode-ends", "episode_ends", ("env", "model"), "what ends a training episode and is its success: env "
          "(default: the simulator's success) or model (what a robot has: success detection on the served progress, "
          "--success-delta, and the time limit; evaluation still reads the simulator's success, and curves.json "
@@ -87,6 +94,21 @@ OPTIONS = {
          "square about the block (default 1)"),
         ("--demo-seed", "demo_seed", int, "first simulator seed of the demonstrations (default 100000)"),
         ("--demo-ratio", "demo_ratio", float, "share of each batch from the demonstrations (default 0.5)"),
+    ],
+    "learning from streaming actors (stagewise/rl/stream_learn.py)": [
+        ("--from-stream", "from_stream", bool, "learn from `stagewise run` actors streaming over zenoh (asynchronous: "
+         "they act at their rate, never wait, and take the signed policies pushed back) instead of stepping a "
+         "`serve`"),
+        ("--actors", "actors", int, "start this many local actors and a loopback router (default 1); 0: join "
+         "running ones (--robots, --stream-connect)"),
+        ("--actor-envs", "actor_envs", int, "envs per started actor (default 4)"),
+        ("--actor-hz", "actor_hz", float, "control rate of the started actors (default 50)"),
+        ("--robots", "robots", str, "comma-separated --robot-name of the actors to learn from (default: the started "
+         "ones, actor-0..); transitions of any other robot are refused and counted"),
+        ("--stream-connect", "stream_connect", str, "zenoh endpoint where the running actors are (a router)"),
+        ("--push-every", "push_every", float, "seconds between policy pushes (default 5)"),
+        ("--policy-secret-file", "policy_secret_file", str, "file holding the hex ed25519 secret key policies are "
+         "signed with (`stagewise policy keygen`); default: a key made for this run, given to the started actors"),
     ],
     "envs, evaluation, files": [
         ("--envs", "envs", int, "training envs, one server (default 4)"),
@@ -164,6 +186,10 @@ def parse(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     if ns.get("model") is not None:  # absolute: the servers run in the checkout, not in this directory
         overrides["model"] = os.path.abspath(ns["model"])
     ns.pop("model", None)
+    if ns.get("policy_secret_file"):
+        ns["policy_secret_file"] = os.path.abspath(ns["policy_secret_file"])
+    if ns.get("encoder_init") not in (None, "", "random"):
+        ns["encoder_init"] = os.path.abspath(ns["encoder_init"])
     for k, v in ns.items():
         overrides[k.replace("__", ".")] = v
     if out["resume"] not in (None, True):

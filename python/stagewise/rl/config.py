@@ -102,8 +102,27 @@ class LearnConfig:
     # What the policy and critics read: "state" (the simulator's state vector: block and target poses included)
     # or "embeddings" (what a robot has: the reward model's embeddings of the camera frames, `serve
     # --embeddings`, and the proprioception PROPRIOCEPTION; no object pose reaches the learner).
+    # "pixels" (what a robot has): the camera frames (`serve --images`, --width x --height) through a conv encoder
+    # the critics train with random shifts of up to `pixel_shift` pixels (DrQ), and the proprioception.
+    # `encoder_init`: the encoder's first weights, a stage-progress model manifest's encoder ("": the served reward
+    # model's, random with --reward sparse) or "random".
     obs: str = "state"
+    encoder_init: str = ""
+    pixel_shift: int = 2
     episode_ends: str = "env"
+    # `--from-stream` (stream_learn.py): learn from actors (`stagewise run`) that stream their steps over zenoh and
+    # take the pushed policies, instead of stepping a `serve`. `actors` > 0: start that many (each `actor_envs`
+    # envs at `actor_hz`) and a loopback router; 0: join the actors `robots` (comma-separated names) at
+    # `stream_connect`. Policies are pushed every `push_every` s, signed with the key in `policy_secret_file`
+    # (hex; "": a key made for this run, which the started actors are given).
+    from_stream: bool = False
+    actors: int = 1
+    actor_envs: int = 4
+    actor_hz: float = 50.0
+    robots: str = ""
+    stream_connect: str = ""
+    push_every: float = 5.0
+    policy_secret_file: str = ""
     success_delta: float = 0.05
     success_steps: int = 1
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -140,16 +159,25 @@ class LearnConfig:
              "must lie in [0, 1]"),
             (len(a.net) > 0 and all(n > 0 for n in a.net), "net", f"{a.net} is not a list of positive widths"),
             (bool(self.serve_robot), "serve_robot", "must name the running server's --robot-name"),
-            (self.obs in ("state", "embeddings"), "obs", f"{self.obs!r} is not state or embeddings"),
-            (self.obs == "state" or self.reward == "model", "obs",
+            (self.obs in ("state", "embeddings", "pixels"), "obs", f"{self.obs!r} is not state, embeddings or pixels"),
+            (self.obs != "embeddings" or self.reward == "model", "obs",
              "embeddings are the reward model's (`serve --embeddings`): they need --reward model"),
             (self.obs == "state" or self.augment_symmetry == 0.0, "augment_symmetry",
-             "the symmetry maps pivot on the block's pose, which --obs embeddings does not have: pass 0"),
+             f"the symmetry maps pivot on the block's pose, which --obs {self.obs} does not have: pass 0"),
+            (not self.encoder_init or self.obs == "pixels", "encoder_init", "is an --obs pixels option"),
+            (0 <= self.pixel_shift <= 8, "pixel_shift", f"{self.pixel_shift} is not in 0..8 pixels"),
             (self.episode_ends in ("env", "model"), "episode_ends", f"{self.episode_ends!r} is not env or model"),
             (self.episode_ends == "env" or self.reward != "sparse", "episode_ends",
              "model: success is detected on the served progress, which --reward sparse does not have"),
             (0.0 <= self.success_delta < 1.0 and self.success_steps >= 1, "success_delta/success_steps",
              "need 0 <= delta < 1 and steps >= 1"),
+            (not self.from_stream or (self.demos == 0 and self.gripper_flip == 0.0 and not self.serve_endpoint
+                                      and self.episode_ends == "env"), "from_stream",
+             "learns from streaming actors: without --demos, --gripper-flip, --serve-endpoint or --episode-ends model"),
+            (not self.from_stream or self.actors > 0 or bool(self.robots and self.stream_connect), "robots",
+             "--actors 0 joins running actors: name them (--robots a,b) and where they meet (--stream-connect)"),
+            (self.actors >= 0 and self.actor_envs > 0 and self.actor_hz > 0 and self.push_every > 0,
+             "actors/actor_envs/actor_hz/push_every", "must be positive (actors >= 0)"),
             (not self.oracle_trap or self.reward == "oracle", "oracle_trap", "is a trap in the oracle: it needs "
              "--reward oracle"),
             (not self.oracle_trap or _is_trap(self.oracle_trap), "oracle_trap",

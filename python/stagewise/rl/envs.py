@@ -21,34 +21,51 @@ from ..vec_env import robot_names
 from ..wire import value_horizon
 from ..env import EMBEDDING
 from .config import PROPRIOCEPTION, LearnConfig
+from .pixels import PixelSpec, frames_vector
 
 
 class LearnerEnv(StagewiseEnv):
-    """A served env whose observation is one flat float32 vector: the state (--obs state), or the reward model's
+    """A served env whose observation is one flat float32 vector: the state (--obs state); the reward model's
     embeddings of every view, flattened, then the proprioception PROPRIOCEPTION taken by name from the state (--obs
-    embeddings). `last_state` keeps the last observation's full state (for the demonstrations' replay check
-    only: it never reaches the policy)."""
+    embeddings); or every view's frame as raw bytes (pixels.frames_vector), then that proprioception (--obs
+    pixels; `pixels` the views and size). `last_state` keeps the last observation's full state (for the
+    demonstrations' replay check only: it never reaches the policy)."""
 
     def __init__(self, *args, obs: str = "state", **kw):
         self.obs_kind = obs
         self.last_state: Optional[np.ndarray] = None
+        self.pixels: Optional[PixelSpec] = None
         super().__init__(*args, **kw)
+        if obs == "state":
+            self.feature_names = list(self.spec_msg["state"]["names"])
+            return
+        where = self.client.keys["env_reset"]
+        spaces = getattr(self.observation_space, "spaces", {})
+        names = list(self.spec_msg["state"]["names"])
+        missing = [n for n in PROPRIOCEPTION if n not in names]
+        if missing:
+            self.client.close()
+            raise ServeError(f"{where}: the state has no {', '.join(missing)}")
+        self.proprio = [names.index(n) for n in PROPRIOCEPTION]
         if obs == "embeddings":
-            spaces = getattr(self.observation_space, "spaces", {})
             if EMBEDDING not in spaces:
                 self.client.close()
-                raise ServeError(f"{self.client.keys['env_reset']}: --obs embeddings, but the server sends no "
-                                 "`embedding` (start it with --embeddings)")
-            names = list(self.spec_msg["state"]["names"])
-            missing = [n for n in PROPRIOCEPTION if n not in names]
-            if missing:
-                self.client.close()
-                raise ServeError(f"{self.client.keys['env_reset']}: the state has no {', '.join(missing)}")
-            self.proprio = [names.index(n) for n in PROPRIOCEPTION]
+                raise ServeError(f"{where}: --obs embeddings, but the server sends no `embedding` (start it with "
+                                 "--embeddings)")
             views, e = spaces[EMBEDDING].shape
             self.feature_names = [f"emb{v}_{k}" for v in range(views) for k in range(e)] + list(PROPRIOCEPTION)
-        else:
-            self.feature_names = list(self.spec_msg["state"]["names"])
+            return
+        views = self.spec_msg.get("views") or []
+        if not views:
+            self.client.close()
+            raise ServeError(f"{where}: --obs pixels, but the server sends no camera frames (start it with --images)")
+        sizes = {(int(v["height"]), int(v["width"])) for v in views}
+        if len(sizes) != 1:
+            self.client.close()
+            raise ServeError(f"{where}: --obs pixels needs every view at one size, the server sends {sorted(sizes)}")
+        (h, w), = sizes
+        self.pixels = PixelSpec([v["name"] for v in views], h, w)
+        self.feature_names = [f"pix{k}" for k in range(self.pixels.size)] + list(PROPRIOCEPTION)
 
     def _obs(self, msg, key):
         o = super()._obs(msg, key)
@@ -56,6 +73,8 @@ class LearnerEnv(StagewiseEnv):
             self.last_state = o["state"]
             if self.obs_kind == "embeddings":
                 return np.concatenate([o[EMBEDDING].reshape(-1), o["state"][self.proprio]]).astype(np.float32)
+            if self.obs_kind == "pixels":
+                return np.concatenate([frames_vector(o, self.pixels), o["state"][self.proprio]]).astype(np.float32)
             return o["state"]
         self.last_state = o
         return o
@@ -215,7 +234,8 @@ def reward_mismatch(cfg: LearnConfig, spec: Optional[dict]) -> List[str]:
 def serve_args(cfg: LearnConfig, reward: str, robot: str, envs: int, max_steps: int) -> List[str]:
     """`stagewise serve`'s flags for the training server (`reward` = cfg.reward) or the evaluation server
     ("sparse": the simulator's success is what is evaluated). With --obs embeddings both serve the reward model's
-    embeddings, which the policy reads (the evaluation server's reward is then the model's, unread)."""
+    embeddings, which the policy reads (the evaluation server's reward is then the model's, unread); with --obs
+    pixels both put their --width x --height camera frames on the observations."""
     training = reward == cfg.reward
     if cfg.obs == "embeddings":
         reward = "model"
@@ -225,7 +245,9 @@ def serve_args(cfg: LearnConfig, reward: str, robot: str, envs: int, max_steps: 
         args += ["--max-steps", str(max_steps)]
     if cfg.obs == "embeddings":
         args += ["--embeddings"]
-    if reward == "model":
+    if cfg.obs == "pixels":
+        args += ["--images"]
+    if reward == "model" or cfg.obs == "pixels":
         args += ["--width", str(cfg.width), "--height", str(cfg.height)]
         if cfg.model:
             args += ["--model", cfg.model]

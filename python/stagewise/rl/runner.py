@@ -141,6 +141,8 @@ def env_state_names(task: str, out: Path) -> List[str]:
 
 def preflight(cfg: LearnConfig, seeds: List[int], out: Path) -> None:
     launch.find_binary()  # a clear error when there is none
+    if cfg.from_stream and len(seeds) != 1:
+        raise LearnError(f"--from-stream: one learner learns from its actors as one seed, not {seeds}")
     if cfg.serve_endpoint and len(seeds) != 1:
         raise LearnError(f"--serve-endpoint {cfg.serve_endpoint}: one running server trains one seed, not {seeds}")
     clashes = [c for c in (eval_seed_clash(s, cfg) for s in seeds) if c]
@@ -172,7 +174,7 @@ def learn(args: Dict[str, Any]) -> List[dict]:
     for seed in seeds:
         if records.get(seed, {}).get("done") and records[seed].get("env_steps", 0) >= cfg.steps:
             continue
-        run = SeedRun(cfg, seed, out, demos)
+        run = stream_run(cfg, seed, out) if cfg.from_stream else SeedRun(cfg, seed, out, demos)
         start = records.get(seed, {}).get("env_steps", 0)
         bar = Progress(cfg.steps, f"{cfg.task} {cfg.reward} seed {seed}", start=start)
         run.report = bar.update
@@ -197,6 +199,28 @@ def learn(args: Dict[str, Any]) -> List[dict]:
         print(f"  seed {r['seed']:>3}  " + " ".join(f"{c['steps'] // 1000}k:{c['success']:.0%}" for c in r["checkpoints"])
               + f"   ({r['s_per_10k']:.0f} s per 10k steps; first >= 80%: {r['first_80']})")
     return runs
+
+
+def stream_run(cfg: LearnConfig, seed: int, out: Path):
+    """The StreamRun of `--from-stream`: its robots, endpoint and signing key."""
+    from .stream_learn import StreamRun
+
+    robots = [r for r in cfg.robots.split(",") if r] or [f"actor-{i}" for i in range(cfg.actors)]
+    if cfg.actors and len(robots) != cfg.actors:
+        raise LearnError(f"--robots names {len(robots)} actors, --actors starts {cfg.actors}")
+    secret = None
+    if cfg.policy_secret_file:
+        try:
+            secret = Path(cfg.policy_secret_file).read_text().strip()
+            bytes.fromhex(secret)
+        except (OSError, ValueError) as e:
+            raise LearnError(f"--policy-secret-file {cfg.policy_secret_file}: not a readable hex key ({e})") from None
+    elif cfg.actors:
+        import secrets
+
+        secret = secrets.token_bytes(32).hex()  # this run's own: the actors it starts get its public key
+    return StreamRun(cfg, seed, out, robots, cfg.stream_connect, secret, actors=cfg.actors,
+                     actor_envs=cfg.actor_envs, hz=cfg.actor_hz, push_every=cfg.push_every)
 
 
 def write_curves(out: Path, cfg: LearnConfig, argv: List[str], runs: List[dict], wall_s=None) -> None:

@@ -20,7 +20,8 @@ import torch
 
 from .. import launch
 from . import checkpoint as ckpt
-from .agent import Agent, GripperFlip, NStep, Replay, Symmetry, export_policy, sample
+from .agent import Agent, GripperFlip, NStep, Replay, Symmetry, export_policy, feature_map, sample
+from .pixels import PixelFeatures, load_encoder, random_encoder
 from .config import PROPRIOCEPTION, LearnConfig
 from .envs import (Envs, ServeError, evaluate, learner_reward, reset, reward_mismatch, serve_args, step_all,
                    uses_advice)
@@ -59,6 +60,18 @@ def embedding_spec(env) -> dict:
         raise ServeError(f"{path}: its [parts] ({spec}) are not the embeddings the server sends "
                          f"{env.observation_space['embedding'].shape}")
     return spec
+
+
+def pixel_features(env, cfg: LearnConfig) -> PixelFeatures:
+    """The pixel policy's input layers for `env`'s frames: the encoder from `cfg.encoder_init` (a model manifest,
+    "random", or "" for the served reward model's, random when none is served) and the proprioception's map."""
+    init = cfg.encoder_init or (env.reward_spec or {}).get("model") or "random"
+    try:
+        enc = random_encoder(env.pixels) if init == "random" else load_encoder(init, env.pixels)
+    except (ValueError, OSError, SystemExit) as e:
+        raise ServeError(f"--encoder-init {init}: {e}") from None
+    w, b = feature_map(list(PROPRIOCEPTION))
+    return PixelFeatures(env.pixels, enc, w, b, cfg.pixel_shift)
 
 
 def train_seed_base(seed: int) -> int:
@@ -106,20 +119,28 @@ class SeedRun:
         """The learner's parts, sized by the training env's observation (`env.feature_names`) and action."""
         cfg, spec = self.cfg, env.spec_msg
         self.names = list(env.feature_names)
-        self.export_names, self.export_embeddings = self.names, None
+        self.export_names, self.export_embeddings, self.export_pixels = self.names, None, None
         if cfg.obs == "embeddings":
             self.export_names, self.export_embeddings = list(PROPRIOCEPTION), embedding_spec(env)
+        pixels = None
+        if cfg.obs == "pixels":
+            self.export_names, self.export_pixels = list(PROPRIOCEPTION), env.pixels.manifest()
+            pixels = pixel_features(env, cfg)
         s_dim, a_dim = len(self.names), len(spec["action"]["low"])
         action_names = list(spec["action"].get("names", []))
         grip = action_names.index("gripper") if cfg.gripper_flip > 0 or cfg.agent.gripper_binary else None
         rise = action_names.index("dz") if cfg.gripper_flip_rise else None
         self.flipper = GripperFlip(cfg.envs, grip, cfg.gripper_flip, cfg.gripper_flip_hold, rise) \
             if cfg.gripper_flip > 0 else None
-        self.agent = Agent(self.names, a_dim, cfg.agent, self.seed, grip, rise,
-                           advice=cfg.reward_form.shaping_scale if uses_advice(cfg) else 0.0)
+        self.agent = Agent(self.export_names if pixels else self.names, a_dim, cfg.agent, self.seed, grip, rise,
+                           advice=cfg.reward_form.shaping_scale if uses_advice(cfg) else 0.0, pixels=pixels)
         self.symmetry = Symmetry(self.names, cfg.augment_symmetry) if cfg.augment_symmetry > 0 else None
-        self.buf = Replay(cfg.steps + 10, s_dim, a_dim)
-        self.demo_buf = Replay(sum(len(d[2]) for d in self.demos) + 10, s_dim, a_dim) if self.demos else None
+        pix = env.pixels.size if pixels else 0
+        # one transition per decision: camera bytes are sized by decisions (a few more for episodes' short last
+        # ones), the state by env steps (as the shipped runs were)
+        cap = cfg.steps // cfg.action_repeat + cfg.steps // 20 + 10 if pix else cfg.steps + 10
+        self.buf = Replay(cap, s_dim, a_dim, pix)
+        self.demo_buf = Replay(sum(len(d[2]) for d in self.demos) + 10, s_dim, a_dim, pix) if self.demos else None
         self.nsteps = [NStep(cfg.nstep, cfg.reward_form.gamma) for _ in range(cfg.envs)]
         self.a_dim = a_dim
 
@@ -291,7 +312,7 @@ class SeedRun:
         embeddings, the reward model's encoder whose embeddings come first in its input."""
         return export_policy(self.agent, out_dir, name, task=self.cfg.task, state_names=self.export_names,
                              description=description, action_repeat=self.cfg.action_repeat,
-                             embeddings=self.export_embeddings)
+                             embeddings=self.export_embeddings, pixels=self.export_pixels)
 
     def _name(self, suffix: str = "") -> str:
         return f"{self.cfg.task}-{self.cfg.reward}-{self.seed}{suffix}"

@@ -1,0 +1,143 @@
+"""A policy that reads camera frames (`stagewise learn --obs pixels`, issue 47 (b)): the frames of every view go
+through a small conv encoder, trained by the critics with random-shift augmentation (DrQ, Kostrikov et al. 2020;
+DrQ-v2, Yarats et al. 2021), started from a reward model's encoder (its weights: what the robot already runs), and
+join the proprioception's features. The observation the learner stores and the exported policy reads is one flat
+vector: every view's frame channel-major [3, H, W] as raw bytes 0..255, in the views' order, then the named
+proprioception; the graph normalises the frames itself (the policy manifest's `pixels` table says which views at
+which size, docs/runtime.md "Pixel policies")."""
+
+from __future__ import annotations
+
+import copy
+import io
+import warnings
+from dataclasses import dataclass
+from typing import List, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..training import train as tr
+
+
+@dataclass(frozen=True)
+class PixelSpec:
+    views: List[str]
+    height: int
+    width: int
+
+    @property
+    def size(self) -> int:
+        """Values of the observation the frames take."""
+        return len(self.views) * 3 * self.height * self.width
+
+    def manifest(self) -> dict:
+        return {"views": list(self.views), "width": self.width, "height": self.height}
+
+
+def load_encoder(manifest: str, spec: PixelSpec) -> nn.Module:
+    """The per-frame encoder of a train.py stage-progress model (`manifest`), its weights as trained; refused when
+    the model reads frames of another size."""
+    from ..training.adapt import load_progress_net
+
+    net, man, _ = load_progress_net(manifest)
+    img = man.get("image") or {}
+    if (img.get("height"), img.get("width")) != (spec.height, spec.width):
+        raise ValueError(f"{manifest}: its encoder reads {img.get('width')}x{img.get('height')} frames, the policy "
+                         f"{spec.width}x{spec.height} (--width/--height)")
+    return copy.deepcopy(net.enc)
+
+
+def random_encoder(spec: PixelSpec, emb: int = 64) -> nn.Module:
+    """A fresh encoder of the reward models' shape (stride-2 3x3 convs 16, 32, 32, a linear layer to `emb`)."""
+    return tr.Encoder(spec.height, spec.width, emb)
+
+
+def random_shift(x: torch.Tensor, pad: int, gen: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Each image of `x` [N, C, H, W] shifted by up to `pad` pixels each way, the border repeated (DrQ's
+    augmentation): the edge-padded image cropped at a random offset."""
+    if pad <= 0:
+        return x
+    n, c, h, w = x.shape
+    padded = F.pad(x, (pad, pad, pad, pad), mode="replicate")
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
+    rows = (dy[:, None] + torch.arange(h)[None])[:, None, :, None].expand(n, c, h, w + 2 * pad)
+    cropped = padded.gather(2, rows)
+    cols = (dx[:, None] + torch.arange(w)[None])[:, None, None, :].expand(n, c, h, w)
+    return cropped.gather(3, cols)
+
+
+class PixelFeatures(nn.Module):
+    """Observation [B, views * 3 * H * W + P] -> features [B, views * E + F]: the frames normalised as the reward
+    models read them ((x / 255 - mean) / std), encoded frame by frame (`encoder`, trained), beside the fixed affine
+    map (`pw`, `pb`: agent.feature_map of the proprioception's names) of the rest."""
+
+    def __init__(self, spec: PixelSpec, encoder: nn.Module, pw: np.ndarray, pb: np.ndarray, shift: int):
+        super().__init__()
+        self.spec, self.encoder, self.shift = spec, encoder, shift
+        self.register_buffer("pw", torch.as_tensor(pw, dtype=torch.float32))
+        self.register_buffer("pb", torch.as_tensor(pb, dtype=torch.float32))
+        self.register_buffer("mean", torch.tensor(tr.MEAN, dtype=torch.float32).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(tr.STD, dtype=torch.float32).view(1, 3, 1, 1))
+        with torch.no_grad():
+            self.emb = int(encoder(torch.zeros(1, 3, spec.height, spec.width)).shape[1])
+
+    @property
+    def out_size(self) -> int:
+        return len(self.spec.views) * self.emb + self.pw.shape[0]
+
+    def forward(self, obs: torch.Tensor, augment: bool = False) -> torch.Tensor:
+        s, b = self.spec, obs.shape[0]
+        x = obs[:, :s.size].reshape(b * len(s.views), 3, s.height, s.width)
+        x = (x / 255.0 - self.mean) / self.std
+        if augment:
+            x = random_shift(x, self.shift)
+        e = self.encoder(x).reshape(b, len(s.views) * self.emb)
+        return torch.cat([e, obs[:, s.size:] @ self.pw.T + self.pb], 1)
+
+
+class PixelActorGraph(nn.Module):
+    """The deterministic actor on raw observations: what the exported policy computes."""
+
+    def __init__(self, features: PixelFeatures, body: nn.Module, head: nn.Linear):
+        super().__init__()
+        self.features, self.body, self.head = features, body, head
+
+    def forward(self, state):
+        return torch.tanh(self.head(self.body(self.features(state)))).clamp(-1.0, 1.0)
+
+
+def pixel_actor_onnx(features: PixelFeatures, actor) -> bytes:
+    """ONNX bytes of `state` [N, views * 3 * H * W + P] -> `action` [N, A] (tanh of the actor's mean)."""
+    act = actor.act
+    head = nn.Linear(actor.head.in_features, act)
+    with torch.no_grad():
+        head.weight.copy_(actor.head.weight[:act])
+        head.bias.copy_(actor.head.bias[:act])
+    graph = copy.deepcopy(PixelActorGraph(features, actor.body, head)).eval()
+    example = torch.zeros(1, features.spec.size + features.pw.shape[1])
+    buf = io.BytesIO()
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice: the graph is plain convs + MLP
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.onnx.export(graph, (example,), buf, input_names=["state"], output_names=["action"],
+                          dynamic_axes={"state": {0: "batch"}, "action": {0: "batch"}}, opset_version=17,
+                          dynamo=False)
+    return buf.getvalue()
+
+
+def frames_vector(images: dict, spec: PixelSpec) -> np.ndarray:
+    """The frames of an observation (`images`: view -> uint8 [H, W, 3]) as the policy's leading values (float32,
+    channel-major, in the spec's view order); a missing view or a frame of another size is an error naming it."""
+    out = []
+    for v in spec.views:
+        f = images.get(v)
+        if f is None:
+            raise ValueError(f"no frame for view {v!r} (the observation has {sorted(images)})")
+        f = np.asarray(f)
+        if f.shape != (spec.height, spec.width, 3):
+            raise ValueError(f"view {v!r}: frame {f.shape}, the policy reads ({spec.height}, {spec.width}, 3)")
+        out.append(f.transpose(2, 0, 1).reshape(-1))
+    return np.concatenate(out).astype(np.float32)
