@@ -18,6 +18,8 @@ Losses are counted end to end (`stream` in curves.json): `sent` (the lengths of 
 from __future__ import annotations
 
 import contextlib
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,7 +29,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 
 from .. import launch
-from ..errors import StagewiseError, StepTimeoutError
+from ..errors import StepTimeoutError
 from ..export import _with_action_repeat
 from ..policy import policy_message, public_key
 from ..session import keys, open_session
@@ -44,6 +46,8 @@ def exploring_onnx(onnx_bytes: bytes, sigma: float) -> bytes:
     import onnx
     from onnx import helper, numpy_helper
 
+    if sigma <= 0.0:  # ONNX Runtime's RandomNormalLike aborts the process on scale 0: no noise, no node
+        return onnx_bytes
     model = onnx.load_from_string(onnx_bytes)
     g = model.graph
     out = g.output[0].name
@@ -65,7 +69,8 @@ class Assembler:
     """Rebuilds, per actor env (robot, env), the observations and `k`-step decisions of the streamed env steps and
     stores their n-step transitions in `out`. A step's observation is the previous step's `next_obs` (an episode's
     first step carries the reset observation); after a gap the env waits for its next decision boundary (the actor
-    holds each action `k` steps from the episode's start)."""
+    holds each action `k` steps from the episode's start). `mixed`: decisions whose k steps did not hold one action,
+    dropped."""
 
     def __init__(self, k: int, nstep: int, gamma: float, out: Replay, obs_of: Callable[[dict], np.ndarray]):
         self.k, self.nstep, self.gamma, self.out, self.obs_of = k, nstep, gamma, out, obs_of
@@ -86,26 +91,30 @@ class Assembler:
             w = {"episode": t.episode, "next": t.step, "obs": self.obs_of(t.obs) if first else None, "chunk": [],
                  "ns": NStep(self.nstep, self.gamma)}
             self.win[key] = w
-        if t.next_obs is None:
-            raise StagewiseError(f"`{t.key}`: a transition without its next observation: start the actors with "
-                                 "--stream-images")
-        o2 = self.obs_of(t.next_obs)
+        o2 = self.obs_of(t.next_obs)  # checked by the caller (StreamRun._foreign)
         done = t.terminated or t.truncated
         usable = w["obs"] is not None and (w["chunk"] or t.step % self.k == 0)
         made = 0
         if usable:
             if not w["chunk"]:
-                w["o0"] = w["obs"]
+                w["o0"], w["mixed"] = w["obs"], False
             elif not np.array_equal(w["chunk"][0][0], t.action):
-                self.mixed += 1  # not one held action: the actor's repeat is not the learner's
+                w["mixed"] = True
             w["chunk"].append((t.action, t.reward))
             if len(w["chunk"]) == self.k or done:
                 ch = w["chunk"]
-                r = sum(self.gamma ** j * x for j, (_, x) in enumerate(ch))
-                w["ns"].push(w["o0"], ch[0][0], r, o2, t.terminated, done, self.out, g=self.gamma ** len(ch))
-                self.trained += len(ch)
-                self.decisions += 1
-                w["chunk"], made = [], 1
+                if w["mixed"]:
+                    # not one held action (a policy that does not hold the learner's repeat, e.g. an actor's
+                    # `--policy random` before the first push): no decision; the n-step window is cut before it
+                    self.mixed += 1
+                    w["ns"].flush(w["o0"], self.out)
+                else:
+                    r = sum(self.gamma ** j * x for j, (_, x) in enumerate(ch))
+                    w["ns"].push(w["o0"], ch[0][0], r, o2, t.terminated, done, self.out, g=self.gamma ** len(ch))
+                    self.trained += len(ch)
+                    self.decisions += 1
+                    made = 1
+                w["chunk"] = []
         w["obs"], w["next"] = o2, t.step + 1
         if done:
             del self.win[key]
@@ -184,13 +193,19 @@ class StreamRun(SeedRun):
                 self.children.append((p, log))
             yield endpoint
         finally:
-            for p in reversed(procs):
-                p.terminate()
+            for p, _ in self.children:  # Ctrl-C: an actor stops between steps and prints what it sent
+                p.send_signal(signal.SIGINT)
             for p in procs:
+                if p is router:
+                    continue
                 try:
-                    p.wait(10)
+                    p.wait(20)
                 except subprocess.TimeoutExpired:
                     p.kill()
+            router.terminate()
+            router.wait(10)
+            self.actor_reports = [actor_report(log.read_text(errors="replace")) | {"robot": r}
+                                  for (_, log), r in zip(self.children, self.robots)]
 
     # ------------------------------------------------------------------------------------------- the run
     def run(self, resume: bool) -> dict:
@@ -213,8 +228,7 @@ class StreamRun(SeedRun):
                                            self._obs_of(self.evals.envs[0]))
                 with self._actors(logs) as endpoint:
                     self.session = open_session(endpoint)
-                    self.stream = TransitionStream("*", session=self.session, gamma=cfg.reward_form.gamma,
-                                                   episodes=True)
+                    self.stream = TransitionStream("*", session=self.session, episodes=True)
                     self.pubs = {r: self.session.declare_publisher(keys(r)["policy"]) for r in self.robots}
                     try:
                         self._stream_loop()
@@ -261,8 +275,8 @@ class StreamRun(SeedRun):
             if got:
                 last_data = now
             elif now - last_data > 120:
-                raise ServeError(f"no transition from {', '.join(self.robots)} for 120 s (the actors' logs: "
-                                 f"{self.dir / 'logs'})")
+                raise ServeError(f"no transition from {', '.join(self.robots)} for 120 s (refused: {self.foreign}; "
+                                 f"the logs: {self.dir / 'logs'})")
             tu = time.time()
             self._learn_for(0.25)
             self.timing["update_s"] += time.time() - tu
@@ -279,12 +293,9 @@ class StreamRun(SeedRun):
                 t = self.stream.recv(timeout=max(deadline - time.monotonic(), 0.0) if n == 0 else 0.0)
             except StepTimeoutError:
                 break
-            except ValueError as e:  # shaped with another gamma: refused, counted
-                self._refuse("gamma", str(e))
-                continue
-            if t.robot not in self.robots:
-                self._refuse(t.robot, f"transition from robot {t.robot!r}, which this learner does not train on "
-                                      f"(--robots {','.join(self.robots)})")
+            why = self._foreign(t)
+            if why:
+                self._refuse(why[0], why[1])
                 continue
             self.debt += self.cfg.utd * self.assembler.add(t)
             self.step += 1
@@ -301,6 +312,26 @@ class StreamRun(SeedRun):
                 self.episodes.append((self.step, bool(e["success"]), float(e.get("final_phi") or 0.0),
                                       int(e["length"]), float(e["return"]), bool(e["success"])))
         return n
+
+    def _foreign(self, t: Transition):
+        """(who, why) when `t` is not this learner's to train on: a robot not listed, or a step shaped with another
+        gamma or scale than the learner's reward (potential-based shaping keeps the optimal policy only when the
+        learner's gamma is the shaper's); None when it is."""
+        r = self.cfg.reward_form
+        if t.robot not in self.robots:
+            return t.robot, f"transitions from robot {t.robot!r}, which is not one of --robots {','.join(self.robots)}"
+        if self.cfg.reward != "sparse" and (abs(t.gamma - r.gamma) > 1e-9 or abs(t.shaping_scale - r.shaping_scale)
+                                            > 1e-9):
+            return (f"{t.robot}:shaping", f"{t.robot}: transitions shaped with gamma {t.gamma} and c "
+                    f"{t.shaping_scale}, this learner's reward has gamma {r.gamma} and c {r.shaping_scale}")
+        if t.next_obs is None or (t.step == 0 and t.obs is None):
+            return (f"{t.robot}:observations", f"{t.robot}: transitions without observations (start the actor "
+                    "with --stream-images)")
+        try:
+            self.assembler.obs_of(t.next_obs)
+        except (KeyError, ValueError, TypeError) as e:
+            return f"{t.robot}:observations", f"{t.robot}: an observation the learner cannot read ({e})"
+        return None
 
     def _refuse(self, who: str, why: str) -> None:
         if who not in self.foreign:
@@ -356,8 +387,18 @@ class StreamRun(SeedRun):
                          "hz": self.hz, "sent": sum(self.sent.values()), "episodes_sent": len(self.sent),
                          **counts, "foreign": dict(self.foreign), "policy_versions": self.pushed["versions"],
                          "push_unmatched": self.pushed["unmatched"], "updates_per_s": self.agent.updates /
-                         max(self.timing["update_s"], 1e-9)}
+                         max(self.timing["update_s"], 1e-9), "actor_reports": getattr(self, "actor_reports", [])}
         return rec
+
+
+def actor_report(log: str) -> dict:
+    """What a `stagewise run` said it sent when it stopped (its last `stream:` line): transitions sent and dropped
+    (a full queue at a fixed rate), policies accepted and rejected; {} when it printed none."""
+    m = re.findall(r"stream: (\d+) transitions sent, (\d+) dropped.*policies: (\d+) accepted, (\d+) rejected", log)
+    if not m:
+        return {}
+    sent, dropped, accepted, rejected = (int(x) for x in m[-1])
+    return {"sent": sent, "dropped": dropped, "policies_accepted": accepted, "policies_rejected": rejected}
 
 
 def _rehash(manifest: str, onnx_bytes: bytes) -> str:

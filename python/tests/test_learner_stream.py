@@ -1,0 +1,150 @@
+"""`stagewise learn --from-stream` (issue 48): a learner of `stagewise run` actors that stream over zenoh. The
+parts (decisions rebuilt from streamed steps, the exploring policy graph) and, with real processes, the loop: actors
+that never wait, a learner killed with `kill -9` and resumed while they keep acting, signed policies they accept,
+transitions of a robot the learner was not told of refused and counted. Learning figures are benchmarks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stagewise import launch
+from stagewise.policy import public_key
+from stagewise.rl.agent import Replay
+from stagewise.rl.stream_learn import Assembler, actor_report, exploring_onnx
+from stagewise.stream import Transition
+
+
+def _t(step, action, reward=1.0, episode=0, env=0, term=False, trunc=False, obs=True):
+    o = {"state": np.array([float(step)], np.float32)}
+    return Transition(robot="a", env=env, episode=episode, step=step, action=np.array(action, np.float32),
+                      reward=reward, task_reward=0.0, phi=0.0, phi_next=0.0, gamma=0.9, shaping_scale=1.0,
+                      terminated=term, truncated=trunc, success=term, stage=None, stamp_ns=0,
+                      obs=o if (obs and step == 0) else None, next_obs={"state": np.array([step + 1.0], np.float32)},
+                      key="stagewise/a/transition")
+
+
+def test_streamed_steps_become_the_decisions_the_actor_held():
+    buf = Replay(32, 1, 1)
+    asm = Assembler(k=2, nstep=1, gamma=0.9, out=buf, obs_of=lambda o: np.asarray(o["state"], np.float32))
+    steps = [_t(0, [0.5], 1.0), _t(1, [0.5], 2.0), _t(2, [-0.5], 3.0), _t(3, [-0.5], 4.0), _t(4, [0.1], 5.0, term=True)]
+    made = [asm.add(t) for t in steps]
+    assert made == [0, 1, 0, 1, 1]
+    # decision 0: s0 -> s2, reward 1 + 0.9 * 2, discount 0.9^2; decision 2 ends the episode (terminated: factor 0)
+    np.testing.assert_allclose(buf.s[:3, 0].numpy(), [0, 2, 4])
+    np.testing.assert_allclose(buf.s2[:3, 0].numpy(), [2, 4, 5])
+    np.testing.assert_allclose(buf.a[:3, 0].numpy(), [0.5, -0.5, 0.1])
+    np.testing.assert_allclose(buf.r[:3].numpy(), [1 + 0.9 * 2, 3 + 0.9 * 4, 5], rtol=1e-6)
+    np.testing.assert_allclose(buf.disc[:3].numpy(), [0.81, 0.81, 0.0], rtol=1e-6)
+    assert asm.counts() | {} == {"received": 5, "trained": 5, "gaps": 0, "decisions": 3, "mixed_actions": 0}
+
+
+def test_a_gap_is_counted_and_the_env_waits_for_its_next_decision_boundary():
+    buf = Replay(32, 1, 1)
+    asm = Assembler(k=2, nstep=1, gamma=0.9, out=buf, obs_of=lambda o: np.asarray(o["state"], np.float32))
+    for t in (_t(0, [0.5]), _t(1, [0.5]), _t(2, [0.2])):
+        asm.add(t)
+    # step 3 lost: step 4 restarts the chain from its own next observation, step 5 starts no decision (odd), 6 does
+    for t in (_t(4, [0.3]), _t(5, [0.3]), _t(6, [0.7]), _t(7, [0.7], trunc=True)):
+        asm.add(t)
+    c = asm.counts()
+    assert c["gaps"] == 1 and c["received"] == 7 and c["decisions"] == 2 and c["trained"] == 4
+    np.testing.assert_allclose(buf.s[:2, 0].numpy(), [0, 6])  # the half decision at step 2 was dropped
+    # an actor whose action changes inside a decision is not holding the learner's repeat: dropped, counted
+    asm.add(_t(0, [0.1], episode=1))
+    asm.add(_t(1, [0.9], episode=1))
+    assert asm.counts()["mixed_actions"] == 1 and asm.counts()["decisions"] == 2 and buf.n == 2
+
+
+def test_the_exploring_policy_adds_noise_to_the_actor_inside_the_graph():
+    import onnxruntime as ort
+    import torch.nn as nn
+
+    from stagewise.export import mlp_to_onnx
+
+    lin = nn.Linear(3, 2)
+    nn.init.zeros_(lin.weight)
+    nn.init.zeros_(lin.bias)
+    base = mlp_to_onnx([lin], 3, 2)
+    x = np.zeros((4000, 3), np.float32)
+    assert exploring_onnx(base, 0.0) == base  # no noise node (ONNX Runtime aborts on a normal of scale 0)
+    noisy = ort.InferenceSession(exploring_onnx(base, 0.3), providers=["CPUExecutionProvider"])
+    a = noisy.run(None, {"state": x})[0]
+    assert a.shape == (4000, 2) and abs(a.std() - 0.3) < 0.03 and abs(a.mean()) < 0.03
+    wide = ort.InferenceSession(exploring_onnx(base, 5.0), providers=["CPUExecutionProvider"]).run(None, {"state": x})[0]
+    assert wide.min() >= -1.0 and wide.max() <= 1.0  # clipped to the action box
+
+
+def test_an_actors_last_words_are_read():
+    log = "stuff\nstream: 596 transitions sent, 3 dropped, 596 progress sent, 10 episodes sent; policies: 2 accepted, " \
+          "1 rejected, 0 dropped (queue full)\n"
+    assert actor_report(log) == {"sent": 596, "dropped": 3, "policies_accepted": 2, "policies_rejected": 1}
+    assert actor_report("killed before it said anything") == {}
+
+
+def _actor(binary, endpoint, name, key, tmp):
+    return subprocess.Popen([binary, "--log", "info", "run", "--task", "push-target", "--reward", "model", "--envs", "2",
+                             "--robot-name", name, "--stream-images", "--width", "32", "--height", "32", "--policy",
+                             "random", "--episodes", "0", "--hz", "50", "--max-steps", "50", "--connect", endpoint,
+                             "--client", "--policy-key", key, "--log-file", str(tmp / f"{name}.swlog")],
+                            stdout=open(tmp / f"{name}.log", "wb"), stderr=subprocess.STDOUT, cwd=launch.repo_root())
+
+
+def _learner(tmp, endpoint, secret_file, out, *extra):
+    return subprocess.Popen([sys.executable, "-m", "stagewise.rl", "--task", "push-target", "--reward", "model",
+                             "--from-stream", "--actors", "0", "--robots", "a0", "--stream-connect", endpoint,
+                             "--policy-secret-file", str(secret_file), "--smoke", "--steps", "2400", "--max-steps",
+                             "50", "--checkpoint-every", "600", "--push-every", "1", "--out", str(out), *extra],
+                            stdout=open(tmp / "learner.log", "ab"), stderr=subprocess.STDOUT)
+
+
+def test_a_learner_killed_mid_run_resumes_while_its_actors_keep_acting(tmp_path, binary):
+    """Actors at 50 Hz through a router; the learner is killed with kill -9 after its first checkpoint and resumed:
+    the actors never stop, accept the learner's signed policies before and after, and a robot the learner was not
+    told of is refused and counted."""
+    endpoint = f"tcp/127.0.0.1:{launch.free_port()}"
+    secret = os.urandom(32).hex()
+    secret_file = tmp_path / "learner.key"
+    secret_file.write_text(secret)
+    key = public_key(secret).hex()
+    router = subprocess.Popen([sys.executable, "-m", "stagewise.rl.router", endpoint], stdout=subprocess.PIPE)
+    assert b"listening" in router.stdout.readline()
+    actors = [_actor(binary, endpoint, n, key, tmp_path) for n in ("a0", "intruder")]
+    out = tmp_path / "run"
+    try:
+        learner = _learner(tmp_path, endpoint, secret_file, out)
+        deadline = time.monotonic() + 240
+        while not (out / "seed-0" / "checkpoint.pt").exists() or \
+                json.loads((out / "curves.json").read_text())["runs"][0]["env_steps"] < 600:
+            assert learner.poll() is None, (tmp_path / "learner.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "learner.log").read_text()
+            time.sleep(0.5)
+        learner.send_signal(signal.SIGKILL)
+        learner.wait(30)
+        time.sleep(3)
+        assert all(a.poll() is None for a in actors), "an actor stopped when its learner died"
+        resumed = _learner(tmp_path, endpoint, secret_file, out, "--resume")
+        assert resumed.wait(300) == 0, (tmp_path / "learner.log").read_text()
+        assert all(a.poll() is None for a in actors), "an actor stopped"
+    finally:
+        for a in actors:
+            a.send_signal(signal.SIGINT)
+        for a in actors:
+            a.wait(30)
+        router.terminate()
+        router.wait(10)
+    run = json.loads((out / "curves.json").read_text())["runs"][0]
+    s = run["stream"]
+    assert run["env_steps"] >= 2400 and run["resumed_from"] and s["foreign"].get("intruder", 0) > 0
+    # every step arrived; the actors' `--policy random` phase before the first push held no action (dropped)
+    assert s["gaps"] == 0 and s["decisions"] > 300 and s["received"] >= run["env_steps"]
+    report = actor_report((tmp_path / "a0.log").read_text())
+    assert report["policies_accepted"] >= 2 and report["policies_rejected"] == 0, report
