@@ -18,10 +18,12 @@ Losses are counted end to end (`stream` in curves.json): `sent` (the lengths of 
 from __future__ import annotations
 
 import contextlib
+import copy
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional
@@ -36,7 +38,7 @@ from ..session import keys, open_session
 from ..stream import Transition, TransitionStream
 from .agent import NStep, Replay, actor_onnx
 from .config import LearnConfig
-from .envs import Envs, ServeError, serve_args, shaping_args
+from .envs import Envs, ServeError, evaluate, serve_args, shaping_args
 from .train import SeedRun, train_seed_base
 
 
@@ -243,6 +245,49 @@ class StreamRun(SeedRun):
         self.save_checkpoint(done=True)
         return self.record(done=True)
 
+    def _evaluate(self, step: int) -> None:
+        """While streaming, an evaluation runs beside the learner, on a copy of the agent taken at `step` (the
+        actors do not stop for it, so neither does the learner); one at a time: a due evaluation while one runs
+        is skipped. At the end (no stream), the final one as the synchronous learner does it."""
+        if not getattr(self, "streaming", False):
+            self._finish_eval(wait=True)
+            return super()._evaluate(step)
+        if self._finish_eval(wait=False) is not None or (self.log and self.log[-1]["steps"] == step):
+            return
+        snapshot = copy.deepcopy(self.agent)
+        result: dict = {}
+
+        def work():
+            te = time.time()
+            try:
+                result["ev"] = evaluate(snapshot, self.evals, self.eval_seeds(),
+                                        self.cfg.eval_repeat or self.cfg.action_repeat)
+            except Exception as e:  # noqa: BLE001 - reported on the learner's thread
+                result["error"] = e
+            result["s"] = time.time() - te
+
+        thread = threading.Thread(target=work, name=f"eval-{step}", daemon=True)
+        self.pending_eval = (thread, step, snapshot, result, self.wall())
+        thread.start()
+
+    def _finish_eval(self, wait: bool):
+        """Records a background evaluation that finished (or, with `wait`, waits for it); returns the one still
+        running, else None."""
+        pending = getattr(self, "pending_eval", None)
+        if pending is None:
+            return None
+        thread, step, snapshot, result, wall = pending
+        if wait:
+            thread.join()
+        if thread.is_alive():
+            return pending
+        self.pending_eval = None
+        if "error" in result:
+            raise result["error"]
+        self.timing["eval_s"] += result["s"]
+        self._record_eval(step, result["ev"], snapshot, wall)
+        return None
+
     def _obs_of(self, env) -> Callable[[dict], np.ndarray]:
         """What the learner stores of a streamed observation: the state (--obs state) or the frames and
         proprioception (--obs pixels), as LearnerEnv makes them of a served one."""
@@ -257,7 +302,16 @@ class StreamRun(SeedRun):
     def _stream_loop(self) -> None:
         cfg, last_push, last_data = self.cfg, 0.0, time.monotonic()
         self._push()
+        self.streaming = True
+        try:
+            self._stream_steps(last_push, last_data)
+        finally:
+            self.streaming = False
+
+    def _stream_steps(self, last_push: float, last_data: float) -> None:
+        cfg = self.cfg
         while self.step < cfg.steps:
+            self._finish_eval(wait=False)
             if self.step >= self.next_eval:
                 self._evaluate(self.step)
                 self.next_eval += cfg.eval_every

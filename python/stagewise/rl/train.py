@@ -307,10 +307,11 @@ class SeedRun:
                               actor_step=(self.agent.updates % cfg.actor_every == 0))
 
     # ------------------------------------------------------------------------------------ eval and files
-    def _export(self, out_dir, name: str, description: str):
-        """The actor as a policy the runtime runs: its manifest names the state fields it reads and, with --obs
-        embeddings, the reward model's encoder whose embeddings come first in its input."""
-        return export_policy(self.agent, out_dir, name, task=self.cfg.task, state_names=self.export_names,
+    def _export(self, out_dir, name: str, description: str, agent=None):
+        """The actor (of `agent`, default this run's) as a policy the runtime runs: its manifest names the state
+        fields it reads and, with --obs embeddings, the reward model's encoder whose embeddings come first in its
+        input."""
+        return export_policy(agent or self.agent, out_dir, name, task=self.cfg.task, state_names=self.export_names,
                              description=description, action_repeat=self.cfg.action_repeat,
                              embeddings=self.export_embeddings, pixels=self.export_pixels)
 
@@ -325,12 +326,20 @@ class SeedRun:
     def _evaluate(self, step: int) -> None:
         if self.log and self.log[-1]["steps"] == step:
             return  # a finished run extended (--resume --steps) was evaluated here at its end
-        cfg, te = self.cfg, time.time()
-        seeds = range(cfg.eval_seed, cfg.eval_seed + cfg.eval_episodes)
-        ev = evaluate(self.agent, self.evals, seeds, cfg.eval_repeat or cfg.action_repeat)
+        te = time.time()
+        ev = evaluate(self.agent, self.evals, self.eval_seeds(), self.cfg.eval_repeat or self.cfg.action_repeat)
         self.timing["eval_s"] += time.time() - te
+        self._record_eval(step, ev, self.agent)
+
+    def eval_seeds(self) -> range:
+        return range(self.cfg.eval_seed, self.cfg.eval_seed + self.cfg.eval_episodes)
+
+    def _record_eval(self, step: int, ev: dict, agent, wall: Optional[float] = None) -> None:
+        """An evaluation of `agent` (this run's, or a copy taken at `step` and wall time `wall`) into the curve;
+        the best policy so far exported."""
+        cfg = self.cfg
         recent = [e for e in self.episodes if e[0] > step - cfg.eval_every]
-        ev.update(steps=step, updates=self.agent.updates, wall_s=self.wall(), **self.agent.stats,
+        ev.update(steps=step, updates=agent.updates, wall_s=self.wall() if wall is None else wall, **agent.stats,
                   train_episodes=len(self.episodes),
                   train_success=float(np.mean([e[1] for e in recent])) if recent else float("nan"),
                   train_return=float(np.mean([e[4] for e in recent])) if recent else float("nan"))
@@ -343,9 +352,9 @@ class SeedRun:
         desc = self._describe(f"{step} env steps, held-out eval {ev['success']:.2f}")
         self.on_evaluate(ev)
         if cfg.export_checkpoints and step > 0:
-            self._export(self.dir / "checkpoints", self._name(f"-{step // 1000}k"), desc)
+            self._export(self.dir / "checkpoints", self._name(f"-{step // 1000}k"), desc, agent)
         if ev["success"] >= self.best["success"] and step > 0:
-            path = self._export(self.policy_dir, self._name("-best"), desc)
+            path = self._export(self.policy_dir, self._name("-best"), desc, agent)
             self.best = {"success": ev["success"], "steps": step, "manifest": str(path)}
 
     def record(self, done: bool) -> dict:
