@@ -115,6 +115,23 @@ pub enum ModelError {
         source_len: usize,
         has: String,
     },
+    /// A policy graph's metadata (its `stagewise.*` keys: [`crate::policy::PolicyInputs`]) that does not parse,
+    /// names an unknown key, is out of bounds, or declares inputs the loader cannot give it.
+    #[error("policy {path}: ONNX metadata {key}: {reason}")]
+    PolicyMetadata {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
+    /// A policy that reads a reward model's frame embeddings, where none are computed or another encoder's.
+    #[error("policy {policy} reads the frame embeddings of encoder {encoder} ({views} views x {size}), but {reason}")]
+    PolicyEmbeddingSource {
+        policy: PathBuf,
+        encoder: String,
+        views: usize,
+        size: usize,
+        reason: String,
+    },
     /// A policy's `[pixels]` view that its source lacks or gives at another size.
     #[error("policy {policy} reads camera view {view:?} at {size}, but {reason}")]
     PolicyView {

@@ -30,7 +30,10 @@ pub mod window;
 pub use error::ModelError;
 pub use hop::HopModel;
 pub use manifest::{Manifest, ModelKind, PolicyEmbeddings, PolicyPixels, ProgressMode};
-pub use policy::{BoundPolicy, PolicyModel, ACTION_REPEAT_KEY, MAX_ACTION_REPEAT};
+pub use policy::{
+    BoundPolicy, PolicyInputs, PolicyModel, ACTION_REPEAT_KEY, EMBEDDINGS_KEY, MAX_ACTION_REPEAT,
+    PIXELS_KEY, POLICY_METADATA_KEYS, STATE_NAMES_KEY,
+};
 pub use reward::{ModelForm, RewardModel, StepTiming};
 pub use runtime::{OrtRuntime, Provider, SessionOptions};
 pub use scoring::{EpisodeScorer, FrameSource, ScoringError};

@@ -205,7 +205,33 @@ impl PolicyEmbeddings {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Refuses a malformed declaration (the sha256 not 64 hex digits, sizes out of bounds): `(field, reason)`,
+    /// the field as a manifest names it (`embeddings.encoder_sha256`, `embeddings`).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !is_sha256(&self.encoder_sha256) {
+            return Err((
+                "embeddings.encoder_sha256",
+                "must be 64 hexadecimal digits".into(),
+            ));
+        }
+        if self.views == 0 || self.views > MAX_VIEWS || self.size == 0 || self.size > MAX_EMBEDDING
+        {
+            return Err((
+                "embeddings",
+                format!(
+                    "views {} and size {} must be in 1..={MAX_VIEWS} and 1..={MAX_EMBEDDING}",
+                    self.views, self.size
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
+
+/// Why a policy may not read both camera frames and embeddings.
+pub(crate) const PIXELS_AND_EMBEDDINGS: &str =
+    "a policy reads either [pixels] (camera frames) or [embeddings] (a reward model's frame embeddings), not both";
 
 /// A policy's camera input (`[pixels]` of a `kind = "policy"` manifest): every view's frame, in `views` order,
 /// channel-major `[3, height, width]` RGB with the raw bytes 0..255 as f32 (the graph normalises them itself),
@@ -233,6 +259,51 @@ impl PolicyPixels {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Refuses a malformed declaration (no views, repeated or empty view names, sides or input size out of
+    /// bounds): `(field, reason)`, the field as a manifest names it (`pixels.views`, `pixels`).
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if self.views.is_empty() || self.views.len() > MAX_VIEWS {
+            return Err((
+                "pixels.views",
+                format!("{} views: 1..={MAX_VIEWS} expected", self.views.len()),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(v) = self
+            .views
+            .iter()
+            .find(|v| v.trim().is_empty() || !seen.insert(*v))
+        {
+            return Err((
+                "pixels.views",
+                format!("view names must be unique and non-empty ({v:?})"),
+            ));
+        }
+        if !(1..=MAX_SIDE).contains(&self.width) || !(1..=MAX_SIDE).contains(&self.height) {
+            return Err((
+                "pixels",
+                format!(
+                    "{}x{}: width and height must be in 1..={MAX_SIDE}",
+                    self.width, self.height
+                ),
+            ));
+        }
+        // The runtime allocates a row of this per env: bounded like every other size it allocates from.
+        if self.len() > MAX_PIXEL_INPUT {
+            return Err((
+                "pixels",
+                format!(
+                    "{} views of {}x{} are {} input values (at most {MAX_PIXEL_INPUT})",
+                    self.views.len(),
+                    self.width,
+                    self.height,
+                    self.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// `width x height`, for messages.
@@ -700,20 +771,8 @@ impl Manifest {
             if self.kind != ModelKind::Policy {
                 return Err(self.field_err("embeddings", "only a policy reads embeddings"));
             }
-            if !is_sha256(&e.encoder_sha256) {
-                return Err(
-                    self.field_err("embeddings.encoder_sha256", "must be 64 hexadecimal digits")
-                );
-            }
-            if e.views == 0 || e.views > MAX_VIEWS || e.size == 0 || e.size > MAX_EMBEDDING {
-                return Err(self.field_err(
-                    "embeddings",
-                    format!(
-                        "views {} and size {} must be in 1..={MAX_VIEWS} and 1..={MAX_EMBEDDING}",
-                        e.views, e.size
-                    ),
-                ));
-            }
+            e.check()
+                .map_err(|(field, reason)| self.field_err(field, reason))?;
         }
         if let Some(p) = &self.pixels {
             if self.kind != ModelKind::Policy {
@@ -721,51 +780,10 @@ impl Manifest {
             }
             // One input row holds one or the other: a policy trained on both has no layout here.
             if self.embeddings.is_some() {
-                return Err(self.field_err(
-                    "pixels",
-                    "a policy reads either [pixels] (camera frames) or [embeddings] (a reward model's frame \
-                     embeddings), not both",
-                ));
+                return Err(self.field_err("pixels", PIXELS_AND_EMBEDDINGS));
             }
-            if p.views.is_empty() || p.views.len() > MAX_VIEWS {
-                return Err(self.field_err(
-                    "pixels.views",
-                    format!("{} views: 1..={MAX_VIEWS} expected", p.views.len()),
-                ));
-            }
-            let mut seen = std::collections::HashSet::new();
-            if let Some(v) = p
-                .views
-                .iter()
-                .find(|v| v.trim().is_empty() || !seen.insert(*v))
-            {
-                return Err(self.field_err(
-                    "pixels.views",
-                    format!("view names must be unique and non-empty ({v:?})"),
-                ));
-            }
-            if !(1..=MAX_SIDE).contains(&p.width) || !(1..=MAX_SIDE).contains(&p.height) {
-                return Err(self.field_err(
-                    "pixels",
-                    format!(
-                        "{}x{}: width and height must be in 1..={MAX_SIDE}",
-                        p.width, p.height
-                    ),
-                ));
-            }
-            // The runtime allocates a row of this per env: bounded like every other size it allocates from.
-            if p.len() > MAX_PIXEL_INPUT {
-                return Err(self.field_err(
-                    "pixels",
-                    format!(
-                        "{} views of {}x{} are {} input values (at most {MAX_PIXEL_INPUT})",
-                        p.views.len(),
-                        p.width,
-                        p.height,
-                        p.len()
-                    ),
-                ));
-            }
+            p.check()
+                .map_err(|(field, reason)| self.field_err(field, reason))?;
         }
         Ok(())
     }

@@ -60,6 +60,27 @@ impl StateMap {
         source_names: &[String],
         readable: Option<&[String]>,
     ) -> Result<Self, ModelError> {
+        Self::bind_fields(
+            &manifest.path,
+            manifest.state_names(),
+            manifest.state_size,
+            source,
+            source_names,
+            readable,
+        )
+    }
+
+    /// [`Self::bind_source`] for a model (`model`, for errors) that names its state fields `names` (None: it
+    /// reads a state of `state_size` values as it is), wherever it declares them (a manifest, or a policy
+    /// graph's metadata: [`crate::policy::PolicyInputs`]).
+    pub fn bind_fields(
+        model: &std::path::Path,
+        names: Option<&[String]>,
+        state_size: usize,
+        source: &str,
+        source_names: &[String],
+        readable: Option<&[String]>,
+    ) -> Result<Self, ModelError> {
         let may_read = |name: &str| readable.is_none_or(|r| r.iter().any(|n| n == name));
         let offered: Vec<&String> = source_names.iter().filter(|n| may_read(n)).collect();
         let has = || {
@@ -69,14 +90,14 @@ impl StateMap {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let Some(names) = manifest.state_names() else {
-            let n = manifest.state_size;
+        let Some(names) = names else {
+            let n = state_size;
             if n == 0 {
                 return Ok(Self::empty(source_names.len()));
             }
             if n != source_names.len() || offered.len() != source_names.len() {
                 return Err(ModelError::StateSize {
-                    model: manifest.path.clone(),
+                    model: model.to_path_buf(),
                     state_size: n,
                     origin: source.to_string(),
                     source_len: offered.len(),
@@ -93,7 +114,7 @@ impl StateMap {
                     .position(|n| n == name)
                     .filter(|_| may_read(name))
                     .ok_or_else(|| ModelError::StateFieldMissing {
-                        model: manifest.path.clone(),
+                        model: model.to_path_buf(),
                         field: name.clone(),
                         origin: source.to_string(),
                         has: has(),

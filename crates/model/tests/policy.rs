@@ -336,3 +336,110 @@ fn a_pixel_policy_whose_graph_disagrees_with_its_pixels_is_refused() {
         "{t}"
     );
 }
+
+/// A graph that declares its inputs in its metadata must agree with its manifest (refused on the manifest, naming
+/// the field), and is refused by `from_bytes`, which would read a state vector as it is: it is bound by name
+/// (`bind_bytes`) as its manifest is.
+#[test]
+fn a_manifest_and_its_graphs_declared_inputs_must_agree() {
+    use stagewise_model::{PIXELS_KEY, STATE_NAMES_KEY};
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = std::fs::read_to_string(model_path("pixel3v8")).unwrap();
+    let pixels = r#"{"views": ["front", "side", "wrist"], "width": 8, "height": 8}"#;
+    let hand = r#"["ee_x", "ee_y", "ee_z", "gripper_width"]"#;
+    let write = |name: &str, entries: &[(&str, &str)]| {
+        let onnx = with_metadata(&bytes("pixel3v8.onnx"), entries);
+        std::fs::write(dir.path().join(format!("{name}.onnx")), &onnx).unwrap();
+        let sha = sha2_hex(&onnx);
+        let text = manifest
+            .lines()
+            .map(|l| match l {
+                l if l.starts_with("sha256") => format!("sha256 = \"{sha}\""),
+                l if l.starts_with("onnx") => format!("onnx = \"{name}.onnx\""),
+                l => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let load = |path: &std::path::Path| {
+        PolicyModel::load_bound(
+            path,
+            "the test source",
+            &hand_source(),
+            None,
+            4,
+            runtime(),
+            &cpu(),
+        )
+    };
+    let agrees = write("agrees", &[(PIXELS_KEY, pixels), (STATE_NAMES_KEY, hand)]);
+    let bound = load(&agrees).expect("metadata and manifest agree");
+    assert_eq!(bound.pixels.as_ref().map(|p| p.len()), Some(576));
+    let cases = [
+        (
+            "names",
+            vec![
+                (PIXELS_KEY, pixels),
+                (
+                    STATE_NAMES_KEY,
+                    r#"["ee_y", "ee_x", "ee_z", "gripper_width"]"#,
+                ),
+            ],
+            "state_names",
+        ),
+        (
+            "size",
+            vec![
+                (
+                    PIXELS_KEY,
+                    r#"{"views": ["front", "side", "wrist"], "width": 16, "height": 8}"#,
+                ),
+                (STATE_NAMES_KEY, hand),
+            ],
+            "pixels",
+        ),
+        // Declaring inputs declares all: a graph without pixels reads none, whatever the manifest says.
+        ("nopixels", vec![(STATE_NAMES_KEY, hand)], "pixels"),
+    ];
+    for (name, entries, field) in cases {
+        let path = write(name, &entries);
+        let e = load(&path).err().expect("a disagreement");
+        let t = e.to_string();
+        assert!(
+            matches!(e, ModelError::ManifestField { field: ref f, .. } if f == field),
+            "{name}: {t}"
+        );
+        assert!(
+            t.contains(&format!("{name}.toml"))
+                && t.contains(&format!("{name}.onnx"))
+                && t.contains("must agree"),
+            "{name}: {t}"
+        );
+    }
+    let declared = std::fs::read(dir.path().join("agrees.onnx")).unwrap();
+    let e = PolicyModel::from_bytes(&declared, "policy v3", 580, 4, runtime(), &cpu())
+        .err()
+        .expect("declared inputs are bound by name");
+    assert!(e.to_string().contains("bind_bytes"), "{e}");
+    let b = PolicyModel::bind_bytes(
+        &declared,
+        "policy v3",
+        "the test source",
+        &hand_source(),
+        None,
+        4,
+        runtime(),
+        &cpu(),
+    )
+    .expect("bound by name");
+    assert_eq!(b.pixels, bound.pixels);
+    assert_eq!(b.state_map.model_len(), 4);
+}
+
+fn sha2_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(b))
+}
