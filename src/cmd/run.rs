@@ -17,8 +17,8 @@ use stagewise_core::{Env, EnvSpec, RewardMode, ShapingConfig};
 use stagewise_model::{Manifest, ModelKind, PolicyEmbeddings, PolicyModel, StateMap};
 use stagewise_runtime::{
     Actor, ActorConfig, Clock, EpisodeLog, FrameStream, GateConfig, OnnxPolicy, Policy, PolicyGate,
-    PolicyState, PolicyUpdates, ProgressSource, RandomPolicy, RunStats, DEFAULT_POLICY_MAX_BYTES,
-    POLICY_QUEUE,
+    PolicySource, PolicyState, PolicyUpdates, ProgressSource, RandomPolicy, RunStats,
+    DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
 };
 use stagewise_sim::SimEnv;
 use stagewise_stream::{Node, PublisherOptions, Subscription};
@@ -560,7 +560,7 @@ fn load_policy(
                 check_robot_policy(a, path, url, r.proprio_names())?;
             }
             let (rt, opts) = (a.ort.runtime()?, a.ort.session_options());
-            let (s, n) = (spec.state.len(), spec.action.len());
+            let n = spec.action.len();
             if path.ends_with(".toml") {
                 // The policy's state fields by name (its manifest's state_names) from the env's state.
                 let source = format!("the env's state (task {})", spec.task);
@@ -580,11 +580,26 @@ fn load_policy(
                 check_pixel_source(a, &bound, envs, spec)?;
                 Box::new(OnnxPolicy::bound(bound, path))
             } else {
+                // A bare graph reads the whole state, or what its metadata declares (bound as a manifest's).
                 let bytes =
                     std::fs::read(path).with_context(|| format!("reading policy {path}"))?;
-                let m = PolicyModel::from_bytes(&bytes, path, s, n, rt, &opts)
-                    .with_context(|| format!("loading policy {path}"))?;
-                Box::new(OnnxPolicy::new(m, path, 0))
+                let source = format!("the env's state (task {})", spec.task);
+                let bound = PolicyModel::bind_bytes(
+                    &bytes,
+                    path,
+                    &source,
+                    &spec.state.names,
+                    None,
+                    n,
+                    rt,
+                    &opts,
+                )
+                .with_context(|| format!("loading policy {path}"))?;
+                if let Some(e) = &bound.embeddings {
+                    check_embedding_source(path, e, reward)?;
+                }
+                check_pixel_source(a, &bound, envs, spec)?;
+                Box::new(OnnxPolicy::bound(bound, path))
             }
         }
     })
@@ -595,10 +610,58 @@ fn shaping_config(a: &RunArgs, reward: &RewardChoice) -> anyhow::Result<ShapingC
     a.shaping.config_with(reward.mode)
 }
 
-/// Who may put policies on the actor and where their last version is kept.
+/// Who may put policies on the actor, where their last version is kept, and what they may read.
 struct PolicyTrust {
     key: Option<ed25519_dalek::VerifyingKey>,
     state_file: PathBuf,
+    source: PolicySource,
+}
+
+/// What a learner's policy may read, checked as `--policy` is at start: the env's state (by name when its graph
+/// declares names; over a robot then only what the robot measures, unless --policy-reads-scene), the views this
+/// run renders or the robot's cameras give, and the frame embeddings of this run's reward model.
+fn policy_source(
+    a: &RunArgs,
+    envs: &Envs,
+    spec: &EnvSpec,
+    reward: &RewardChoice,
+) -> anyhow::Result<PolicySource> {
+    let (origin, readable, views_origin) = match (envs, &a.bridge) {
+        (Envs::Robot(r), Some(url)) => (
+            robot_state_source(url),
+            (!a.policy_reads_scene).then(|| r.proprio_names().to_vec()),
+            format!("the robot's cameras (--cameras {})", a.cameras),
+        ),
+        _ => (
+            format!("the env's state (task {})", spec.task),
+            None,
+            format!(
+                "this run's simulator (task {}, --width {} --height {})",
+                spec.task, a.sim.width, a.sim.height
+            ),
+        ),
+    };
+    let (embeddings_origin, embeddings) = match reward.manifest.as_deref() {
+        Some(path) => {
+            let m = Manifest::load(path).with_context(|| format!("reading {}", path.display()))?;
+            let e = m.parts.as_ref().map(|p| PolicyEmbeddings {
+                encoder_sha256: p.encoder_sha256.clone(),
+                views: m.views.len(),
+                size: p.embedding,
+            });
+            (format!("this run's reward model {}", path.display()), e)
+        }
+        None => (format!("this run (--reward {})", reward.source), None),
+    };
+    Ok(PolicySource {
+        origin,
+        state_names: spec.state.names.clone(),
+        readable,
+        views_origin,
+        views: spec.views.clone(),
+        embeddings_origin,
+        embeddings,
+    })
 }
 
 /// Connects the actor to zenoh: its publisher (waiting for a subscriber if asked) and the policy intake, whose
@@ -639,7 +702,7 @@ fn attach_stream(
         key: trust.key,
         max_bytes: a.policy_max_bytes,
         state_file: Some(trust.state_file),
-        state_size: spec.state.len(),
+        source: trust.source,
         action_size: spec.action.len(),
         opts: a.ort.session_options(),
     })?;
@@ -727,10 +790,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let robot_url = a.bridge.as_deref();
     let stream_robot = a.zenoh.robot_target(robot_url);
     // Trust and the policy state first: a robot is not even contacted when they refuse.
-    let trust = PolicyTrust {
-        key: policy_trust(&a, robot_url, &stream_robot)?,
-        state_file: policy_state_file(&a, &stream_robot)?,
-    };
+    let (key, state_file) = (
+        policy_trust(&a, robot_url, &stream_robot)?,
+        policy_state_file(&a, &stream_robot)?,
+    );
     let reward = reward_choice(&a)?;
     let rerun = (!a.rerun.is_empty())
         .then(|| RerunSink::parse(&a.rerun))
@@ -742,6 +805,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let spec = envs.spec();
     let progress = progress_source(&a, &reward, &envs, &spec)?;
     let policy = load_policy(&a, &envs, &spec, &reward)?;
+    let trust = PolicyTrust {
+        key,
+        state_file,
+        source: policy_source(&a, &envs, &spec, &reward)?,
+    };
     // A robot runs at its control rate: the actor's clock then counts the steps that overran their period.
     let hz = match (&envs, a.hz) {
         (Envs::Robot(r), hz) if hz <= 0.0 => r.spec().control_hz,

@@ -20,8 +20,8 @@ pub use actor::{transition_message, Actor, ActorConfig, FrameStream, RunStats};
 pub use clock::{Clock, ClockStats};
 pub use log::{EpisodeLog, LogReader, LogRecord, TornTail};
 pub use policy::{
-    GateConfig, OnnxPolicy, Policy, PolicyError, PolicyGate, PolicyKeyError, PolicyState,
-    RandomPolicy, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
+    GateConfig, OnnxPolicy, Policy, PolicyError, PolicyGate, PolicyKeyError, PolicySource,
+    PolicyState, RandomPolicy, DEFAULT_POLICY_MAX_BYTES, POLICY_QUEUE,
 };
 pub use shaped::{ProgressSource, ResetOutcome, ShapedEnv, StepOutcome};
 pub use sink::Sink;

@@ -4,7 +4,7 @@
 use ed25519_dalek::{Signature, VerifyingKey};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use stagewise_core::{BoxSpec, Observation};
+use stagewise_core::{BoxSpec, Observation, ViewSpec};
 use stagewise_model::{
     BoundPolicy, ModelError, OrtRuntime, PolicyEmbeddings, PolicyModel, PolicyPixels,
     SessionOptions, StateMap,
@@ -189,7 +189,8 @@ impl OnnxPolicy {
         }
     }
 
-    /// A policy loaded from its manifest for a source: its state fields by name, its embeddings or frames input.
+    /// A policy bound to a source (from its manifest, or from bytes whose graph declares its inputs): its state
+    /// fields by name, its embeddings or frames input.
     pub fn bound(policy: BoundPolicy, name: impl Into<String>) -> Self {
         let mut p = Self::new(policy.model, name, 0);
         let reads_more = policy.embeddings.is_some() || policy.pixels.is_some();
@@ -197,6 +198,12 @@ impl OnnxPolicy {
         p.embeddings = policy.embeddings;
         p.pixels = policy.pixels;
         p
+    }
+
+    /// The version a learner gave the policy (0: not a learner's).
+    pub fn with_version(mut self, version: u64) -> Self {
+        self.version = version;
+        self
     }
 
     /// The camera frames the policy reads (its manifest's `[pixels]`), None when it reads none.
@@ -293,6 +300,65 @@ pub const DEFAULT_POLICY_MAX_BYTES: usize = 16 << 20;
 /// How many policy messages may wait for the checking worker; more are dropped (counted and logged).
 pub const POLICY_QUEUE: usize = 8;
 
+/// What an actor gives a policy to read, against which a learner's policy is bound when its graph declares its
+/// inputs in its metadata ([`stagewise_model::PolicyInputs`]): the same checks as a manifest policy at start.
+#[derive(Debug, Clone, Default)]
+pub struct PolicySource {
+    /// The state, for errors (e.g. "the env's state (task pick-place)").
+    pub origin: String,
+    /// The env's state fields, in the order of its state vector: a policy without declared inputs reads all of
+    /// them as they are.
+    pub state_names: Vec<String>,
+    /// The fields a policy may read by name (over a robot: what it measures itself); None: every one.
+    pub readable: Option<Vec<String>>,
+    /// The cameras, for errors (e.g. "this run's simulator (task pick-place, --width/--height)").
+    pub views_origin: String,
+    /// The camera views each observation carries, at their size: a pixel policy must find its views at its size.
+    pub views: Vec<ViewSpec>,
+    /// The reward model, for errors (e.g. "this run's reward model m.toml", "this run (--reward oracle)").
+    pub embeddings_origin: String,
+    /// The frame embeddings the run's reward model computes (a two-part model's encoder, views, size); None: none.
+    pub embeddings: Option<PolicyEmbeddings>,
+}
+
+impl PolicySource {
+    /// A source of these state fields alone (no cameras, no embeddings), described as `origin`.
+    pub fn state(origin: impl Into<String>, state_names: Vec<String>) -> Self {
+        Self {
+            origin: origin.into(),
+            state_names,
+            views_origin: "this actor (no cameras)".into(),
+            embeddings_origin: "this actor (no reward model)".into(),
+            ..Self::default()
+        }
+    }
+
+    /// Binds a policy's bytes (`label` names them) to this source: its declared inputs by name, its frames
+    /// against the views, its embeddings against the reward model's ([`PolicyModel::bind_bytes`]).
+    pub fn bind(
+        &self,
+        onnx: &[u8],
+        label: &str,
+        action_size: usize,
+        runtime: &OrtRuntime,
+        opts: &SessionOptions,
+    ) -> Result<BoundPolicy, ModelError> {
+        let bound = PolicyModel::bind_bytes(
+            onnx,
+            label,
+            &self.origin,
+            &self.state_names,
+            self.readable.as_deref(),
+            action_size,
+            runtime,
+            opts,
+        )?;
+        bound.check_views(&self.views_origin, &self.views)?;
+        bound.check_embeddings(&self.embeddings_origin, self.embeddings.as_ref())?;
+        Ok(bound)
+    }
+}
+
 /// What a [`PolicyGate`] checks a learner's policy against.
 #[derive(Debug, Clone)]
 pub struct GateConfig {
@@ -305,7 +371,8 @@ pub struct GateConfig {
     pub max_bytes: usize,
     /// Where the last accepted version is kept across restarts (`None`: in memory only).
     pub state_file: Option<PathBuf>,
-    pub state_size: usize,
+    /// What a policy may read: its graph is bound to it ([`PolicySource::bind`]).
+    pub source: PolicySource,
     pub action_size: usize,
     pub opts: SessionOptions,
 }
@@ -314,8 +381,9 @@ pub struct GateConfig {
 /// decodes, the sha256 of its bytes, its ed25519 signature when a public key is configured (strict verification
 /// of [`stagewise_wire::policy_signing_message`]: robot, version, sha256; unsigned policies are then refused), that its version
 /// is newer than the last accepted one (persisted in the state file, so a restart does not reopen old versions),
-/// and that its graph fits the environment's state and action sizes. An accepted version is written to the
-/// state file before the policy is handed over.
+/// and that its graph fits what the actor gives it ([`PolicySource`]: the whole state, or the inputs its metadata
+/// declares, bound by name, frames and embeddings checked as a manifest policy's) and the action size. An
+/// accepted version is written to the state file before the policy is handed over.
 pub struct PolicyGate {
     config: GateConfig,
     current_version: Option<u64>,
@@ -441,17 +509,19 @@ impl PolicyGate {
     ) -> Result<OnnxPolicy, PolicyError> {
         let version = msg.version;
         let label = format!("policy v{version}");
-        let model = PolicyModel::from_bytes(
-            &msg.onnx,
-            &label,
-            self.config.state_size,
-            self.config.action_size,
-            runtime,
-            &self.config.opts,
-        )
-        .map_err(|source| PolicyError::Model { version, source })?;
+        let bound = self
+            .config
+            .source
+            .bind(
+                &msg.onnx,
+                &label,
+                self.config.action_size,
+                runtime,
+                &self.config.opts,
+            )
+            .map_err(|source| PolicyError::Model { version, source })?;
         self.record(version, &msg.sha256)?;
-        Ok(OnnxPolicy::new(model, "learner policy", version))
+        Ok(OnnxPolicy::bound(bound, "learner policy").with_version(version))
     }
 
     /// Records `version` as accepted: the state file first (atomically), then memory.
@@ -623,7 +693,7 @@ mod tests {
             key,
             max_bytes: 1000,
             state_file,
-            state_size: 3,
+            source: PolicySource::state("the test state", vec!["a".into(), "b".into(), "c".into()]),
             action_size: 2,
             opts: SessionOptions::default(),
         })

@@ -6,4 +6,5 @@ mod common;
 mod encoder_cache;
 mod log_corpus;
 mod pixel_policy;
+mod pushed_inputs;
 mod shaped_env;
