@@ -2,7 +2,9 @@
 writer (`write_policy`) that every learner here uses (stagewise.rl, stagewise.bc, `sb3_policy_to_onnx`).
 
 A policy graph takes one input `state` f32 [N, S] and gives one output `action` f32 [N, A] (what `stagewise eval
-policy`, `stagewise run --policy` and `policy push` load; crates/model/src/policy.rs). Built with `onnx.helper`
+policy`, `stagewise run --policy` and `policy push` load; crates/model/src/policy.rs). What the input holds
+(state fields by name, camera frames or a reward model's embeddings before them) and the action repeat live in
+the graph's metadata (`with_inputs`), so that bare bytes pushed to an actor are bound as a manifest policy is. Built with `onnx.helper`
 from the weights (no tracing, no torch exporter), opset 17, IR version 8."""
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ import numpy as np
 
 # ONNX metadata key the runtime reads to hold each action K steps (crates/model/src/policy.rs ACTION_REPEAT_KEY).
 ACTION_REPEAT_KEY = "stagewise.action_repeat"
+# ONNX metadata keys of a policy's inputs (crates/model/src/policy.rs PolicyInputs), each a JSON value: the state
+# fields by name (a list of strings), the camera frames before them ({"views", "width", "height"}) or a reward
+# model's frame embeddings before them ({"encoder_sha256", "views", "size"}). In the graph, the sha256 and a
+# push's signature cover them: pushed bytes are bound by name as a manifest policy is.
+STATE_NAMES_KEY = "stagewise.state_names"
+PIXELS_KEY = "stagewise.pixels"
+EMBEDDINGS_KEY = "stagewise.embeddings"
+_PIXELS_FIELDS = ("views", "width", "height")
+_EMBEDDINGS_FIELDS = ("encoder_sha256", "views", "size")
 
 
 def mlp_to_onnx(layers: Sequence[Any], state_size: int, action_size: int,
@@ -89,16 +100,82 @@ def mlp_to_onnx(layers: Sequence[Any], state_size: int, action_size: int,
 def _with_action_repeat(onnx_bytes: bytes, repeat: int) -> bytes:
     """The graph with `stagewise.action_repeat` in its metadata: the runtime reads the repeat from the graph (so
     the sha256 and a push's signature cover it), not from the manifest."""
+    return with_inputs(onnx_bytes, action_repeat=repeat)
+
+
+def _inputs_metadata(state_names, pixels, embeddings) -> Dict[str, str]:
+    """The metadata entries of a policy's inputs, checked as the runtime checks them (it refuses what fails)."""
+    props: Dict[str, str] = {}
+    if pixels is not None and embeddings is not None:
+        raise ValueError("a policy reads either pixels (camera frames) or embeddings (a reward model's frame "
+                         "embeddings), not both")
+    if state_names is not None:
+        names = [str(n) for n in state_names]
+        if isinstance(state_names, str) or any(not n.strip() for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"state_names must be a list of unique, non-empty field names, not {state_names!r}")
+        props[STATE_NAMES_KEY] = json.dumps(names)
+    for key, value, fields in ((PIXELS_KEY, pixels, _PIXELS_FIELDS), (EMBEDDINGS_KEY, embeddings, _EMBEDDINGS_FIELDS)):
+        if value is None:
+            continue
+        if not isinstance(value, dict) or set(value) != set(fields):
+            raise ValueError(f"{key.split('.')[1]} must be a dict of exactly {', '.join(fields)}, not {value!r}")
+        if key == PIXELS_KEY:
+            views = [str(v) for v in value["views"]]
+            w, h = int(value["width"]), int(value["height"])
+            if not views or len(set(views)) != len(views) or not (1 <= w <= 4096 and 1 <= h <= 4096):
+                raise ValueError(f"pixels {value!r}: unique views and width, height in 1..=4096 expected")
+            props[key] = json.dumps({"views": views, "width": w, "height": h})
+        else:
+            sha, v, n = str(value["encoder_sha256"]), int(value["views"]), int(value["size"])
+            if len(sha) != 64 or any(c not in "0123456789abcdefABCDEF" for c in sha) or v < 1 or n < 1:
+                raise ValueError(f"embeddings {value!r}: a sha256 of 64 hex digits and views, size >= 1 expected")
+            props[key] = json.dumps({"encoder_sha256": sha, "views": v, "size": n})
+    return props
+
+
+def _input_width(props: Dict[str, str]) -> int:
+    """Values of a policy's input before its state, from its inputs' metadata."""
+    if PIXELS_KEY in props:
+        p = json.loads(props[PIXELS_KEY])
+        return len(p["views"]) * 3 * p["width"] * p["height"]
+    if EMBEDDINGS_KEY in props:
+        e = json.loads(props[EMBEDDINGS_KEY])
+        return e["views"] * e["size"]
+    return 0
+
+
+def with_inputs(onnx_bytes: bytes, *, state_names: Optional[Sequence[str]] = None,
+                pixels: Optional[Dict[str, Any]] = None, embeddings: Optional[Dict[str, Any]] = None,
+                action_repeat: Optional[int] = None) -> bytes:
+    """The graph with its inputs (and action repeat) in its ONNX metadata: push-ready bytes for
+    `stagewise.publish_policy`, which an actor binds as it binds a manifest policy (state fields by name, frames
+    from its cameras at their size, embeddings from its reward model's encoder) instead of reading its whole
+    state. `state_names`: the state fields in input order (`stagewise.state_names`); `pixels` ({views, width,
+    height}: `stagewise.pixels`) or `embeddings` ({encoder_sha256, views, size}: `stagewise.embeddings`): what the
+    input holds before them; `action_repeat` (1..=1000: `stagewise.action_repeat`). Keys left None are left as the
+    graph has them. When `state_names` is given and the graph's input width is fixed, it must be the frames' or
+    embeddings' values plus one per name."""
     import onnx
     from onnx import helper
 
-    if not isinstance(repeat, int) or not 1 <= repeat <= 1000:
-        raise ValueError(f"action_repeat must be an integer in 1..=1000, not {repeat!r}")
+    props = _inputs_metadata(state_names, pixels, embeddings)
+    if action_repeat is not None:
+        if not isinstance(action_repeat, int) or isinstance(action_repeat, bool) or not 1 <= action_repeat <= 1000:
+            raise ValueError(f"action_repeat must be an integer in 1..=1000, not {action_repeat!r}")
+        props[ACTION_REPEAT_KEY] = str(action_repeat)
+    if not props:
+        return onnx_bytes
     model = onnx.load_from_string(onnx_bytes)
-    props = {p.key: p.value for p in model.metadata_props}
-    props[ACTION_REPEAT_KEY] = str(repeat)
+    if state_names is not None and len(model.graph.input) == 1:
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in model.graph.input[0].type.tensor_type.shape.dim]
+        want = _input_width(props) + len(state_names)
+        if len(dims) == 2 and dims[1] is not None and dims[1] != want:
+            raise ValueError(f"the graph's input has {dims[1]} values; these inputs are {want} "
+                             f"({_input_width(props)} before {len(state_names)} state fields)")
+    merged = {p.key: p.value for p in model.metadata_props}
+    merged.update(props)
     del model.metadata_props[:]
-    helper.set_model_props(model, props)
+    helper.set_model_props(model, merged)
     return model.SerializeToString()
 
 
@@ -148,13 +225,16 @@ def write_policy(out_dir, name: str, onnx_bytes: bytes, *, task: str, state_size
 
     `extra`: more manifest keys (e.g. `state_names`). `action_repeat` (K > 1: the policy chooses an action every K
     control steps, as it was trained) is not a manifest key: it goes into the graph's metadata, where the runtime
-    reads it. `action_size` is checked against the graph's output."""
+    reads it. The policy's inputs (`state_names`, `pixels`, `embeddings`) stay manifest keys and go into the
+    graph's metadata too (`with_inputs`), so the sha256 covers them and the `.onnx` alone is push-ready; the
+    runtime refuses a manifest that disagrees with its graph. `action_size` is checked against the graph's
+    output."""
     import onnx
 
     extra = dict(extra or {})
     repeat = extra.pop("action_repeat", 1)
-    if repeat != 1:
-        onnx_bytes = _with_action_repeat(onnx_bytes, repeat)
+    onnx_bytes = with_inputs(onnx_bytes, state_names=extra.get("state_names"), pixels=extra.get("pixels"),
+                             embeddings=extra.get("embeddings"), action_repeat=None if repeat == 1 else repeat)
     model = onnx.load_from_string(onnx_bytes)
     dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
     if len(dims) != 2 or dims[1] != action_size:

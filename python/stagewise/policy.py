@@ -78,7 +78,10 @@ def publish_policy(
     session: Optional[zenoh.Session] = None,
     wait: float = 10.0,
 ) -> str:
-    """Publishes an ONNX policy (state f32 [N, S] in, action f32 [N, A] out) to the actor of `robot`.
+    """Publishes an ONNX policy (state f32 [N, S] in, action f32 [N, A] out) to the actor of `robot`. A graph whose
+    metadata declares its inputs (`stagewise.export.with_inputs`: state fields by name, camera frames or a reward
+    model's embeddings before them) is bound by the actor as a manifest policy is; one without reads the whole
+    state.
 
     Waits up to `wait` seconds for the actor's policy subscriber (anything put before it is matched is lost) and
     raises NoRuntimeError when there is none. The actor checks the size, the hash, the signature (it covers

@@ -104,3 +104,87 @@ def test_write_policy_refuses_a_wrong_action_size_and_its_own_keys_and_writes_no
         write_policy(tmp_path, "p", data, task="t", state_size=3, action_size=2, description="d",
                      extra={"action_repeat": 0})
     assert list(tmp_path.iterdir()) == []
+
+
+def _meta(onnx_bytes):
+    import onnx
+
+    return {p.key: p.value for p in onnx.load_from_string(onnx_bytes).metadata_props}
+
+
+def test_write_policy_puts_the_inputs_in_the_graph_metadata(tmp_path):
+    """The manifest keeps its keys; the graph carries the same inputs as JSON (the sha256 covers them), so the
+    .onnx alone is push-ready."""
+    pixels = {"views": ["front", "wrist"], "width": 2, "height": 3}
+    data = mlp_to_onnx([nn.Linear(2 * 3 * 2 * 3 + 2, 4)], 2 * 3 * 2 * 3 + 2, 4)
+    path = write_policy(tmp_path, "pix", data, task="pick-place", state_size=2, action_size=4, description="d",
+                        extra={"state_names": ["gripper_width", "ee_z"], "pixels": pixels, "action_repeat": 2})
+    import tomllib
+
+    m = tomllib.loads(path.read_text())
+    assert m["state_names"] == ["gripper_width", "ee_z"] and m["pixels"] == pixels
+    onnx_bytes = (tmp_path / "pix.onnx").read_bytes()
+    assert m["sha256"] == hashlib.sha256(onnx_bytes).hexdigest()
+    meta = _meta(onnx_bytes)
+    assert json.loads(meta["stagewise.state_names"]) == ["gripper_width", "ee_z"]
+    assert json.loads(meta["stagewise.pixels"]) == pixels
+    assert meta["stagewise.action_repeat"] == "2" and "stagewise.embeddings" not in meta
+    sha = "ab" * 32
+    data = mlp_to_onnx([nn.Linear(2 * 8 + 1, 4)], 2 * 8 + 1, 4)
+    write_policy(tmp_path, "emb", data, task="pick-place", state_size=1, action_size=4, description="d",
+                 extra={"state_names": ["ee_x"], "embeddings": {"encoder_sha256": sha, "views": 2, "size": 8}})
+    meta = _meta((tmp_path / "emb.onnx").read_bytes())
+    assert json.loads(meta["stagewise.embeddings"]) == {"encoder_sha256": sha, "views": 2, "size": 8}
+    assert "stagewise.action_repeat" not in meta
+    # A policy without named inputs (the older form) gets no input metadata.
+    write_policy(tmp_path, "bare", mlp_to_onnx([nn.Linear(3, 4)], 3, 4), task="t", state_size=3, action_size=4,
+                 description="d")
+    assert _meta((tmp_path / "bare.onnx").read_bytes()) == {}
+
+
+def test_with_inputs_makes_push_ready_bytes_and_refuses_what_the_runtime_would():
+    from stagewise.export import with_inputs
+
+    data = mlp_to_onnx([nn.Linear(3, 4)], 3, 4)
+    out = with_inputs(data, state_names=["ee_z", "ee_x", "gripper_width"], action_repeat=3)
+    meta = _meta(out)
+    assert json.loads(meta["stagewise.state_names"]) == ["ee_z", "ee_x", "gripper_width"]
+    assert meta["stagewise.action_repeat"] == "3"
+    # Again: the keys are replaced, not repeated; the graph computes what it did.
+    again = with_inputs(out, state_names=["ee_x", "ee_y", "ee_z"])
+    assert json.loads(_meta(again)["stagewise.state_names"]) == ["ee_x", "ee_y", "ee_z"]
+    assert _meta(again)["stagewise.action_repeat"] == "3"
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    np.testing.assert_allclose(_run(again, x)[0], _run(data, x)[0])
+    assert with_inputs(data) == data
+    sha = "0" * 64
+    for kwargs, words in [
+        (dict(state_names=["ee_x", "ee_x", "ee_y"]), "unique"),
+        (dict(state_names=["ee_x", "ee_y"]), "input has 3 values; these inputs are 2"),
+        (dict(state_names=["a"], pixels={"views": ["front"], "width": 1, "height": 1},
+              embeddings={"encoder_sha256": sha, "views": 1, "size": 1}), "not both"),
+        (dict(pixels={"views": ["front"], "width": 1}), "exactly views, width, height"),
+        (dict(pixels={"views": ["front"], "width": 0, "height": 1}), "1..=4096"),
+        (dict(embeddings={"encoder_sha256": "abc", "views": 1, "size": 1}), "64 hex digits"),
+        (dict(action_repeat=0), "1..=1000"),
+    ]:
+        with pytest.raises(ValueError, match=words):
+            with_inputs(data, **kwargs)
+
+
+def test_a_manifest_that_disagrees_with_its_graph_is_refused(tmp_path, binary):
+    """The runtime reads the graph's inputs and the manifest's: when they differ it refuses the policy, naming the
+    manifest and the field."""
+    names = ["ee_x", "ee_y", "ee_z", "gripper_width"]
+    data = mlp_to_onnx([nn.Linear(4, 4)], 4, 4)
+    path = write_policy(tmp_path, "p", data, task="pick-place", state_size=4, action_size=4, description="d",
+                        extra={"state_names": names})
+    eval_cmd = [binary, "--log", "warn", "eval", "policy", "--policy", str(path), "--task", "pick-place",
+                "--episodes", "1"]
+    r = subprocess.run(eval_cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    text = path.read_text()
+    path.write_text(text.replace('"ee_x", "ee_y"', '"ee_y", "ee_x"'))
+    r = subprocess.run(eval_cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0, r.stderr
+    assert str(path) in r.stderr and "state_names" in r.stderr and "must agree" in r.stderr, r.stderr
