@@ -43,11 +43,16 @@ fn node(port: u16) -> Node {
 
 /// `stagewise run` on the simulator with oracle progress (no ONNX needed), small frames, fast episodes.
 fn spawn_run(robot: &str, port: u16, log: &Path, extra: &[&str]) -> Child {
+    spawn_run_at(32, robot, port, log, extra)
+}
+
+/// [`spawn_run`] rendering `size` x `size` frames.
+fn spawn_run_at(size: u32, robot: &str, port: u16, log: &Path, extra: &[&str]) -> Child {
+    let size = size.to_string();
     let mut cmd = Command::new(exe());
     cmd.current_dir(root())
-        .args([
-            "--log", "info", "run", "--reward", "oracle", "--width", "32", "--height", "32",
-        ])
+        .args(["--log", "info", "run", "--reward", "oracle"])
+        .args(["--width", &size, "--height", &size])
         .args([
             "--robot-name",
             robot,
@@ -1329,4 +1334,187 @@ fn run_streams_the_reward_form_its_flags_name() {
             t.reward
         );
     }
+}
+
+/// `models/test/<name>` with `expr` applied by Python (`b`: its bytes; `with_inputs`: the helper a learner calls;
+/// `raw(b, props)`: metadata set as given, for malformed entries the helper would refuse to write).
+fn py_policy(name: &str, expr: &str) -> Vec<u8> {
+    let code = "import sys, onnx\nfrom onnx import helper\nfrom stagewise.export import with_inputs\n\
+        def raw(b, props):\n    m = onnx.load_from_string(b)\n    helper.set_model_props(m, props)\n    return m.SerializeToString()\n\
+        b = open(sys.argv[1], 'rb').read()\nsys.stdout.buffer.write(eval(sys.argv[2]))\n";
+    let out = Command::new(root().join(".venv/bin/python"))
+        .current_dir(root())
+        .env("PYTHONPATH", root().join("python"))
+        .args(["-c", code])
+        .arg(root().join("models/test").join(name))
+        .arg(expr)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    out.stdout
+}
+
+/// Each transition of `log` (one env) with the observation its action was chosen on: the episode's reset
+/// observation for its first step, the previous step's next observation after that (`--stream-images`).
+fn acted_on(log: &Path, robot: &str) -> Vec<(TransitionMsg, stagewise_core::Observation)> {
+    let mut out = Vec::new();
+    let mut prev: Option<stagewise_core::Observation> = None;
+    for p in log_payloads(log, &Keys::new(robot).unwrap().transition()) {
+        let t: TransitionMsg = decode(&p).unwrap();
+        let seen = match &t.obs {
+            Some(o) => o.to_observation().unwrap(),
+            None => prev.take().expect("the previous step's next observation"),
+        };
+        prev = t.next_obs.as_ref().map(|o| o.to_observation().unwrap());
+        out.push((t, seen));
+    }
+    out
+}
+
+/// The transitions of the last episode of `acted`, which must have some.
+fn last_episode<T>(acted: &[(TransitionMsg, T)]) -> &[(TransitionMsg, T)] {
+    let last = acted.last().expect("transitions").0.episode;
+    let first = acted.iter().position(|(t, _)| t.episode == last).unwrap();
+    &acted[first..]
+}
+
+fn close(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-4)
+}
+
+/// Bare ONNX bytes pushed over zenoh that declare their inputs in their metadata (written by the Python helper
+/// a learner calls, `stagewise.export.with_inputs`): a state policy naming three fields in another order is
+/// accepted and acts on exactly those fields; malformed metadata and a pixel policy of another size than the
+/// actor renders are refused with their reasons while the accepted policy keeps running.
+#[test]
+fn pushed_policies_bind_the_inputs_their_metadata_declares() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = stagewise_sim::state_spec(stagewise_sim::Task::PickPlace).names;
+    let at = |o: &stagewise_core::Observation, n: &str| {
+        o.state[names.iter().position(|x| x == n).unwrap()]
+    };
+    let linear = py_policy(
+        "linear3x4.onnx",
+        r#"with_inputs(b, state_names=["gripper_width", "ee_z", "ee_x"])"#,
+    );
+    let pixel8 = py_policy(
+        "pixel3v8.onnx",
+        r#"with_inputs(b, pixels={"views": ["front", "side", "wrist"], "width": 8, "height": 8}, state_names=["ee_x", "ee_y", "ee_z", "gripper_width"])"#,
+    );
+    let bad_json = py_policy(
+        "linear3x4.onnx",
+        r#"raw(b, {"stagewise.state_names": "ee_x, ee_y"})"#,
+    );
+    let bad_field = py_policy(
+        "linear3x4.onnx",
+        r#"raw(b, {"stagewise.pixels": '{"views": ["front"], "width": 8, "height": 8, "fps": 30}'})"#,
+    );
+
+    // 1. An actor rendering 32x32.
+    let robot = "e2e-inputs";
+    let keys = Keys::new(robot).unwrap();
+    let log = dir.path().join("run.swlog");
+    let args = [
+        "--policy",
+        "random",
+        "--envs",
+        "1",
+        "--episodes",
+        "0",
+        "--max-steps",
+        "8",
+        "--stream-images",
+    ];
+    let port = free_port();
+    let child = spawn_run_at(32, robot, port, &log, &args);
+    let n = node(port);
+    assert!(
+        n.wait_for_subscribers(&keys.policy(), Duration::from_secs(60))
+            .unwrap(),
+        "actor never subscribed"
+    );
+    n.put(&keys.policy(), &PolicyMsg::new(1, bad_json)).unwrap();
+    n.put(&keys.policy(), &PolicyMsg::new(2, bad_field))
+        .unwrap();
+    n.put(&keys.policy(), &PolicyMsg::new(3, linear)).unwrap();
+    let state_file = dir.path().join(format!("{robot}.policy-state"));
+    assert!(
+        wait_until(Duration::from_secs(90), || state_version(&state_file)
+            == Some(3)),
+        "version 3 never accepted"
+    );
+    n.put(&keys.policy(), &PolicyMsg::new(4, pixel8.clone()))
+        .unwrap();
+    // Episodes of 8 steps: several run on v3 after v4 is refused.
+    std::thread::sleep(Duration::from_secs(4));
+    drop(n);
+    let t = interrupt(child);
+    assert!(t.contains("policies: 1 accepted, 3 rejected"), "{t}");
+    for reason in [
+        "policy v1: ONNX metadata stagewise.state_names: \"ee_x, ee_y\" is not a JSON list",
+        "unknown field `fps`",
+        "reads camera view \"front\" at 8x8, but this run's simulator (task pick-place, --width 32 --height 32) gives it at 32x32",
+        "learner policy v3",
+    ] {
+        assert!(t.contains(reason), "missing {reason:?} in:\n{t}");
+    }
+    let acted = acted_on(&log, robot);
+    let linear_acts = |(tr, o): &(TransitionMsg, stagewise_core::Observation)| {
+        close(
+            &tr.action,
+            &[at(o, "gripper_width"), at(o, "ee_z"), at(o, "ee_x"), 0.0],
+        )
+    };
+    let last = last_episode(&acted);
+    assert!(
+        last.iter().all(linear_acts),
+        "the last episode ran the state policy v3 (v4 refused): {:?}",
+        last.iter().map(|(t, _)| &t.action).collect::<Vec<_>>()
+    );
+    assert!(
+        acted.iter().filter(|a| linear_acts(a)).count() >= 16,
+        "two episodes or more on v3"
+    );
+    assert!(!linear_acts(&acted[0]), "the run started on random actions");
+
+    // 2. An actor rendering 8x8 takes the pixel policy and is driven by its frames.
+    let robot = "e2e-inputs-8";
+    let keys = Keys::new(robot).unwrap();
+    let log = dir.path().join("run8.swlog");
+    let port = free_port();
+    let child = spawn_run_at(8, robot, port, &log, &args);
+    let n = node(port);
+    assert!(
+        n.wait_for_subscribers(&keys.policy(), Duration::from_secs(60))
+            .unwrap(),
+        "actor never subscribed"
+    );
+    n.put(&keys.policy(), &PolicyMsg::new(1, pixel8)).unwrap();
+    let state_file = dir.path().join(format!("{robot}.policy-state"));
+    assert!(
+        wait_until(Duration::from_secs(90), || state_version(&state_file)
+            == Some(1)),
+        "the pixel policy was never accepted"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    drop(n);
+    let t = interrupt(child);
+    assert!(t.contains("policies: 1 accepted, 0 rejected"), "{t}");
+    let pixel_acts = |(tr, o): &(TransitionMsg, stagewise_core::Observation)| {
+        let mut want = [0.0f32; 4];
+        for (k, view) in ["front", "side", "wrist"].into_iter().enumerate() {
+            let v = o.view(view).expect("the view");
+            let sum: f32 = v.rgb.pixels().map(|p| f32::from(p.0[k])).sum();
+            want[k] = sum / 64.0 / 255.0 * 2.0 - 1.0;
+        }
+        want[3] = at(o, "gripper_width");
+        close(&tr.action, &want)
+    };
+    let acted = acted_on(&log, robot);
+    let last = last_episode(&acted);
+    assert!(
+        last.iter().all(pixel_acts),
+        "the last episode ran the pixel policy: {:?}",
+        last.iter().map(|(t, _)| &t.action).collect::<Vec<_>>()
+    );
 }
