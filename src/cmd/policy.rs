@@ -24,7 +24,8 @@ pub enum PolicyCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct PushArgs {
-    /// The ONNX policy file (state f32 [N, S] in, action f32 [N, A] out).
+    /// The ONNX policy file (state f32 [N, S] in, action f32 [N, A] out; or the inputs its ONNX metadata declares:
+    /// state fields by name, camera frames or embeddings, docs/wire.md#policy).
     pub onnx: PathBuf,
     /// Policy version; the actor refuses versions not newer than the last one it accepted (kept across its
     /// restarts).
