@@ -148,3 +148,18 @@ def test_a_learner_killed_mid_run_resumes_while_its_actors_keep_acting(tmp_path,
     assert s["gaps"] == 0 and s["decisions"] > 300 and s["received"] >= run["env_steps"]
     report = actor_report((tmp_path / "a0.log").read_text())
     assert report["policies_accepted"] >= 2 and report["policies_rejected"] == 0, report
+
+
+def test_a_pixel_learner_pushes_policies_its_actor_binds_to_its_frames(tmp_path, binary):
+    """--from-stream --obs pixels: the pushed graph names its inputs (frames of 3 views at 32x32, the hand's
+    fields) in its metadata, and the actor, rendering at that size, accepts every push and acts on its frames."""
+    from stagewise.rl import cli, runner
+
+    out = tmp_path / "run"
+    (run,) = runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--from-stream",
+                                     "--obs", "pixels", "--actors", "1", "--batch", "32", "--steps", "1600",
+                                     "--push-every", "1", "--out", str(out)]))  # fmt: skip
+    s = run["stream"]
+    (report,) = s["actor_reports"]
+    assert report["policies_accepted"] >= 2 and report["policies_rejected"] == 0, report
+    assert s["gaps"] == 0 and s["decisions"] > 0 and run["updates"] > 0

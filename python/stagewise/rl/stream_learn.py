@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import launch
 from ..errors import StepTimeoutError
-from ..export import _with_action_repeat
+from ..export import with_inputs
 from ..policy import policy_message, public_key
 from ..session import keys, open_session
 from ..stream import Transition, TransitionStream
@@ -407,7 +407,10 @@ class StreamRun(SeedRun):
         """The exploring policy, signed for each robot, on its policy key; a robot with no subscriber (an actor
         not up yet, or gone) is counted and skipped: the learner never waits for an actor."""
         sigma = 1.0 if self.step < self.cfg.random_steps else self.agent.noise
-        onnx = exploring_onnx(_with_action_repeat(actor_onnx(self.agent), self.cfg.action_repeat), sigma)
+        # the graph names its inputs (state fields, frames or embeddings) in its metadata: the actor binds them
+        onnx = exploring_onnx(with_inputs(actor_onnx(self.agent), state_names=self.export_names,
+                                          pixels=self.export_pixels, embeddings=self.export_embeddings,
+                                          action_repeat=self.cfg.action_repeat), sigma)
         self.version = max(self.version + 1, time.time_ns() // 1_000_000)
         for robot, pub in self.pubs.items():
             if not pub.matching_status.matching:
