@@ -88,6 +88,30 @@ def test_the_critics_train_the_encoder_and_the_actor_does_not():
     assert all(torch.equal(g0, g1) for g0, g1 in zip(*grads))
 
 
+def test_with_head_training_the_replay_holds_conv_features_and_only_the_linear_layer_learns():
+    rng = np.random.default_rng(4)
+    w, b = feature_map(list(PROPRIOCEPTION))
+    pf = PixelFeatures(SPEC, load_encoder(str(PUSH_MODEL), SPEC), w, b, 2, train_convs=False)
+    agent = Agent(list(PROPRIOCEPTION), 4, AgentConfig(net=(32, 32)), 0, pixels=pf)
+    obs = _obs(rng, 17)
+    z = pf.conv_features(obs[0])
+    assert z.shape == (3 * 512 + 4,) and np.array_equal(z[-4:], obs[0, -4:])
+    buf = Replay(32, len(z), 4)
+    buf.transform = pf.conv_features
+    for k in range(16):
+        buf.add(obs[k], rng.uniform(-1, 1, 4), 1.0, obs[k + 1], 0.99)
+    # the features of a cached observation are those of the raw one
+    raw = agent.features(torch.as_tensor(obs[:2]), raw=True)
+    np.testing.assert_allclose(agent.features(buf.s[:2]).detach().numpy(), raw.detach().numpy(), atol=1e-5)
+    before = {k: v.clone() for k, v in pf.encoder.state_dict().items()}
+    agent.update(buf.sample(8), actor_step=True)
+    moved = {k for k, v in pf.encoder.state_dict().items() if not torch.equal(v, before[k])}
+    assert moved == {"fc.weight", "fc.bias"}, moved
+    with pytest.raises(ValueError, match="encoder_train"):
+        rl.build("push-target", {"reward": "model", "obs": "pixels", "encoder_train": "head",
+                                 "encoder_init": "random"})
+
+
 def test_the_exported_policy_is_the_actor_on_raw_frames_and_hand(tmp_path):
     import onnxruntime as ort
 

@@ -143,7 +143,7 @@ class Agent:
             p.requires_grad_(False)
         self.q_params, self.q_targ_params = list(self.q.parameters()), list(self.q_targ.parameters())
         self.opt_pi = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr)
-        enc = list(pixels.parameters()) if pixels is not None else []
+        enc = [p for p in pixels.parameters() if p.requires_grad] if pixels is not None else []
         self.opt_q = torch.optim.Adam(list(self.q.parameters()) + enc, lr=cfg.lr)
         # Look-ahead advice (`--shaping advice`, c = `advice` > 0): psi(s, a) regresses the reward model's phi after
         # the decision, and every Q the learner reads is the critic's plus c psi (see `q_value`).
@@ -185,14 +185,16 @@ class Agent:
             self.log_alpha.copy_(d["log_alpha"])
         self.updates, self.noise, self.stats = d["updates"], d["noise"], dict(d["stats"])
 
-    def features(self, s, augment: bool = False):
+    def features(self, s, augment: bool = False, raw: bool = False):
+        """The actor's and critics' input of observations `s` (`raw`: as the env gives them, even when the replay
+        holds the pixel encoder's cached conv features)."""
         if self.pix is not None:
-            return self.pix(s, augment)
+            return self.pix(s, augment, cached=self.pix.cached and not raw)
         return s @ self.fw.T + self.fb
 
     @torch.no_grad()
     def act(self, states: np.ndarray, deterministic: bool) -> np.ndarray:
-        f = self.features(torch.as_tensor(states, dtype=torch.float32))
+        f = self.features(torch.as_tensor(states, dtype=torch.float32), raw=True)
         if self.cfg.algo == "td3":
             mu = self.actor(f, deterministic=True)[0]
             if not deterministic:
@@ -309,6 +311,7 @@ class Replay:
         self.adv = torch.zeros(cap)
         self.n, self.cap, self.i = 0, cap, 0
         self.added = 0  # transitions ever added (the crash-safety tests count them)
+        self.transform = None  # applied to both observations of a transition as it is added
 
     KEYS = ("s", "a", "r", "s2", "disc", "adv", "s_pix", "s2_pix")
 
@@ -334,6 +337,8 @@ class Replay:
 
     def add(self, s, a, r, s2, disc, adv: float = 0.0):
         j, p = self.i, self.pix
+        if self.transform is not None:
+            s, s2 = self.transform(s), self.transform(s2)
         s, s2 = np.asarray(s, np.float32), np.asarray(s2, np.float32)
         if p:
             self.s_pix[j] = torch.from_numpy(s[:p].astype(np.uint8))

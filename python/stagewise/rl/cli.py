@@ -55,6 +55,9 @@ OPTIONS = {
          "random with --reward sparse)"),
         ("--pixel-shift", "pixel_shift", int, "--obs pixels: random shift augmentation, up to this many pixels "
          "(default 2)"),
+        ("--encoder-train", "encoder_train", ("all", "head"), "--obs pixels: what the critics train: all (default, "
+         "DrQ) or head (only the per-view linear layer; the convs keep the reward model's weights and their output "
+         "is cached in the replay: an update as cheap as on embeddings, no shift augmentation)"),
         ("--episode-ends", "episode_ends", ("env", "model"), "what ends a training episode and is its success: env "
          "(default: the simulator's success) or model (what a robot has: success detection on the served progress, "
          "--success-delta, and the time limit; evaluation still reads the simulator's success, and curves.json "

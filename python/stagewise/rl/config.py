@@ -109,6 +109,9 @@ class LearnConfig:
     obs: str = "state"
     encoder_init: str = ""
     pixel_shift: int = 2
+    # "all": the critics train the whole encoder (DrQ); "head": only its per-view linear layer, the convs kept as
+    # `encoder_init` has them and their output cached in the replay (an update as cheap as on embeddings)
+    encoder_train: str = "all"
     episode_ends: str = "env"
     # `--from-stream` (stream_learn.py): learn from actors (`stagewise run`) that stream their steps over zenoh and
     # take the pushed policies, instead of stepping a `serve`. `actors` > 0: start that many (each `actor_envs`
@@ -166,6 +169,9 @@ class LearnConfig:
              f"the symmetry maps pivot on the block's pose, which --obs {self.obs} does not have: pass 0"),
             (not self.encoder_init or self.obs == "pixels", "encoder_init", "is an --obs pixels option"),
             (0 <= self.pixel_shift <= 8, "pixel_shift", f"{self.pixel_shift} is not in 0..8 pixels"),
+            (self.encoder_train in ("all", "head"), "encoder_train", f"{self.encoder_train!r} is not all or head"),
+            (self.encoder_train == "all" or (self.obs == "pixels" and self.encoder_init != "random"),
+             "encoder_train", "head keeps the convs as a reward model trained them: --obs pixels, not from random"),
             (self.episode_ends in ("env", "model"), "episode_ends", f"{self.episode_ends!r} is not env or model"),
             (self.episode_ends == "env" or self.reward != "sparse", "episode_ends",
              "model: success is detected on the served progress, which --reward sparse does not have"),

@@ -75,9 +75,16 @@ class PixelFeatures(nn.Module):
     models read them ((x / 255 - mean) / std), encoded frame by frame (`encoder`, trained), beside the fixed affine
     map (`pw`, `pb`: agent.feature_map of the proprioception's names) of the rest."""
 
-    def __init__(self, spec: PixelSpec, encoder: nn.Module, pw: np.ndarray, pb: np.ndarray, shift: int):
+    def __init__(self, spec: PixelSpec, encoder: nn.Module, pw: np.ndarray, pb: np.ndarray, shift: int,
+                 train_convs: bool = True):
         super().__init__()
         self.spec, self.encoder, self.shift = spec, encoder, shift
+        # `train_convs` False (`--encoder-train head`): the convs keep their weights and the replay holds their
+        # output (`conv_features`), so an update trains the per-view linear layer only, on cached features (no
+        # shift augmentation: the frames are gone)
+        self.cached = not train_convs
+        for p in encoder.conv.parameters():
+            p.requires_grad_(train_convs)
         self.register_buffer("pw", torch.as_tensor(pw, dtype=torch.float32))
         self.register_buffer("pb", torch.as_tensor(pb, dtype=torch.float32))
         self.register_buffer("mean", torch.tensor(tr.MEAN, dtype=torch.float32).view(1, 3, 1, 1))
@@ -89,14 +96,35 @@ class PixelFeatures(nn.Module):
     def out_size(self) -> int:
         return len(self.spec.views) * self.emb + self.pw.shape[0]
 
-    def forward(self, obs: torch.Tensor, augment: bool = False) -> torch.Tensor:
+    def _convs(self, obs: torch.Tensor, augment: bool) -> torch.Tensor:
+        """[B * views, C * h * w]: every frame through the encoder's convs (the encoder minus its linear layer)."""
         s, b = self.spec, obs.shape[0]
         x = obs[:, :s.size].reshape(b * len(s.views), 3, s.height, s.width)
         x = (x / 255.0 - self.mean) / self.std
         if augment:
             x = random_shift(x, self.shift)
-        e = self.encoder(x).reshape(b, len(s.views) * self.emb)
-        return torch.cat([e, obs[:, s.size:] @ self.pw.T + self.pb], 1)
+        if getattr(self.encoder, "coord", False):
+            x = torch.cat([x, self.encoder.coords.expand(x.shape[0], -1, -1, -1)], 1)
+        return self.encoder.conv(x).flatten(1)
+
+    def _head(self, z: torch.Tensor, proprio: torch.Tensor) -> torch.Tensor:
+        e = F.relu(self.encoder.fc(z)).reshape(proprio.shape[0], len(self.spec.views) * self.emb)
+        return torch.cat([e, proprio @ self.pw.T + self.pb], 1)
+
+    @torch.no_grad()
+    def conv_features(self, obs: np.ndarray) -> np.ndarray:
+        """What the replay keeps of an observation when the convs are not trained: their output for every view,
+        flattened, then the proprioception (float32)."""
+        o = torch.as_tensor(np.asarray(obs, np.float32)).reshape(1, -1)
+        z = self._convs(o, False).reshape(1, -1)
+        return torch.cat([z, o[:, self.spec.size:]], 1)[0].numpy()
+
+    def forward(self, obs: torch.Tensor, augment: bool = False, cached: bool = False) -> torch.Tensor:
+        """Features of raw observations, or (`cached`) of what `conv_features` made of them."""
+        if cached:
+            n = obs.shape[1] - self.pw.shape[1]
+            return self._head(obs[:, :n].reshape(obs.shape[0] * len(self.spec.views), -1), obs[:, n:])
+        return self._head(self._convs(obs, augment), obs[:, self.spec.size:])
 
 
 class PixelActorGraph(nn.Module):

@@ -66,12 +66,15 @@ def pixel_features(env, cfg: LearnConfig) -> PixelFeatures:
     """The pixel policy's input layers for `env`'s frames: the encoder from `cfg.encoder_init` (a model manifest,
     "random", or "" for the served reward model's, random when none is served) and the proprioception's map."""
     init = cfg.encoder_init or (env.reward_spec or {}).get("model") or "random"
+    if init == "random" and cfg.encoder_train == "head":
+        raise ServeError("--encoder-train head keeps the convs of a reward model's encoder, and this run has none "
+                         "(--reward sparse): pass --encoder-init MANIFEST")
     try:
         enc = random_encoder(env.pixels) if init == "random" else load_encoder(init, env.pixels)
     except (ValueError, OSError, SystemExit) as e:
         raise ServeError(f"--encoder-init {init}: {e}") from None
     w, b = feature_map(list(PROPRIOCEPTION))
-    return PixelFeatures(env.pixels, enc, w, b, cfg.pixel_shift)
+    return PixelFeatures(env.pixels, enc, w, b, cfg.pixel_shift, train_convs=cfg.encoder_train == "all")
 
 
 def train_seed_base(seed: int) -> int:
@@ -139,8 +142,15 @@ class SeedRun:
         # one transition per decision: camera bytes are sized by decisions (a few more for episodes' short last
         # ones), the state by env steps (as the shipped runs were)
         cap = cfg.steps // cfg.action_repeat + cfg.steps // 20 + 10 if pix else cfg.steps + 10
+        transform = None
+        if pixels is not None and pixels.cached:  # the replay keeps the frozen convs' output, not the frames
+            transform = pixels.conv_features
+            s_dim, pix = len(transform(np.zeros(s_dim, np.float32))), 0
         self.buf = Replay(cap, s_dim, a_dim, pix)
         self.demo_buf = Replay(sum(len(d[2]) for d in self.demos) + 10, s_dim, a_dim, pix) if self.demos else None
+        for b in (self.buf, self.demo_buf):
+            if b is not None:
+                b.transform = transform
         self.nsteps = [NStep(cfg.nstep, cfg.reward_form.gamma) for _ in range(cfg.envs)]
         self.a_dim = a_dim
 
