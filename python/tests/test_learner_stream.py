@@ -163,3 +163,50 @@ def test_a_pixel_learner_pushes_policies_its_actor_binds_to_its_frames(tmp_path,
     (report,) = s["actor_reports"]
     assert report["policies_accepted"] >= 2 and report["policies_rejected"] == 0, report
     assert s["gaps"] == 0 and s["decisions"] > 0 and run["updates"] > 0
+    # its encoder started as the actors' reward model's (the shipped push-target model: its evaluation server
+    # serves no reward to ask), not a random one of another shape
+    from stagewise.rl import checkpoint as ckpt
+    from stagewise.rl.pixels import PixelSpec, load_encoder
+
+    state = ckpt.load(out / "seed-0" / "checkpoint.pt")["agent"]["pixels"]
+    model = load_encoder(str(launch.repo_root() / "models/push-target/push-target-progress.toml"),
+                         PixelSpec(("front", "side", "wrist"), 32, 32)).state_dict()
+    assert {k.removeprefix("encoder.") for k in state if k.startswith("encoder.")} == set(model)
+    assert all(state[f"encoder.{k}"].shape == v.shape for k, v in model.items())
+
+    # --init: a fine-tune starts from that agent: its first evaluation (same held-out seeds, deterministic
+    # actor) reads what the source's last one read
+    fine = tmp_path / "fine"
+    (tuned,) = runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--from-stream",
+                                       "--obs", "pixels", "--actors", "1", "--batch", "32", "--steps", "800",
+                                       "--push-every", "1", "--init", str(out), "--init-replay",
+                                       "--out", str(fine)]))  # fmt: skip
+    assert tuned["initialised_from"]["checkpoint"] == str(out / "seed-0" / "checkpoint.pt")
+    assert tuned["initialised_from"]["updates"] == run["updates"]
+    # the source's replay came along, and this run's transitions went in beside it
+    assert tuned["initialised_from"]["replay"] == run["replay_added"] > 0
+    assert tuned["replay_added"] > run["replay_added"]
+    first, last = tuned["checkpoints"][0], run["checkpoints"][-1]
+    assert first["steps"] == 0 and last["steps"] == run["env_steps"]
+    assert (first["success"], first["final_progress"]) == (last["success"], last["final_progress"])
+
+
+def test_init_refuses_a_checkpoint_of_another_set_up(tmp_path):
+    """--init names the file and every field that shapes the agent differently."""
+    from stagewise.rl import checkpoint as ckpt, config
+    from stagewise.rl.train import SeedRun
+
+    theirs = config.build("push-target", {"obs": "pixels", "agent.net": (64, 64)})
+    ckpt.save(tmp_path / "checkpoint.pt", {"config": theirs.to_dict(), "agent": {}, "counters": {"step": 0}})
+    mine = config.build("push-target", {"init": str(tmp_path)})
+    assert mine.random_steps == 0  # a trained policy explores with its own actions
+    with pytest.raises(ValueError) as e:
+        SeedRun(mine, 0, tmp_path / "out").init_from(str(tmp_path))
+    text = str(e.value)
+    assert str(tmp_path / "checkpoint.pt") in text and "obs 'pixels' (this run: 'state')" in text
+    assert "agent.net [64, 64] (this run: [128, 128])" in text
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="expected one checkpoint.pt .* found 0"):
+        SeedRun(mine, 0, tmp_path / "out").init_from(str(tmp_path / "empty"))
+    with pytest.raises(ValueError, match="no such checkpoint"):
+        SeedRun(mine, 0, tmp_path / "out").init_from(str(tmp_path / "nowhere"))

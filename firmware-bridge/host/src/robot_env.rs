@@ -461,6 +461,22 @@ impl Env for RobotEnv {
 
 impl Drop for RobotEnv {
     fn drop(&mut self) {
+        // The run's safety record, for the operator and for benches that count it (benches/robot_finetune.sh).
+        let s = self.bridge.stats();
+        tracing::info!(
+            "bridge {}: {} commands, {} limit hits (clamped), {} watchdog trips, {} firmware stops, {} stop frames, \
+             {} auth failures, {} replays, {} bad frames, {} late steps",
+            self.bridge.endpoint(),
+            s.commands_sent,
+            s.limit_hits,
+            s.watchdog_trips,
+            s.firmware_stops,
+            s.stop_frames,
+            s.auth_failures,
+            s.replays,
+            s.bad_frames,
+            self.late_steps
+        );
         // Best effort: tell the firmware we are gone so it brakes at once rather than at its link timeout. A
         // protective stop (the next run arms again), not a latched e-stop.
         let bridge = &self.bridge;

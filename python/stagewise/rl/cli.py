@@ -97,6 +97,11 @@ OPTIONS = {
          "square about the block (default 1)"),
         ("--demo-seed", "demo_seed", int, "first simulator seed of the demonstrations (default 100000)"),
         ("--demo-ratio", "demo_ratio", float, "share of each batch from the demonstrations (default 0.5)"),
+        ("--init", "init", str, "fine-tune: start the agent (weights, optimisers) from another learner's run "
+         "directory (one seed) or its checkpoint.pt, trained with the same --obs, --net, --critics, --algo and "
+         "camera size; its replay and curve stay there; --random-steps defaults to 0"),
+        ("--init-replay", "init_replay", bool, "with --init, also its replay: the fine-tune samples the source's "
+         "experience beside its own (default off)"),
     ],
     "learning from streaming actors (stagewise/rl/stream_learn.py)": [
         ("--from-stream", "from_stream", bool, "learn from `stagewise run` actors streaming over zenoh (asynchronous: "
@@ -191,6 +196,8 @@ def parse(argv: Optional[List[str]] = None) -> Dict[str, Any]:
     ns.pop("model", None)
     if ns.get("policy_secret_file"):
         ns["policy_secret_file"] = os.path.abspath(ns["policy_secret_file"])
+    if ns.get("init"):
+        ns["init"] = os.path.abspath(ns["init"])
     if ns.get("encoder_init") not in (None, "", "random"):
         ns["encoder_init"] = os.path.abspath(ns["encoder_init"])
     for k, v in ns.items():

@@ -126,6 +126,10 @@ class LearnConfig:
     stream_connect: str = ""
     push_every: float = 5.0
     policy_secret_file: str = ""
+    # Fine-tuning: a learner run's directory (one seed) or a checkpoint.pt whose agent (weights, optimisers) this
+    # run starts from; its replay, counters and curve stay there. Implies --random-steps 0 unless given.
+    init: str = ""
+    init_replay: bool = False  # --init also takes the source's replay: the fine-tune trains on both experiences
     success_delta: float = 0.05
     success_steps: int = 1
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -184,6 +188,7 @@ class LearnConfig:
              "--actors 0 joins running actors: name them (--robots a,b) and where they meet (--stream-connect)"),
             (self.actors >= 0 and self.actor_envs > 0 and self.actor_hz > 0 and self.push_every > 0,
              "actors/actor_envs/actor_hz/push_every", "must be positive (actors >= 0)"),
+            (not self.init_replay or bool(self.init), "init_replay", "takes the replay of an --init run: name one"),
             (not self.oracle_trap or self.reward == "oracle", "oracle_trap", "is a trap in the oracle: it needs "
              "--reward oracle"),
             (not self.oracle_trap or _is_trap(self.oracle_trap), "oracle_trap",
@@ -243,6 +248,8 @@ def build(task: str, overrides: Dict[str, Any]) -> LearnConfig:
         defaults = {k: v for k, v in defaults.items() if not k.startswith("reward_form.")}
     if overrides.get("obs", "state") != "state":
         defaults["augment_symmetry"] = 0.0  # its maps read the block's pose
+    if overrides.get("init"):
+        defaults["random_steps"] = 0  # a trained policy explores with its own actions, not uniform ones
     values = {"reward_form.shaping_scale": SHAPING_SCALE.get(form, RewardConfig.shaping_scale), **defaults,
               **overrides, "task": task}
     top, agent, reward = {}, {}, {}

@@ -145,6 +145,13 @@ class StreamRun(SeedRun):
         self.sent: Dict[tuple, int] = {}  # (robot, env, episode) -> length, from the actors' episode messages
 
     # ------------------------------------------------------------------------------------------- set-up
+    def reward_model(self) -> Optional[str]:
+        """The actors' reward model (--model, else the task's shipped one, as `stagewise run` takes it): its
+        encoder starts a pixel policy's (its evaluation server serves no reward)."""
+        if self.cfg.reward != "model":
+            return None
+        return self.cfg.model or str(launch.repo_root() / "models" / self.cfg.task / f"{self.cfg.task}-progress.toml")
+
     def _actor_args(self, i: int, endpoint: str, policy: Path) -> List[str]:
         cfg = self.cfg
         args = ["--task", cfg.task, "--reward", cfg.reward, "--envs", str(self.actor_envs), "--robot-name",
@@ -226,6 +233,8 @@ class StreamRun(SeedRun):
                     from . import checkpoint as ckpt
 
                     self.load_state_dict(ckpt.load(self.dir / "checkpoint.pt"))
+                elif cfg.init:
+                    self.init_from(cfg.init)
                 self.assembler = Assembler(cfg.action_repeat, cfg.nstep, cfg.reward_form.gamma, self.buf,
                                            self._obs_of(self.evals.envs[0]))
                 with self._actors(logs) as endpoint:
@@ -443,7 +452,7 @@ class StreamRun(SeedRun):
         rec["stream"] = {"robots": self.robots, "actors": self.n_actors, "actor_envs": self.actor_envs,
                          "hz": self.hz, "sent": sum(self.sent.values()), "episodes_sent": len(self.sent),
                          **counts, "foreign": dict(self.foreign), "policy_versions": self.pushed["versions"],
-                         "push_unmatched": self.pushed["unmatched"], "updates_per_s": self.agent.updates /
+                         "push_unmatched": self.pushed["unmatched"], "updates_per_s": self.own_updates() /
                          max(self.timing["update_s"], 1e-9), "actor_reports": getattr(self, "actor_reports", [])}
         return rec
 

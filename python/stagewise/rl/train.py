@@ -62,10 +62,11 @@ def embedding_spec(env) -> dict:
     return spec
 
 
-def pixel_features(env, cfg: LearnConfig) -> PixelFeatures:
+def pixel_features(env, cfg: LearnConfig, served: Optional[str] = None) -> PixelFeatures:
     """The pixel policy's input layers for `env`'s frames: the encoder from `cfg.encoder_init` (a model manifest,
-    "random", or "" for the served reward model's, random when none is served) and the proprioception's map."""
-    init = cfg.encoder_init or (env.reward_spec or {}).get("model") or "random"
+    "random", or "" for the reward model's: `served`, else `env`'s, random when there is none) and the
+    proprioception's map."""
+    init = cfg.encoder_init or served or (env.reward_spec or {}).get("model") or "random"
     if init == "random" and cfg.encoder_train == "head":
         raise ServeError("--encoder-train head keeps the convs of a reward model's encoder, and this run has none "
                          "(--reward sparse): pass --encoder-init MANIFEST")
@@ -114,6 +115,7 @@ class SeedRun:
         self.best = {"success": -1.0}
         self.timing = {"env_s": 0.0, "update_s": 0.0, "eval_s": 0.0, "wall_before_s": 0.0}
         self.resumed_from: List[int] = []
+        self.initialised_from: Optional[dict] = None  # --init: the checkpoint the agent started from
         self.demo_stats = {"episodes": 0}
         self.last: Optional[str] = None
 
@@ -128,7 +130,7 @@ class SeedRun:
         pixels = None
         if cfg.obs == "pixels":
             self.export_names, self.export_pixels = list(PROPRIOCEPTION), env.pixels.manifest()
-            pixels = pixel_features(env, cfg)
+            pixels = pixel_features(env, cfg, self.reward_model())
         s_dim, a_dim = len(self.names), len(spec["action"]["low"])
         action_names = list(spec["action"].get("names", []))
         grip = action_names.index("gripper") if cfg.gripper_flip > 0 or cfg.agent.gripper_binary else None
@@ -154,6 +156,11 @@ class SeedRun:
         self.nsteps = [NStep(cfg.nstep, cfg.reward_form.gamma) for _ in range(cfg.envs)]
         self.a_dim = a_dim
 
+    def reward_model(self) -> Optional[str]:
+        """The manifest of the reward model the learner's experience is shaped with, when this learner knows it
+        other than from its training server's replies (None: ask the server)."""
+        return None
+
     def state_dict(self) -> dict:
         return {"seed": self.seed, "config": self.cfg.to_dict(), "agent": self.agent.state_dict(),
                 "replay": self.buf.state_dict(), "demo_replay": self.demo_buf.state_dict() if self.demo_buf else None,
@@ -162,10 +169,12 @@ class SeedRun:
                 "counters": {"step": self.step, "decisions": self.decisions, "resets": self.resets,
                              "next_eval": self.next_eval, "next_ckpt": self.next_ckpt, "debt": self.debt},
                 "log": self.log, "episodes": self.episodes, "best": self.best, "demo_stats": self.demo_stats,
-                "timing": {**self.timing, "wall_before_s": self.wall()}, "resumed_from": self.resumed_from}
+                "timing": {**self.timing, "wall_before_s": self.wall()}, "resumed_from": self.resumed_from,
+                "initialised_from": self.initialised_from}
 
     def load_state_dict(self, d: dict) -> None:
         self.agent.load_state_dict(d["agent"])
+        self._grow_replay(d["replay"]["cap"])  # an --init-replay run's holds its source's too
         self.buf.load_state_dict(d["replay"])
         if self.demo_buf is not None:
             self.demo_buf.load_state_dict(d["demo_replay"])
@@ -182,6 +191,58 @@ class SeedRun:
         self.log, self.episodes, self.best = d["log"], d["episodes"], d["best"]
         self.demo_stats, self.timing = d["demo_stats"], d["timing"]
         self.resumed_from = d["resumed_from"] + [self.step]
+        self.initialised_from = d.get("initialised_from")
+
+    # what an agent's weights are shaped by: a fine-tune (--init) must agree on each
+    INIT_KEYS = ("task", "obs", "width", "height", "encoder_train", "action_repeat", "agent.algo", "agent.net",
+                 "agent.critics", "agent.layer_norm", "agent.gripper_binary")
+
+    def init_from(self, where: str) -> None:
+        """--init: the agent (weights, optimisers, its update count) of another run's checkpoint; that run's replay,
+        counters and curve stay there. Raises ValueError naming the file and the field that disagrees."""
+        path = Path(where)
+        if path.is_dir():
+            found = [path / "checkpoint.pt"] if (path / "checkpoint.pt").is_file() else \
+                sorted(path.glob("seed-*/checkpoint.pt"))
+            if len(found) != 1:
+                raise ValueError(f"--init {path}: expected one checkpoint.pt (in it or one seed-*/), found "
+                                 f"{len(found)}")
+            path = found[0]
+        if not path.is_file():
+            raise ValueError(f"--init {path}: no such checkpoint")
+        d = ckpt.load(path)
+        theirs = LearnConfig.from_dict(d["config"]).to_dict()
+        mine = self.cfg.to_dict()
+
+        def get(c, key):
+            for part in key.split("."):
+                c = c[part]
+            return c
+        wrong = [f"{k} {get(theirs, k)!r} (this run: {get(mine, k)!r})" for k in self.INIT_KEYS
+                 if get(theirs, k) != get(mine, k)]
+        if wrong:
+            raise ValueError(f"--init {path}: trained with another set-up: {'; '.join(wrong)}")
+        try:
+            self.agent.load_state_dict(d["agent"])
+            if self.cfg.init_replay:  # room for both: the source's experience and this run's
+                self._grow_replay(self.buf.cap + d["replay"]["cap"])
+                self.buf.load_state_dict(d["replay"])
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise ValueError(f"--init {path}: its agent does not fit this run's: {e}") from None
+        self.initialised_from = {"checkpoint": str(path), "steps": d["counters"]["step"],
+                                 "updates": int(self.agent.updates),
+                                 "replay": int(d["replay"]["n"]) if self.cfg.init_replay else 0}
+
+    def _grow_replay(self, cap: int) -> None:
+        """The replay, emptied, with room for `cap` transitions (a buffer to load a larger one into)."""
+        if cap > self.buf.cap:
+            old = self.buf
+            self.buf = Replay(cap, old.s.shape[1] + old.pix, old.a.shape[1], old.pix)
+            self.buf.transform = old.transform
+
+    def own_updates(self) -> int:
+        """Critic updates this run made (not counting those of an --init agent)."""
+        return self.agent.updates - (self.initialised_from or {}).get("updates", 0)
 
     def wall(self) -> float:
         return self.timing["wall_before_s"] + time.time() - self.t0
@@ -213,8 +274,11 @@ class SeedRun:
                 self._build(self.train.envs[0])
                 if resume and (self.dir / "checkpoint.pt").exists():
                     self.load_state_dict(ckpt.load(self.dir / "checkpoint.pt"))
-                elif self.demo_buf is not None:
-                    self.demo_stats = self._replay_demos()
+                else:
+                    if cfg.init:
+                        self.init_from(cfg.init)
+                    if self.demo_buf is not None:
+                        self.demo_stats = self._replay_demos()
                 self._start_episodes()
                 self._loop()
                 self._evaluate(self.step)
@@ -379,6 +443,8 @@ class SeedRun:
                "wall_s": wall, **{k: v for k, v in self.timing.items() if k != "wall_before_s"},
                "s_per_10k": wall / max(self.step, 1) * 1e4, "resumed_from": self.resumed_from,
                "first_80": next((c["steps"] for c in self.log if c["success"] >= 0.8), None)}
+        if self.initialised_from:
+            rec["initialised_from"] = self.initialised_from
         if self.last:
             rec["last"] = self.last  # the final policy's manifest
         return rec
