@@ -431,6 +431,11 @@ fn check_obs<D: TensorData>(
     Ok(())
 }
 
+/// A sha256 as the wire writes it: 64 lowercase hex digits.
+fn is_lower_sha256(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// One environment step (`stagewise/<robot>/transition`): everything in core's [`Transition`], the robot,
 /// a send time, and optionally the observations before (`obs`) and after (`next_obs`) the action. The
 /// observations' tensors are held in `D` (owned by default; [`Borrowed`] from the decoded bytes).
@@ -465,6 +470,12 @@ pub struct TransitionMsg<D = Vec<u8>> {
     /// the bytes it had before the field existed, and older readers (which ignore unknown keys) read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oracle_phi: Option<f32>,
+    /// The reward model whose progress shaped `reward`: the lowercase hex sha256 of its ONNX (its manifest's
+    /// `sha256`), so that a learner can refuse another model's transitions. `None` when the reward is not a
+    /// model's (oracle or sparse); absent from the encoding then, as `oracle_phi` is (older bytes decode, older
+    /// readers ignore the key). A value that is not 64 lowercase hex digits is refused by [`decode`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward_model: Option<String>,
     /// Send time, nanoseconds since the Unix epoch (sender's clock).
     pub stamp_ns: u64,
     /// Observation the action was taken in (`s_t`), when the actor sends it.
@@ -495,6 +506,7 @@ impl TransitionMsg {
             success: t.success,
             stage: t.stage,
             oracle_phi: None,
+            reward_model: None,
             stamp_ns: now_ns(),
             obs: None,
             next_obs: None,
@@ -514,6 +526,13 @@ impl TransitionMsg {
     /// The same message with the simulator's ground-truth progress of the next state (`None`: the env has none).
     pub fn with_oracle_phi(mut self, oracle_phi: Option<f32>) -> Self {
         self.oracle_phi = oracle_phi;
+        self
+    }
+
+    /// The same message naming the reward model that shaped it (its ONNX's sha256 as its manifest gives it, taken
+    /// in lowercase), or none (`None`: the reward is the oracle's or sparse).
+    pub fn with_reward_model(mut self, sha256: Option<&str>) -> Self {
+        self.reward_model = sha256.map(str::to_ascii_lowercase);
         self
     }
 }
@@ -540,6 +559,7 @@ impl<D: TensorData> TransitionMsg<D> {
             success: self.success,
             stage: self.stage,
             oracle_phi: self.oracle_phi,
+            reward_model: self.reward_model,
             stamp_ns: self.stamp_ns,
             obs: self.obs.map(ObservationMsg::into_owned),
             next_obs: self.next_obs.map(ObservationMsg::into_owned),
@@ -553,6 +573,17 @@ impl<D: TensorData> TransitionMsg<D> {
     }
 
     fn check(&self) -> Result<(), WireError> {
+        if let Some(m) = &self.reward_model {
+            if !is_lower_sha256(m) {
+                return Err(WireError::Invalid {
+                    kind: kind::Transition::NAME,
+                    field: "reward_model",
+                    reason: format!(
+                        "{m:?} is not a sha256 (64 lowercase hex digits, the model manifest's `sha256`)"
+                    ),
+                });
+            }
+        }
         check_obs(kind::Transition::NAME, "obs", &self.obs)?;
         check_obs(kind::Transition::NAME, "next_obs", &self.next_obs)
     }

@@ -366,6 +366,103 @@ fn oracle_phi_is_optional_both_ways() {
     );
 }
 
+/// The sha256 of the shipped push-target model (models/push-target/push-target-progress.toml), as a manifest
+/// writes it.
+const MODEL_SHA: &str = "6e500f4c5c7c6ecf7ad1c5682f8fd92ed43a724761b3f46f64d7539c688d310a";
+
+/// `reward_model` (the sha256 of the reward model that shaped the reward) is a str after `oracle_phi` when the
+/// reward is a model's and absent otherwise: a message without it keeps the earlier bytes, older bytes (no key)
+/// and nil decode to `None`, and a value that is not 64 lowercase hex digits is an error naming the field.
+#[test]
+fn reward_model_is_optional_both_ways() {
+    let plain = encode(&transition()).expect("encode");
+    assert!(
+        to_value(&plain)
+            .as_map()
+            .expect("map")
+            .iter()
+            .all(|(k, _)| k.as_str() != Some("reward_model")),
+        "no model: no key"
+    );
+    let with = transition()
+        .with_oracle_phi(Some(0.5))
+        .with_reward_model(Some(&MODEL_SHA.to_ascii_uppercase()));
+    assert_eq!(
+        with.reward_model.as_deref(),
+        Some(MODEL_SHA),
+        "taken in lowercase"
+    );
+    let bytes = round_trip(&with);
+    let borrowed: TransitionMsg<Borrowed> = decode(&bytes).expect("borrowed");
+    assert_eq!(
+        borrowed.into_owned().reward_model.as_deref(),
+        Some(MODEL_SHA)
+    );
+    let v = to_value(&bytes);
+    let keys: Vec<&str> = v
+        .as_map()
+        .expect("map")
+        .iter()
+        .filter_map(|(k, _)| k.as_str())
+        .collect();
+    let at = keys
+        .iter()
+        .position(|k| *k == "reward_model")
+        .expect("reward_model key");
+    assert_eq!(keys[at - 1], "oracle_phi");
+    assert!(matches!(get(&v, "reward_model"), Value::String(s) if s.as_str() == Some(MODEL_SHA)));
+    // Without the key (an older actor) and with nil: None.
+    let mut old = v.clone();
+    remove(&mut old, "reward_model");
+    let got: TransitionMsg = decode(&from_value(&old)).expect("no reward_model");
+    assert_eq!(got.reward_model, None);
+    assert_eq!(got, with.clone().with_reward_model(None));
+    let mut nil = v.clone();
+    set(&mut nil, "reward_model", Value::Nil);
+    let got: TransitionMsg = decode(&from_value(&nil)).expect("nil reward_model");
+    assert_eq!(got.reward_model, None);
+    // Not a lowercase sha256: refused, naming the field (bytes from outside are an error, never a panic).
+    let upper = MODEL_SHA.to_ascii_uppercase();
+    let short = &MODEL_SHA[..63];
+    let long = format!("{MODEL_SHA}0");
+    let not_hex = format!("{}g", &MODEL_SHA[..63]);
+    for bad_value in [upper.as_str(), short, long.as_str(), not_hex.as_str(), ""] {
+        let mut bad = v.clone();
+        set(&mut bad, "reward_model", Value::from(bad_value));
+        let bytes = from_value(&bad);
+        for e in [
+            decode::<TransitionMsg>(&bytes).unwrap_err(),
+            decode::<TransitionMsg<Borrowed>>(&bytes).unwrap_err(),
+        ] {
+            assert!(
+                matches!(
+                    &e,
+                    WireError::Invalid {
+                        kind: "transition",
+                        field: "reward_model",
+                        ..
+                    }
+                ),
+                "{bad_value:?}: {e}"
+            );
+            assert!(e.to_string().contains("reward_model"), "{e}");
+        }
+    }
+    let mut wrong_type = v;
+    set(&mut wrong_type, "reward_model", Value::from(7));
+    let e = decode::<TransitionMsg>(&from_value(&wrong_type)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            WireError::Malformed {
+                kind: "transition",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
 /// What a Python client (msgpack.packb(..., use_bin_type=True)) sends: floats as float64, ints for floats,
 /// maps in any order, no optional fields, extra unknown fields.
 #[test]

@@ -78,6 +78,8 @@ fn decoder_reads_the_committed_bytes() {
     assert_eq!((t.step, t.stage, next.step), (300, Some(2), 301));
     // Written before `oracle_phi` existed: it reads as absent.
     assert_eq!(t.oracle_phi, None);
+    // Written before `reward_model` existed: it reads as absent too.
+    assert_eq!(t.reward_model, None);
     assert_eq!(next.views[1].name, "wrist");
     assert_eq!(next.views[1].depth.as_ref().map(Vec::len), Some(12));
     let p: ProgressMsg = decode(&sample("progress")).expect("progress");
