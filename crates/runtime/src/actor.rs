@@ -60,19 +60,23 @@ impl FrameStream {
 /// The transition message of one env's step, as the actor publishes and logs it (and `stagewise serve --rerun`
 /// publishes a served env's): the shaped step with the policy's `action`, the reward model's stage of the next
 /// state, success (the env's or success detection's), the simulator's ground-truth progress of the next state
-/// when the env has one (`oracle_phi`; a robot has none), and the next observation's frames as `frames` asks.
+/// when the env has one (`oracle_phi`; a robot has none), the reward model that shaped the reward (`reward_model`,
+/// [`ProgressSource::reward_model`]; `None` for the oracle's or the sparse reward), and the next observation's
+/// frames as `frames` asks.
 pub fn transition_message(
     robot: &str,
     action: Vec<f32>,
     out: &StepOutcome,
     frames: FrameStream,
+    reward_model: Option<&str>,
 ) -> TransitionMsg {
     let (step, shaped) = (&out.result, &out.shaped);
     let stage = out.progress.as_ref().map(|p| p.stage as u32);
     let mut t = shaped.to_transition(action, stage);
     t.success = shaped.success || step.info.success;
-    let mut msg =
-        TransitionMsg::from_transition(robot, &t).with_oracle_phi(step.info.progress_oracle);
+    let mut msg = TransitionMsg::from_transition(robot, &t)
+        .with_oracle_phi(step.info.progress_oracle)
+        .with_reward_model(reward_model);
     if let Some(obs) = frames.message(shaped.step, shaped.done(), &step.obs) {
         msg = msg.with_next_obs(obs);
     }
@@ -222,6 +226,8 @@ pub struct Actor {
     obs: Vec<Observation>,
     /// Per env, the reward model's embeddings of `obs`'s frames, kept only while a policy reads them.
     embeddings: Vec<Vec<f32>>,
+    /// The reward model every transition names ([`ProgressSource::reward_model`]), `None` without one.
+    reward_model: Option<String>,
     acc: Vec<EpisodeAcc>,
     next_seed: u64,
     stats: RunStats,
@@ -241,6 +247,10 @@ impl Actor {
         }
         let n = envs.len();
         let shaped = ShapedEnv::new(envs, progress, config.shaping)?;
+        let reward_model = shaped
+            .progress_source()
+            .reward_model()
+            .map(str::to_ascii_lowercase);
         let keys = Keys::new(config.robot.clone())?;
         Ok(Self {
             shaped,
@@ -251,6 +261,7 @@ impl Actor {
             config,
             obs: Vec::new(),
             embeddings: vec![Vec::new(); n],
+            reward_model,
             acc: vec![EpisodeAcc::default(); n],
             stats: RunStats::default(),
         })
@@ -305,8 +316,13 @@ impl Actor {
             for (env, out) in steps.iter().enumerate() {
                 let shaped = &out.shaped;
                 let robot = self.sink.keys().robot();
-                let mut msg =
-                    transition_message(robot, actions[env].clone(), out, self.config.frames);
+                let mut msg = transition_message(
+                    robot,
+                    actions[env].clone(),
+                    out,
+                    self.config.frames,
+                    self.reward_model.as_deref(),
+                );
                 // With every frame streamed, the episode's first transition also carries its reset observation
                 // (`self.obs` is still the observation the action was taken in) and the progress read on it.
                 let reset_progress = self.acc[env].reset_progress.take();

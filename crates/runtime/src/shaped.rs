@@ -38,6 +38,15 @@ impl ProgressSource {
             Self::Sparse => "sparse",
         }
     }
+
+    /// The reward model's id as transitions carry it (`reward_model`): the sha256 of its ONNX as its manifest's
+    /// `sha256` gives it; `None` when the progress is not a model's.
+    pub fn reward_model(&self) -> Option<&str> {
+        match self {
+            Self::Model(m) => Some(m.manifest().sha256.as_str()),
+            Self::Oracle | Self::Sparse => None,
+        }
+    }
 }
 
 /// One env's reset: its observation, the progress read on it and the shaper's episode index.

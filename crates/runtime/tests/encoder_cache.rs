@@ -27,10 +27,13 @@ fn envs() -> Vec<Box<dyn Env>> {
 }
 
 /// Runs the actor for 9 episodes with a seeded random policy and returns the log's progress and transition
-/// messages, in the order they were emitted.
+/// messages, in the order they were emitted. Every transition names the model (`reward_model`: its manifest's
+/// `sha256`, whatever the form it runs in).
 fn run(form: ModelForm, log: PathBuf) -> (Vec<ProgressMsg>, Vec<TransitionMsg>) {
     let model = crate::common::pick_place_model(form);
     assert_eq!(model.form(), form);
+    let sha256 = model.manifest().sha256.to_ascii_lowercase();
+    assert_eq!(sha256.len(), 64);
     let envs = envs();
     let policy = RandomPolicy::new(&envs[0].spec().action, 7);
     let config = ActorConfig {
@@ -60,6 +63,10 @@ fn run(form: ModelForm, log: PathBuf) -> (Vec<ProgressMsg>, Vec<TransitionMsg>) 
         } else if rec.key.ends_with("/transition") {
             transitions.push(decode::<TransitionMsg>(&rec.payload).expect("transition"));
         }
+    }
+    assert!(!transitions.is_empty());
+    for t in &transitions {
+        assert_eq!(t.reward_model.as_deref(), Some(sha256.as_str()), "{form:?}");
     }
     (progress, transitions)
 }

@@ -401,7 +401,10 @@ fn an_actor_on_the_sparse_source_streams_the_task_reward_and_no_progress() {
     for t in &transitions {
         assert_eq!(t.reward, t.task_reward);
         assert_eq!((t.phi, t.phi_next, t.stage), (0.0, 0.0, None));
+        // No model shaped the reward: the transition names none.
+        assert_eq!(t.reward_model, None);
     }
+    assert_eq!(ProgressSource::Oracle.reward_model(), None);
     let episodes = records
         .iter()
         .filter(|r| r.key.ends_with("/episode"))
