@@ -703,10 +703,20 @@ fn the_default_main_job_runs_with_the_shipped_reward_model() {
     let t = text(&out);
     assert!(out.status.success(), "{t}");
     assert!(t.contains("2 episodes, 80 env-steps"), "{t}");
-    assert_eq!(
-        log_payloads(&log, &Keys::new("sim0").unwrap().transition()).len(),
-        80
-    );
+    let transitions = log_payloads(&log, &Keys::new("sim0").unwrap().transition());
+    assert_eq!(transitions.len(), 80);
+    // Each names the model that shaped its reward: the shipped manifest's `sha256`.
+    let manifest =
+        std::fs::read_to_string(root().join("models/pick-place/pick-place-progress.toml")).unwrap();
+    let sha256 = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("sha256 = \""))
+        .and_then(|l| l.strip_suffix('"'))
+        .expect("the manifest's sha256");
+    for p in &transitions {
+        let m: TransitionMsg = decode(p).expect("transition");
+        assert_eq!(m.reward_model.as_deref(), Some(sha256));
+    }
 }
 
 /// The actor builds the model's state by name from the simulator's: a model asking for a field the env lacks
@@ -1280,10 +1290,14 @@ fn shaped_transitions(shaping: &[&str]) -> Vec<TransitionMsg> {
         .output()
         .expect("stagewise run");
     assert!(out.status.success(), "{}", text(&out));
-    log_payloads(&log, &Keys::new("sim0").unwrap().transition())
-        .iter()
-        .map(|p| decode::<TransitionMsg>(p).expect("transition"))
-        .collect()
+    let transitions: Vec<TransitionMsg> =
+        log_payloads(&log, &Keys::new("sim0").unwrap().transition())
+            .iter()
+            .map(|p| decode::<TransitionMsg>(p).expect("transition"))
+            .collect();
+    // The oracle's reward is no model's: no transition names one.
+    assert!(transitions.iter().all(|t| t.reward_model.is_none()));
+    transitions
 }
 
 /// `--shaping progress --potential-scale S --success-progress-one` and `--phi-offset X` reach the streamed
