@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 import numpy as np
 import zenoh
 
-from .errors import StagewiseError, StepTimeoutError
+from .errors import StagewiseError, StepTimeoutError, WireError
 from .session import open_session
 from .wire import decode, observation
 
@@ -39,6 +39,9 @@ class Transition:
     obs: Optional[Dict[str, Any]]
     next_obs: Optional[Dict[str, Any]]
     key: str
+    #: The reward model whose progress shaped `reward`: the lowercase hex sha256 of its ONNX (its manifest's
+    #: `sha256`); None when the reward is no model's (`--reward oracle|sparse`) or the actor predates the field.
+    reward_model: Optional[str] = None
 
     @classmethod
     def from_msg(cls, m: Dict[str, Any], key: str) -> "Transition":
@@ -62,7 +65,19 @@ class Transition:
             obs=observation(m.get("obs"), key),
             next_obs=observation(m.get("next_obs"), key),
             key=key,
+            reward_model=reward_model_of(m, key),
         )
+
+
+def reward_model_of(m: Dict[str, Any], key: str = "?") -> Optional[str]:
+    """A transition's `reward_model` (docs/wire.md): absent or nil is None; anything but 64 lowercase hex digits
+    raises :class:`WireError` naming the field."""
+    v = m.get("reward_model")
+    if v is None:
+        return None
+    if not (isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)):
+        raise WireError(key, "transition", f"field `reward_model`: {v!r} is not a sha256 (64 lowercase hex digits)")
+    return v
 
 
 class TransitionStream:

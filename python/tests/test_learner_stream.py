@@ -83,6 +83,101 @@ def test_the_exploring_policy_adds_noise_to_the_actor_inside_the_graph():
     assert wide.min() >= -1.0 and wide.max() <= 1.0  # clipped to the action box
 
 
+SHIPPED = "models/push-target/push-target-progress.toml"
+
+
+def _msg(**extra):
+    """A `transition` message as msgpack gives it to Python (docs/wire.md), with `extra` fields on top."""
+    return {"schema": 1, "kind": "transition", "robot": "a", "env": 0, "episode": 0, "step": 1, "action": [0.5],
+            "reward": 1.0, "task_reward": 0.0, "phi": 0.1, "phi_next": 0.2, "gamma": 0.9, "shaping_scale": 1.0,
+            "terminated": False, "truncated": False, "success": False, "stage": None, "stamp_ns": 1, "obs": None,
+            "next_obs": None, **extra}
+
+
+def test_a_transition_names_its_reward_model_or_none():
+    from stagewise.errors import WireError
+
+    sha = "0123456789abcdef" * 4
+    key = "stagewise/a/transition"
+    assert Transition.from_msg(_msg(reward_model=sha), key).reward_model == sha
+    assert Transition.from_msg(_msg(), key).reward_model is None  # an older actor, or --reward oracle|sparse
+    assert Transition.from_msg(_msg(reward_model=None), key).reward_model is None
+    for bad in (sha.upper(), sha[:63], sha + "0", sha[:63] + "g", "", 7):
+        with pytest.raises(WireError, match=r"`stagewise/a/transition`: .*field `reward_model`"):
+            Transition.from_msg(_msg(reward_model=bad), key)
+
+
+def _stream_run(tmp_path, **overrides):
+    """A --from-stream learner of robot `a` (nothing started: `_foreign` needs the config and an assembler)."""
+    from stagewise.rl import config
+    from stagewise.rl.stream_learn import StreamRun
+
+    run = StreamRun(config.build("push-target", overrides), 0, tmp_path, ["a"], "tcp/127.0.0.1:1", None)
+    run.assembler = Assembler(k=1, nstep=1, gamma=0.9, out=Replay(8, 1, 1),
+                              obs_of=lambda o: np.asarray(o["state"], np.float32))
+    return run
+
+
+def _of(run, step=1, **fields):
+    """A step of robot `a` shaped as `run`'s reward is (its gamma and scale), with `fields` on top."""
+    import dataclasses
+
+    r = run.cfg.reward_form
+    return dataclasses.replace(_t(step, [0.5]), gamma=r.gamma, shaping_scale=r.shaping_scale, **fields)
+
+
+def test_the_learner_refuses_transitions_of_another_reward_model(tmp_path, capsys):
+    import tomllib
+
+    from stagewise.rl.stream_learn import manifest_sha256
+
+    shipped = tomllib.loads((launch.repo_root() / SHIPPED).read_text())["sha256"]
+    run = _stream_run(tmp_path)  # --reward model, the task's shipped model
+    assert run.expected_model() == (shipped, str(launch.repo_root() / SHIPPED))
+    assert run._foreign(_of(run, reward_model=shipped)) is None
+    other = "ab" * 32
+    who, why = run._foreign(_of(run, reward_model=other))
+    assert who == "a:model"
+    assert why == f"a: transitions shaped by reward model {other[:12]}, this learner's is {shipped[:12]} " \
+                  f"({launch.repo_root() / SHIPPED})"
+    # refused and counted as the gamma refusal is, logged once
+    run._refuse(who, why)
+    run._refuse(*run._foreign(_of(run, step=2, reward_model=other)))
+    assert run.foreign == {"a:model": 2}
+    assert capsys.readouterr().out.count("refused") == 1
+
+    # --model: the manifest named, its sha256 read once (a copy of the shipped one with another hash)
+    manifest = tmp_path / "m.toml"
+    manifest.write_text((launch.repo_root() / SHIPPED).read_text().replace(shipped, other.upper()))
+    assert manifest_sha256(str(manifest)) == other
+    mine = _stream_run(tmp_path, model=str(manifest))
+    assert mine._foreign(_of(mine, reward_model=other)) is None
+    who, why = mine._foreign(_of(mine, reward_model=shipped))
+    assert who == "a:model" and why.endswith(f"this learner's is {other[:12]} ({manifest})"), why
+    manifest.write_text("sha256 = 'not it'")  # read once: a later change does not move it
+    assert mine._foreign(_of(mine, reward_model=other)) is None
+
+
+def test_a_transition_that_names_no_model_is_accepted_and_logged_once_per_robot(tmp_path, capsys):
+    run = _stream_run(tmp_path)
+    run.robots = ["a", "b"]
+    assert run._foreign(_of(run)) is None and run._foreign(_of(run, step=2)) is None
+    assert run._foreign(_of(run, robot="b")) is None
+    out = capsys.readouterr().out
+    assert out.count("a: transitions name no reward model") == 1, out
+    assert out.count("b: transitions name no reward model") == 1, out
+    assert "unverifiable" in out and run.unverified == {"a", "b"} and run.foreign == {}
+
+
+@pytest.mark.parametrize("reward", ["oracle", "sparse"])
+def test_a_learner_without_a_reward_model_refuses_a_models_transitions(tmp_path, reward):
+    run = _stream_run(tmp_path, reward=reward)
+    assert run._foreign(_of(run)) is None
+    who, why = run._foreign(_of(run, reward_model="cd" * 32))
+    assert who == "a:model" and why == f"a: transitions shaped by reward model {'cd' * 6}, this learner's reward " \
+                                       f"is --reward {reward} (no model's)"
+
+
 def test_an_actors_last_words_are_read():
     log = "stuff\nstream: 596 transitions sent, 3 dropped, 596 progress sent, 10 episodes sent; policies: 2 accepted, " \
           "1 rejected, 0 dropped (queue full)\n"
@@ -144,6 +239,10 @@ def test_a_learner_killed_mid_run_resumes_while_its_actors_keep_acting(tmp_path,
     run = json.loads((out / "curves.json").read_text())["runs"][0]
     s = run["stream"]
     assert run["env_steps"] >= 2400 and run["resumed_from"] and s["foreign"].get("intruder", 0) > 0
+    # a0's transitions named the reward model this learner expects (the shipped one): none refused as another
+    # model's, none accepted unverified
+    assert "a0:model" not in s["foreign"], s["foreign"]
+    assert "name no reward model" not in (tmp_path / "learner.log").read_text()
     # every step arrived; the actors' `--policy random` phase before the first push held no action (dropped)
     assert s["gaps"] == 0 and s["decisions"] > 300 and s["received"] >= run["env_steps"]
     report = actor_report((tmp_path / "a0.log").read_text())

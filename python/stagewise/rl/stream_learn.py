@@ -13,7 +13,9 @@ pushes are newer than everything it pushed before (the actors refuse older versi
 
 Losses are counted end to end (`stream` in curves.json): `sent` (the lengths of the episodes the actors report),
 `received`, `trained` (the env steps inside stored decisions), `gaps` (steps missing inside an episode), `foreign`
-(transitions from a robot not listed, or shaped with another gamma: refused, logged once per robot)."""
+(transitions from a robot not listed, shaped with another gamma, or by another reward model than the learner's,
+named by each transition's `reward_model`: refused, logged once per robot; a transition that names no model, from
+an actor older than that field, is accepted and logged once per robot as unverifiable)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -40,6 +42,24 @@ from .agent import NStep, Replay, actor_onnx
 from .config import LearnConfig
 from .envs import Envs, ServeError, evaluate, serve_args, shaping_args
 from .train import SeedRun, train_seed_base
+
+
+def manifest_sha256(path: str) -> str:
+    """The `sha256` of a reward model's manifest (its ONNX's hash, as the actors' transitions name the model in
+    `reward_model`), lowercase. A relative path that is not there is taken from the repository root, where the
+    actors this learner starts run."""
+    import tomllib
+
+    p = Path(path)
+    if not p.is_absolute() and not p.is_file():
+        p = launch.repo_root() / p
+    try:
+        sha = tomllib.loads(p.read_text()).get("sha256")
+    except (OSError, ValueError) as e:
+        raise ServeError(f"reward model {path}: cannot read the manifest: {e}") from None
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdefABCDEF" for c in sha)):
+        raise ServeError(f"reward model {path}: the manifest's sha256 is {sha!r}, not 64 hex digits")
+    return sha.lower()
 
 
 def exploring_onnx(onnx_bytes: bytes, sigma: float) -> bytes:
@@ -143,6 +163,8 @@ class StreamRun(SeedRun):
         self.pushed = {"versions": 0, "unmatched": 0}
         self.foreign: Dict[str, int] = {}
         self.sent: Dict[tuple, int] = {}  # (robot, env, episode) -> length, from the actors' episode messages
+        self._expected: Optional[Tuple[str, str]] = None  # (sha256, manifest) of the actors' reward model, read once
+        self.unverified: Set[str] = set()  # robots whose transitions name no reward model (older actors)
 
     # ------------------------------------------------------------------------------------------- set-up
     def reward_model(self) -> Optional[str]:
@@ -151,6 +173,16 @@ class StreamRun(SeedRun):
         if self.cfg.reward != "model":
             return None
         return self.cfg.model or str(launch.repo_root() / "models" / self.cfg.task / f"{self.cfg.task}-progress.toml")
+
+    def expected_model(self) -> Tuple[str, str]:
+        """(sha256, manifest path) of :meth:`reward_model` (with --reward model), the manifest read once: what the
+        actors' transitions must name in `reward_model`."""
+        if self._expected is None:
+            path = self.reward_model()
+            if path is None:
+                raise ServeError(f"--reward {self.cfg.reward} has no reward model")
+            self._expected = (manifest_sha256(path), path)
+        return self._expected
 
     def _actor_args(self, i: int, endpoint: str, policy: Path) -> List[str]:
         cfg = self.cfg
@@ -377,9 +409,12 @@ class StreamRun(SeedRun):
         return n
 
     def _foreign(self, t: Transition):
-        """(who, why) when `t` is not this learner's to train on: a robot not listed, or a step shaped with another
+        """(who, why) when `t` is not this learner's to train on: a robot not listed, a step shaped with another
         gamma or scale than the learner's reward (potential-based shaping keeps the optimal policy only when the
-        learner's gamma is the shaper's); None when it is."""
+        learner's gamma is the shaper's), or by another reward model (`t.reward_model`, the sha256 of the model's
+        ONNX, against the learner's model's manifest; with --reward oracle|sparse, by any model); None when it is.
+        A transition that names no model (an actor older than the field) cannot be checked: accepted, and logged
+        once per robot."""
         r = self.cfg.reward_form
         if t.robot not in self.robots:
             return t.robot, f"transitions from robot {t.robot!r}, which is not one of --robots {','.join(self.robots)}"
@@ -387,6 +422,9 @@ class StreamRun(SeedRun):
                                             > 1e-9):
             return (f"{t.robot}:shaping", f"{t.robot}: transitions shaped with gamma {t.gamma} and c "
                     f"{t.shaping_scale}, this learner's reward has gamma {r.gamma} and c {r.shaping_scale}")
+        why = self._other_model(t)
+        if why:
+            return f"{t.robot}:model", why
         if t.next_obs is None or (t.step == 0 and t.obs is None):
             return (f"{t.robot}:observations", f"{t.robot}: transitions without observations (start the actor "
                     "with --stream-images)")
@@ -394,6 +432,25 @@ class StreamRun(SeedRun):
             self.assembler.obs_of(t.next_obs)
         except (KeyError, ValueError, TypeError) as e:
             return f"{t.robot}:observations", f"{t.robot}: an observation the learner cannot read ({e})"
+        return None
+
+    def _other_model(self, t: Transition) -> Optional[str]:
+        """Why `t`'s reward is another model's than the learner's (see :meth:`_foreign`), or None."""
+        if self.cfg.reward != "model":
+            if t.reward_model is None:
+                return None
+            return (f"{t.robot}: transitions shaped by reward model {t.reward_model[:12]}, this learner's reward is "
+                    f"--reward {self.cfg.reward} (no model's)")
+        sha, path = self.expected_model()
+        if t.reward_model is None:
+            if t.robot not in self.unverified:
+                self.unverified.add(t.robot)
+                print(f"learner: {t.robot}: transitions name no reward model (an actor older than the field): "
+                      f"accepted, unverifiable against this learner's {sha[:12]} ({path})", flush=True)
+            return None
+        if t.reward_model != sha:
+            return (f"{t.robot}: transitions shaped by reward model {t.reward_model[:12]}, this learner's is "
+                    f"{sha[:12]} ({path})")
         return None
 
     def _refuse(self, who: str, why: str) -> None:
