@@ -81,7 +81,9 @@ emulator "$OUT/emulator-finetune.log"
     > "$OUT/run-finetune.log" 2>&1 &
 ACTOR=$!; PIDS+=("$ACTOR")
 t1=$(date +%s)
-"$BIN" learn --task "$TASK" --reward model --from-stream --actors 0 --robots arm0 \
+# The learner below the control loop's priority, as on a robot's computer: on 2 shared cores, at the same priority,
+# its updates starved the emulator's telemetry for 425 ms and the host watchdog stopped the robot (first try).
+nice -n 10 "$BIN" learn --task "$TASK" --reward model --from-stream --actors 0 --robots arm0 \
     --stream-connect tcp/127.0.0.1:$ZPORT --policy-secret-file "$TMP/policy.secret" --init "$INIT" \
     --steps $((MINUTES * 60 * 50)) --eval-every $((MINUTES * 60 * 50 / 2)) --out "$OUT/learner" "${LEARN_FLAGS[@]}" \
     > "$OUT/learn.log" 2>&1 || { tail -20 "$OUT/learn.log" >&2; exit 1; }
