@@ -293,19 +293,23 @@ def test_a_pixel_learner_pushes_policies_its_actor_binds_to_its_frames(tmp_path,
 def test_init_refuses_a_checkpoint_of_another_set_up(tmp_path):
     """--init names the file and every field that shapes the agent differently."""
     from stagewise.rl import checkpoint as ckpt, config
-    from stagewise.rl.train import SeedRun
+    from stagewise.rl.train import LearnError, SeedRun
 
     theirs = config.build("push-target", {"obs": "pixels", "agent.net": (64, 64)})
     ckpt.save(tmp_path / "checkpoint.pt", {"config": theirs.to_dict(), "agent": {}, "counters": {"step": 0}})
     mine = config.build("push-target", {"init": str(tmp_path)})
     assert mine.random_steps == 0  # a trained policy explores with its own actions
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(LearnError) as e:
         SeedRun(mine, 0, tmp_path / "out").init_from(str(tmp_path))
     text = str(e.value)
     assert str(tmp_path / "checkpoint.pt") in text and "obs 'pixels' (this run: 'state')" in text
     assert "agent.net [64, 64] (this run: [128, 128])" in text
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="expected one checkpoint.pt .* found 0"):
+    with pytest.raises(LearnError, match="expected one checkpoint.pt .* found 0"):
         SeedRun(mine, 0, tmp_path / "out").init_from(str(tmp_path / "empty"))
-    with pytest.raises(ValueError, match="no such checkpoint"):
+    with pytest.raises(LearnError, match="no such checkpoint"):
         SeedRun(mine, 0, tmp_path / "out").init_from(str(tmp_path / "nowhere"))
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "checkpoint.pt").write_bytes(b"PK\x03\x04 not a whole file")
+    with pytest.raises(LearnError, match="not a learner's checkpoint"):
+        SeedRun(mine, 0, tmp_path / "out").init_from(str(tmp_path / "torn"))

@@ -18,11 +18,7 @@ from . import checkpoint as ckpt
 from .config import LearnConfig, build
 from .envs import Envs
 from .progress import Progress
-from .train import SeedRun, eval_seed_clash
-
-
-class LearnError(RuntimeError):
-    """A run that cannot start: says what was wrong, with which file or field."""
+from .train import LearnError, SeedRun, eval_seed_clash
 
 
 def _flat(d: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:

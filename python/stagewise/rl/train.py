@@ -27,6 +27,10 @@ from .envs import (Envs, ServeError, evaluate, learner_reward, reset, reward_mis
                    uses_advice)
 
 
+class LearnError(RuntimeError):
+    """A run that cannot start: says what was wrong, with which file or field."""
+
+
 def detection_stats(episodes) -> dict:
     """With --episode-ends model, how the model's success detection did on the learner's own episodes, judged by
     the simulator (which the learner never trains on): `train_sim_success` the share of episodes in the simulator's
@@ -198,20 +202,24 @@ class SeedRun:
                  "agent.critics", "agent.layer_norm", "agent.gripper_binary")
 
     def init_from(self, where: str) -> None:
-        """--init: the agent (weights, optimisers, its update count) of another run's checkpoint; that run's replay,
-        counters and curve stay there. Raises ValueError naming the file and the field that disagrees."""
+        """--init: the agent (weights, optimisers, its update count) of another run's checkpoint, and with
+        --init-replay its replay; that run's counters and curve stay there. Raises LearnError naming the file and
+        each field that disagrees."""
         path = Path(where)
         if path.is_dir():
             found = [path / "checkpoint.pt"] if (path / "checkpoint.pt").is_file() else \
                 sorted(path.glob("seed-*/checkpoint.pt"))
             if len(found) != 1:
-                raise ValueError(f"--init {path}: expected one checkpoint.pt (in it or one seed-*/), found "
+                raise LearnError(f"--init {path}: expected one checkpoint.pt (in it or one seed-*/), found "
                                  f"{len(found)}")
             path = found[0]
         if not path.is_file():
-            raise ValueError(f"--init {path}: no such checkpoint")
-        d = ckpt.load(path)
-        theirs = LearnConfig.from_dict(d["config"]).to_dict()
+            raise LearnError(f"--init {path}: no such checkpoint")
+        try:
+            d = ckpt.load(path)
+            theirs = LearnConfig.from_dict(d["config"]).to_dict()
+        except Exception as e:  # torch.load of a torn or foreign file raises many kinds
+            raise LearnError(f"--init {path}: not a learner's checkpoint ({type(e).__name__}: {e})") from None
         mine = self.cfg.to_dict()
 
         def get(c, key):
@@ -221,14 +229,14 @@ class SeedRun:
         wrong = [f"{k} {get(theirs, k)!r} (this run: {get(mine, k)!r})" for k in self.INIT_KEYS
                  if get(theirs, k) != get(mine, k)]
         if wrong:
-            raise ValueError(f"--init {path}: trained with another set-up: {'; '.join(wrong)}")
+            raise LearnError(f"--init {path}: trained with another set-up: {'; '.join(wrong)}")
         try:
             self.agent.load_state_dict(d["agent"])
             if self.cfg.init_replay:  # room for both: the source's experience and this run's
                 self._grow_replay(self.buf.cap + d["replay"]["cap"])
                 self.buf.load_state_dict(d["replay"])
         except (RuntimeError, KeyError, ValueError) as e:
-            raise ValueError(f"--init {path}: its agent does not fit this run's: {e}") from None
+            raise LearnError(f"--init {path}: its agent or replay does not fit this run's: {e}") from None
         self.initialised_from = {"checkpoint": str(path), "steps": d["counters"]["step"],
                                  "updates": int(self.agent.updates),
                                  "replay": int(d["replay"]["n"]) if self.cfg.init_replay else 0}
