@@ -199,6 +199,15 @@ fn get<'a>(v: &'a Value, key: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no key {key} in {v}"))
 }
 
+/// The string keys of a map value, in order.
+fn map_keys(v: &Value) -> Vec<&str> {
+    v.as_map()
+        .expect("a map")
+        .iter()
+        .filter_map(|(k, _)| k.as_str())
+        .collect()
+}
+
 fn set(v: &mut Value, key: &str, new: Value) {
     if let Value::Map(m) = v {
         if let Some(slot) = m.iter_mut().find(|(k, _)| k.as_str() == Some(key)) {
@@ -277,12 +286,7 @@ fn layout_is_what_docs_wire_md_says() {
     let ep = to_value(&encode(&episode()).expect("encode"));
     assert_eq!(get(&ep, "return").as_f64(), Some(3.5));
     let st = to_value(&encode(&steps()).expect("encode"));
-    let keys: Vec<&str> = st
-        .as_map()
-        .expect("a map")
-        .iter()
-        .filter_map(|(k, _)| k.as_str())
-        .collect();
+    let keys = map_keys(&st);
     assert_eq!(
         keys,
         [
@@ -327,12 +331,7 @@ fn oracle_phi_is_optional_both_ways() {
     );
     let with = transition().with_oracle_phi(Some(0.625));
     let v = to_value(&round_trip(&with));
-    let keys: Vec<&str> = v
-        .as_map()
-        .expect("map")
-        .iter()
-        .filter_map(|(k, _)| k.as_str())
-        .collect();
+    let keys = map_keys(&v);
     let at = keys
         .iter()
         .position(|k| *k == "oracle_phi")
@@ -399,12 +398,7 @@ fn reward_model_is_optional_both_ways() {
         Some(MODEL_SHA)
     );
     let v = to_value(&bytes);
-    let keys: Vec<&str> = v
-        .as_map()
-        .expect("map")
-        .iter()
-        .filter_map(|(k, _)| k.as_str())
-        .collect();
+    let keys = map_keys(&v);
     let at = keys
         .iter()
         .position(|k| *k == "reward_model")
