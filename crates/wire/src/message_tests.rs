@@ -350,9 +350,13 @@ fn oracle_phi_is_optional_both_ways() {
     let f64_bytes = from_value(&f64v);
     let got: TransitionMsg<Borrowed> = decode(&f64_bytes).expect("float64 oracle_phi");
     assert_eq!(got.into_owned().oracle_phi, Some(0.25));
-    let mut bad = v;
-    set(&mut bad, "oracle_phi", Value::from("high"));
-    let e = decode::<TransitionMsg>(&from_value(&bad)).unwrap_err();
+    assert_malformed_transition(v, "oracle_phi", Value::from("high"));
+}
+
+/// A transition whose `key` holds a value of the wrong type does not decode: malformed, never a panic.
+fn assert_malformed_transition(mut v: Value, key: &str, wrong: Value) {
+    set(&mut v, key, wrong);
+    let e = decode::<TransitionMsg>(&from_value(&v)).unwrap_err();
     assert!(
         matches!(
             e,
@@ -361,7 +365,7 @@ fn oracle_phi_is_optional_both_ways() {
                 ..
             }
         ),
-        "{e}"
+        "{key}: {e}"
     );
 }
 
@@ -442,19 +446,7 @@ fn reward_model_is_optional_both_ways() {
             assert!(e.to_string().contains("reward_model"), "{e}");
         }
     }
-    let mut wrong_type = v;
-    set(&mut wrong_type, "reward_model", Value::from(7));
-    let e = decode::<TransitionMsg>(&from_value(&wrong_type)).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            WireError::Malformed {
-                kind: "transition",
-                ..
-            }
-        ),
-        "{e}"
-    );
+    assert_malformed_transition(v, "reward_model", Value::from(7));
 }
 
 /// What a Python client (msgpack.packb(..., use_bin_type=True)) sends: floats as float64, ints for floats,
