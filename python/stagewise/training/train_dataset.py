@@ -29,6 +29,23 @@ import torch
 from . import train as tr
 
 
+def failed_targets(stage, tau, episodes, mode: str):
+    """tau with `--failed-tau` applied to the failed episodes (`success` false): "linear" leaves SARM's target (the
+    unfinished last stage rises linearly to 1 at the episode's end, which on a failure that wanders reads as a
+    clock), "zero" holds the last stage's tau at 0 (the labels certify that the episode entered the stage, not
+    that it progressed in it). Only the stage starts and the success flag decide it: labels a person gives."""
+    tau = np.array(tau, dtype=np.float32)
+    if mode == "linear":
+        return tau
+    for e in episodes:
+        if e.get("success") is not False or e["length"] == 0:
+            continue
+        idx = np.arange(e["offset"], e["offset"] + e["length"])
+        last = stage[idx[-1]]
+        tau[idx[stage[idx] == last]] = 0.0
+    return tau
+
+
 class AnnotatedFlat(tr.Flat):
     """train.Flat's interface (window gathering, targets) over the frames of some episodes of the prepared set."""
 
@@ -121,6 +138,9 @@ def main(argv=None, prog=None):
                     help="weight of the per-step change loss (train.py --step-consistency; 0: off)")
     ap.add_argument("--step-consistency-max", type=float, default=1.0,
                     help="target changes above this are left out of that loss (train.py; default 1: none)")
+    ap.add_argument("--failed-tau", choices=["linear", "zero"], default="linear",
+                    help="the target within a failed episode's last (unfinished) stage: SARM's linear rise "
+                         "(default) or 0 (failed_targets)")
     ap.add_argument("--enc-min-size", type=int, default=4)
     ap.add_argument("--coord", type=int, default=1, choices=[0, 1])
     ap.add_argument("--colour", type=float, default=0.8)
@@ -138,7 +158,7 @@ def main(argv=None, prog=None):
     frames = np.load(os.path.join(args.data, "frames.npy"), mmap_mode="r")
     state = np.load(os.path.join(args.data, "state.npy"))
     stage = np.load(os.path.join(args.data, "stage.npy"))
-    tau = np.load(os.path.join(args.data, "tau.npy"))
+    tau = failed_targets(stage, np.load(os.path.join(args.data, "tau.npy")), meta["episodes"], args.failed_tau)
     proportions = [float(p) for p in meta["proportions"]]
     names = list(meta["stage_names"])
     train_eps = [e for e in meta["episodes"] if e["split"] == "train"]
