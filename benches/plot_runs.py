@@ -1,8 +1,10 @@
 """Held-out success against env steps and against wall time, one line per run (the first seed of each
-curves.json), for the experiments that compare set-ups on one task.
+curves.json), for the experiments that compare set-ups on one task. Runs given the same label are seeds of one
+set-up: their mean curve is drawn (the seeds faint), and the mean's first crossing of 80% is printed.
 
     .venv/bin/python benches/plot_runs.py stream_learner     # docs/robot-learning.md: 1, 2, 4 actors vs serve
     .venv/bin/python benches/plot_runs.py robot_inputs       # docs/lab/2026-12-07-pixels.md: what the policy reads
+    .venv/bin/python benches/plot_runs.py label_rounds       # docs/robot-learning.md: the labelled rounds
     .venv/bin/python benches/plot_runs.py --run "label=path/curves.json" ... --title T --out fig.png
 """
 
@@ -29,7 +31,34 @@ FIGURES = {
         ("pixels, convs frozen (head), model's ends, 20 demos", f"{R}/robot_inputs/push_pixhead_demos_s0/curves.json"),
         ("pixels, DrQ, model's ends, 20 demos", f"{R}/robot_inputs/push_pix_demos_s0/curves.json"),
     ]),
+    "label_rounds": ("push-target, state policy, potential c = 1: rewards from labels a person gives (mean of seeds)", [
+        *[("oracle reward", f"{R}/label_rounds/push_oracle_s{s}/curves.json") for s in (0, 1, 2)],
+        ("round 0: 200 labelled demos", f"{R}/label_rounds/push_r0clean_s0/curves.json"),
+        ("round 0, retrained: 200 labelled demos", f"{R}/label_rounds/push_r0clean_s1/curves.json"),
+        ("round 1 (tau 0 on failures): + 50 labelled rollouts", f"{R}/label_rounds/push_r1_s0/curves.json"),
+        *[("oracle reward, 20 demos", f"{R}/label_rounds/push_oracle_demos_s{s}/curves.json") for s in (0, 1, 2)],
+        *[("round 0, 20 demos", f"{R}/label_rounds/push_r0clean_demos_s{s}/curves.json") for s in (0, 1, 2)],
+        *[("round 1 (masked failures), 20 demos", f"{R}/label_rounds/push_r1mask_demos_s{s}/curves.json")
+          for s in (0, 1, 2)],
+    ]),
 }
+
+
+def mean_curve(runs: list[dict]) -> tuple[list[float], list[float], list[float]]:
+    """(steps, wall seconds, success) averaged over seeds, checkpoint by checkpoint, as far as every seed got."""
+    n = min(len(r["checkpoints"]) for r in runs)
+    cols = [[r["checkpoints"][i] for r in runs] for i in range(n)]
+    return ([sum(c["steps"] for c in col) / len(col) for col in cols],
+            [sum(c["wall_s"] for c in col) / len(col) for col in cols],
+            [sum(c["success"] for c in col) / len(col) for col in cols])
+
+
+def load(path: str) -> dict:
+    p = Path(path) if Path(path).is_absolute() else ROOT / path
+    try:
+        return json.loads(p.read_text())["runs"][0]
+    except (OSError, ValueError, KeyError, IndexError) as e:
+        raise SystemExit(f"{p}: not a learner's curves.json ({e})") from None
 
 
 def main() -> None:
@@ -53,16 +82,22 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    groups: dict[str, list[dict]] = {}
     for label, path in runs:
-        p = Path(path) if Path(path).is_absolute() else ROOT / path
-        try:
-            run = json.loads(p.read_text())["runs"][0]
-        except (OSError, ValueError, KeyError, IndexError) as e:
-            raise SystemExit(f"{p}: not a learner's curves.json ({e})") from None
-        cps = run["checkpoints"]
-        succ = [c["success"] for c in cps]
-        a.plot([c["steps"] / 1000 for c in cps], succ, marker=".", label=label)
-        b.plot([c["wall_s"] / 60 for c in cps], succ, marker=".", label=label)
+        groups.setdefault(label, []).append(load(path))
+    for label, group in groups.items():
+        steps, wall, succ = mean_curve(group)
+        name = label if len(group) == 1 else f"{label} ({len(group)} seeds)"
+        line = a.plot([s / 1000 for s in steps], succ, marker=".", label=name)[0]
+        b.plot([w / 60 for w in wall], succ, marker=".", color=line.get_color(), label=name)
+        if len(group) > 1:
+            for run in group:
+                cps = run["checkpoints"]
+                a.plot([c["steps"] / 1000 for c in cps], [c["success"] for c in cps], color=line.get_color(),
+                       lw=0.6, alpha=0.3)
+        first = next((s for s, v in zip(steps, succ) if v >= 0.8), None)
+        print(f"{name}: mean curve first >= 80% at "
+              f"{f'{first / 1000:.0f}k' if first is not None else 'never'} env steps, last {succ[-1]:.0%}")
     a.set_xlabel("env steps (thousands)")
     b.set_xlabel("wall time (minutes, this 2-core machine)")
     a.set_ylabel("held-out success (50 seeds)")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
+from stagewise.training import train as tr  # noqa: E402
 from stagewise.training.train_dataset import failed_targets  # noqa: E402
 
 
@@ -19,9 +20,25 @@ def test_zero_holds_a_failed_episodes_unfinished_stage_and_nothing_else():
         {"offset": 6, "length": 5, "success": False},
         {"offset": 11, "length": 2},
     ]
-    got = failed_targets(stage, tau, eps, "zero")
+    got, known = failed_targets(stage, tau, eps, "zero")
     want = tau.copy()
     want[8:11] = 0.0  # the failure's last stage (1) only; its finished stage 0 keeps SARM's rise
     np.testing.assert_array_equal(got, want)
-    np.testing.assert_array_equal(failed_targets(stage, tau, eps, "linear"), tau)
+    assert known.all()
+    got, known = failed_targets(stage, tau, eps, "linear")
+    np.testing.assert_array_equal(got, tau)
+    assert known.all()
+    got, known = failed_targets(stage, tau, eps, "mask")
+    np.testing.assert_array_equal(known, (np.arange(13) < 8) | (np.arange(13) >= 11))
     assert tau[9] == pytest.approx(0.4), "the caller's array is not changed"
+
+
+def test_masked_frames_train_the_stage_head_only():
+    t = torch.tensor
+    # the masked sample's huge error does not count: the weighted mean is the known sample's alone
+    w = tr.and_weights(None, t([True, False]))
+    assert float(tr.wmean(t([1.0, 100.0]), w)) == pytest.approx(1.0)
+    assert float(tr.wmean(t([1.0, 100.0]), tr.and_weights(t([2.0, 1.0]), t([False, False])))) == 0.0
+    # a step whose pair holds a masked frame is left out of the step-change loss
+    got = tr.step_change_loss(t([0.1, 0.5]), t([0.13, 0.9]), t([0.1, 0.2]), t([0.1, 0.2]), 0.05, t([True, False]))
+    assert float(got) == pytest.approx(0.03**2, rel=1e-4)

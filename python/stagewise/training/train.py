@@ -196,7 +196,15 @@ def phi_loss_weights(phi, spec):
 
 
 def wmean(x, w):
-    return x.mean() if w is None else (w * x).sum() / w.sum()
+    return x.mean() if w is None else (w * x).sum() / w.sum().clamp(min=1e-12)
+
+
+def and_weights(w, mask):
+    """Loss weights `w` (None: all 1) with the samples outside `mask` (None: none) weighing 0."""
+    if mask is None:
+        return w
+    m = mask.float()
+    return m if w is None else w * m
 
 
 class HopNet(nn.Module):
@@ -533,12 +541,15 @@ def next_frames(flat: Flat, g: np.ndarray) -> np.ndarray:
     return np.minimum(g + 1, flat.end[g] - 1)
 
 
-def step_change_loss(phi, phi_next, target, target_next, max_change):
+def step_change_loss(phi, phi_next, target, target_next, max_change, known=None):
     """`--step-consistency`: mean squared error of the model's change of phi over one step against the target's.
     Steps where the target itself jumps by more than `max_change` (a stage entered or left) are left out: no camera
-    times those to the frame, and their squared errors would outweigh every smooth step. 0 when none is left."""
+    times those to the frame, and their squared errors would outweigh every smooth step; so are the steps `known`
+    (None: all) says the labels give no target for. 0 when none is left."""
     d_t = target_next - target
     smooth = (d_t.abs() <= max_change).float()
+    if known is not None:
+        smooth = smooth * known.float()
     return (smooth * ((phi_next - phi) - d_t).pow(2)).sum() / smooth.sum().clamp(min=1.0)
 
 
@@ -622,17 +633,21 @@ def train_progress(args, train, val, proportions, names, on_step=None):
                 logits, tau = model(x, st)
             wt = phi_loss_weights(phi_t, phi_w_spec)
             ce = wmean(F.cross_entropy(logits, k, reduction="none"), wt)
+            # --failed-tau mask (train_dataset): frames whose tau no label gives train the stage head alone
+            known = None if getattr(train, "tau_known", None) is None else torch.from_numpy(train.tau_known[g])
+            wk = and_weights(wt, known)
             tau_k = tau.gather(1, k[:, None])[:, 0]
-            l_tau = wmean((tau_k - tau_t) ** 2, wt)
+            l_tau = wmean((tau_k - tau_t) ** 2, wk)
             phi_soft = soft_progress_phi(logits, tau, P, a)
-            l_phi = wmean((phi_soft - phi_t) ** 2, wt)
+            l_phi = wmean((phi_soft - phi_t) ** 2, wk)
             loss = ce + 5.0 * l_tau + 20.0 * l_phi
             if cons_w > 0:
                 # --step-consistency: the model's change of phi over one control step regressed onto the target's
                 # change (the shaping reward is made of these changes; squared error on phi alone leaves them noisy)
                 logits1, tau1 = model(x1, st1)
                 phi1 = soft_progress_phi(logits1, tau1, P, a)
-                l_cons = step_change_loss(phi_soft, phi1, phi_t, torch.from_numpy(train.phi[g1]), cons_max)
+                known1 = None if known is None else known & torch.from_numpy(train.tau_known[g1])
+                l_cons = step_change_loss(phi_soft, phi1, phi_t, torch.from_numpy(train.phi[g1]), cons_max, known1)
                 loss = loss + cons_w * l_cons
                 cons_tot += float(l_cons.detach()) * len(g)
             if use_aux:

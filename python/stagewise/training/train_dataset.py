@@ -30,26 +30,30 @@ from . import train as tr
 
 
 def failed_targets(stage, tau, episodes, mode: str):
-    """tau with `--failed-tau` applied to the failed episodes (`success` false): "linear" leaves SARM's target (the
-    unfinished last stage rises linearly to 1 at the episode's end, which on a failure that wanders reads as a
-    clock), "zero" holds the last stage's tau at 0 (the labels certify that the episode entered the stage, not
-    that it progressed in it). Only the stage starts and the success flag decide it: labels a person gives."""
+    """(tau, known) with `--failed-tau` applied to the failed episodes (`success` false). "linear" leaves SARM's
+    target (the unfinished last stage rises linearly to 1 at the episode's end, which on a failure that wanders
+    reads as a clock); "zero" holds the last stage's tau at 0; "mask" leaves it unknown (known = False: no tau or
+    progress loss there, only the stage head's), as the labels say that the episode entered the stage, not how far
+    it got in it. Only the stage starts and the success flag decide it: labels a person gives."""
     tau = np.array(tau, dtype=np.float32)
+    known = np.ones(len(tau), dtype=bool)
     if mode == "linear":
-        return tau
+        return tau, known
     for e in episodes:
         if e.get("success") is not False or e["length"] == 0:
             continue
         idx = np.arange(e["offset"], e["offset"] + e["length"])
-        last = stage[idx[-1]]
-        tau[idx[stage[idx] == last]] = 0.0
-    return tau
+        unfinished = idx[stage[idx] == stage[idx[-1]]]
+        tau[unfinished] = 0.0
+        if mode == "mask":
+            known[unfinished] = False
+    return tau, known
 
 
 class AnnotatedFlat(tr.Flat):
     """train.Flat's interface (window gathering, targets) over the frames of some episodes of the prepared set."""
 
-    def __init__(self, frames, state, stage, tau, episodes, proportions):
+    def __init__(self, frames, state, stage, tau, episodes, proportions, known=None):
         P = np.concatenate([[0.0], np.cumsum(proportions)[:-1]])
         a = np.asarray(proportions)
         idx = np.concatenate([np.arange(e["offset"], e["offset"] + e["length"]) for e in episodes])
@@ -57,6 +61,8 @@ class AnnotatedFlat(tr.Flat):
         self.state = np.ascontiguousarray(state[idx]).astype(np.float32)
         self.stage = np.asarray(stage[idx], dtype=np.int64)
         self.tau = np.asarray(tau[idx], dtype=np.float32)
+        # frames whose tau the labels do not give (--failed-tau mask): train.py leaves them out of the tau losses
+        self.tau_known = None if known is None or known.all() else np.asarray(known[idx], dtype=bool)
         self.phi = (P[self.stage] + a[self.stage] * self.tau).astype(np.float32)
         # The reference progress for metrics is the annotation's (no simulator oracle here).
         self.phi_gt = self.phi
@@ -106,8 +112,10 @@ def metrics(model, flat, args, P, a):
     phi, k = tr.predict(model, flat, args.frames, args.stride, P, a)
     phi_b, _ = tr.predict(model, flat, args.frames, args.stride, P, a, blank=True)
     vocs = [spearman(phi[flat.ep == i]) for i, e in enumerate(flat.episodes) if e.get("success") is not False]
-    mae = float(np.abs(phi - flat.phi_gt).mean())
-    mae_b = float(np.abs(phi_b - flat.phi_gt).mean())
+    # progress is compared where the labels give it (not in a failure's unfinished stage under --failed-tau mask)
+    m = np.ones(flat.n, dtype=bool) if flat.tau_known is None else flat.tau_known
+    mae = float(np.abs(phi - flat.phi_gt)[m].mean())
+    mae_b = float(np.abs(phi_b - flat.phi_gt)[m].mean())
     return {
         "episodes": len(flat.episodes),
         "frames": int(flat.n),
@@ -138,9 +146,9 @@ def main(argv=None, prog=None):
                     help="weight of the per-step change loss (train.py --step-consistency; 0: off)")
     ap.add_argument("--step-consistency-max", type=float, default=1.0,
                     help="target changes above this are left out of that loss (train.py; default 1: none)")
-    ap.add_argument("--failed-tau", choices=["linear", "zero"], default="linear",
+    ap.add_argument("--failed-tau", choices=["linear", "zero", "mask"], default="linear",
                     help="the target within a failed episode's last (unfinished) stage: SARM's linear rise "
-                         "(default) or 0 (failed_targets)")
+                         "(default), 0, or none (the stage head only; failed_targets)")
     ap.add_argument("--enc-min-size", type=int, default=4)
     ap.add_argument("--coord", type=int, default=1, choices=[0, 1])
     ap.add_argument("--colour", type=float, default=0.8)
@@ -158,15 +166,16 @@ def main(argv=None, prog=None):
     frames = np.load(os.path.join(args.data, "frames.npy"), mmap_mode="r")
     state = np.load(os.path.join(args.data, "state.npy"))
     stage = np.load(os.path.join(args.data, "stage.npy"))
-    tau = failed_targets(stage, np.load(os.path.join(args.data, "tau.npy")), meta["episodes"], args.failed_tau)
+    tau, known = failed_targets(stage, np.load(os.path.join(args.data, "tau.npy")), meta["episodes"],
+                                args.failed_tau)
     proportions = [float(p) for p in meta["proportions"]]
     names = list(meta["stage_names"])
     train_eps = [e for e in meta["episodes"] if e["split"] == "train"]
     val_eps = [e for e in meta["episodes"] if e["split"] == "val"]
     if not train_eps:
         raise SystemExit(f"{args.data}/meta.json: no training episodes")
-    train = AnnotatedFlat(frames, state, stage, tau, train_eps, proportions)
-    val = AnnotatedFlat(frames, state, stage, tau, val_eps, proportions) if val_eps else None
+    train = AnnotatedFlat(frames, state, stage, tau, train_eps, proportions, known)
+    val = AnnotatedFlat(frames, state, stage, tau, val_eps, proportions, known) if val_eps else None
     V, H, W = train.images.shape[1], train.images.shape[2], train.images.shape[3]
     print(f"loaded {len(train_eps)} training episodes ({train.n} frames), {len(val_eps)} validation episodes "
           f"({val.n if val else 0} frames), {V} views of {W}x{H}, state {', '.join(meta['state_names'])} "
