@@ -42,3 +42,19 @@ def test_masked_frames_train_the_stage_head_only():
     # a step whose pair holds a masked frame is left out of the step-change loss
     got = tr.step_change_loss(t([0.1, 0.5]), t([0.13, 0.9]), t([0.1, 0.2]), t([0.1, 0.2]), 0.05, t([True, False]))
     assert float(got) == pytest.approx(0.03**2, rel=1e-4)
+
+
+def test_tau_only_from_the_named_datasets():
+    from stagewise.training.train_dataset import tau_only_from
+
+    eps = [
+        {"dataset": "demos", "offset": 0, "length": 3, "success": True},
+        {"dataset": "rollouts", "offset": 3, "length": 3, "success": True},
+        {"dataset": "rollouts", "offset": 6, "length": 2, "success": False},
+    ]
+    known = np.ones(8, dtype=bool)
+    got = tau_only_from(known, eps, ["demos"])
+    # the demos keep every target; the rollouts only a success's last frame (progress 1 by its outcome)
+    assert got.tolist() == [True, True, True, False, False, True, False, False]
+    assert known.all(), "the caller's array is not changed"
+    assert tau_only_from(known, eps, []).all()

@@ -50,6 +50,24 @@ def failed_targets(stage, tau, episodes, mode: str):
     return tau, known
 
 
+def tau_only_from(known, episodes, datasets: list[str]):
+    """`known` with every frame of the episodes outside `datasets` (`--tau-datasets`) unknown but a successful
+    episode's last frame (progress 1 by its outcome): those episodes train the stage head, and their tau targets,
+    SARM's linear rise in time, are not used (a learner's rollout, even a successful one, pauses and wobbles, and
+    a rise in time would read as a clock). Empty `datasets`: `known` unchanged."""
+    if not datasets:
+        return known
+    keep = {os.path.abspath(d) for d in datasets}
+    known = known.copy()
+    for e in episodes:
+        if os.path.abspath(e.get("dataset", "")) in keep or e["length"] == 0:
+            continue
+        known[e["offset"]:e["offset"] + e["length"]] = False
+        if e.get("success") is True:
+            known[e["offset"] + e["length"] - 1] = True
+    return known
+
+
 class AnnotatedFlat(tr.Flat):
     """train.Flat's interface (window gathering, targets) over the frames of some episodes of the prepared set."""
 
@@ -149,6 +167,9 @@ def main(argv=None, prog=None):
     ap.add_argument("--failed-tau", choices=["linear", "zero", "mask"], default="linear",
                     help="the target within a failed episode's last (unfinished) stage: SARM's linear rise "
                          "(default), 0, or none (the stage head only; failed_targets)")
+    ap.add_argument("--tau-datasets", default="", help="comma-separated datasets (as given to `stagewise train "
+                    "--dataset`) whose episodes give tau targets; the others' train the stage head only, and a "
+                    "success's last frame (tau_only_from). Default: all")
     ap.add_argument("--enc-min-size", type=int, default=4)
     ap.add_argument("--coord", type=int, default=1, choices=[0, 1])
     ap.add_argument("--colour", type=float, default=0.8)
@@ -168,6 +189,12 @@ def main(argv=None, prog=None):
     stage = np.load(os.path.join(args.data, "stage.npy"))
     tau, known = failed_targets(stage, np.load(os.path.join(args.data, "tau.npy")), meta["episodes"],
                                 args.failed_tau)
+    tau_sets = [d for d in args.tau_datasets.split(",") if d]
+    unknown = [d for d in tau_sets if os.path.abspath(d) not in {os.path.abspath(x) for x in meta["datasets"]}]
+    if unknown:
+        raise SystemExit(f"--tau-datasets: {', '.join(unknown)} not among the training datasets "
+                         f"({', '.join(meta['datasets'])})")
+    known = tau_only_from(known, meta["episodes"], tau_sets)
     proportions = [float(p) for p in meta["proportions"]]
     names = list(meta["stage_names"])
     train_eps = [e for e in meta["episodes"] if e["split"] == "train"]
