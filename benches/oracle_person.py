@@ -45,8 +45,13 @@ def main(argv=None) -> int:
     if not files:
         print(f"{args.dataset}: no data/chunk-*/file-*.parquet", file=sys.stderr)
         return 2
-    t = pa.concat_tables([pq.read_table(p, columns=["episode_index", "frame_index", "stagewise.stage",
-                                                   "next.success"]) for p in files]).to_pydict()
+    cols = ["episode_index", "frame_index", "stagewise.stage", "next.success"]
+    missing = [c for c in cols if c not in pq.read_schema(files[0]).names]
+    if missing:
+        print(f"{files[0]}: no column {', '.join(missing)} (export a `run --reward oracle --stream-images` log)",
+              file=sys.stderr)
+        return 2
+    t = pa.concat_tables([pq.read_table(p, columns=cols) for p in files]).to_pydict()
     ep, fr = np.asarray(t["episode_index"]), np.asarray(t["frame_index"])
     stage, succ = np.asarray(t["stagewise.stage"]), np.asarray(t["next.success"]).astype(bool)
     episodes = []

@@ -33,12 +33,14 @@ FIGURES = {
     ]),
     "label_rounds": ("push-target, state policy, potential c = 1: rewards from labels a person gives (mean of seeds)", [
         *[("oracle reward", f"{R}/label_rounds/push_oracle_s{s}/curves.json") for s in (0, 1, 2)],
-        ("round 0: 200 labelled demos", f"{R}/label_rounds/push_r0clean_s0/curves.json"),
-        ("round 0, retrained: 200 labelled demos", f"{R}/label_rounds/push_r0clean_s1/curves.json"),
-        ("round 1 (tau 0 on failures): + 50 labelled rollouts", f"{R}/label_rounds/push_r1_s0/curves.json"),
+        ("round 0: 200 labelled demos (seed 0)", f"{R}/label_rounds/push_r0clean_s0/curves.json"),
+        ("round 0 retrained: 200 labelled demos (seed 1)", f"{R}/label_rounds/push_r0clean_s1/curves.json"),
+        ("round 1 (tau 0 on failures): + 50 labelled rollouts (seed 0)", f"{R}/label_rounds/push_r1_s0/curves.json"),
         *[("oracle reward, 20 demos", f"{R}/label_rounds/push_oracle_demos_s{s}/curves.json") for s in (0, 1, 2)],
         *[("round 0, 20 demos", f"{R}/label_rounds/push_r0clean_demos_s{s}/curves.json") for s in (0, 1, 2)],
         *[("round 1 (masked failures), 20 demos", f"{R}/label_rounds/push_r1mask_demos_s{s}/curves.json")
+          for s in (0, 1, 2)],
+        *[("round 2 (masked failures), 20 demos", f"{R}/label_rounds/push_r2mask_demos_s{s}/curves.json")
           for s in (0, 1, 2)],
     ]),
 }

@@ -43,3 +43,14 @@ def test_labels_of_an_exported_oracle_run_are_accepted_by_annotate(tmp_path):
         assert e["success"], "the expert succeeds on push-target"
     out = run("annotate", "--dataset", str(ds), "--from", str(labels))
     assert "2 of 2 episodes annotated" in out
+
+
+def test_a_dataset_without_the_oracles_stage_is_refused_by_name(tmp_path, capsys):
+    log, ds = tmp_path / "run.swlog", tmp_path / "ds"
+    run("run", "--task", "push-target", "--policy", "random", "--reward", "sparse", "--envs", "1", "--episodes",
+        "1", "--max-steps", "5", "--width", "24", "--height", "24", "--stream-images", "--no-stream", "--hz", "0",
+        "--log-file", str(log))  # fmt: skip
+    run("log", "export", str(log), "--task", "push-target", "--out", str(ds))
+    assert oracle_person.main([str(ds), "--stages", "reach,descend,push", "--out", str(tmp_path / "l.json")]) == 2
+    assert "no column stagewise.stage" in capsys.readouterr().err
+    assert not (tmp_path / "l.json").exists()
