@@ -21,16 +21,20 @@ py=$root/.venv/bin/python
 task=${TASK:-push-target} stages=${STAGES:-reach,descend,push} episodes=${EPISODES:-10} seed=${SEED:-8000000}
 mkdir -p "$out"
 for k in "$@"; do
-    policy=$(ls "$ckpts"/*-"${k}k".toml 2>/dev/null | head -1)
+    policy=$(ls "$ckpts"/*-"${k}k".toml 2>/dev/null | head -1 || true)
     [ -n "$policy" ] || { echo "$ckpts: no checkpoint *-${k}k.toml" >&2; exit 1; }
     ds=$out/rollouts-${k}k
     rm -rf "$ds" "$out/rollouts-${k}k.swlog"
-    "$bin" run --task "$task" --policy "$policy" --reward oracle --stream-images --no-stream --hz 0 \
+    if ! "$bin" run --task "$task" --policy "$policy" --reward oracle --stream-images --no-stream --hz 0 \
         --width 32 --height 32 --envs 2 --episodes "$episodes" --seed "$seed" \
-        --log-file "$out/rollouts-${k}k.swlog" 2>&1 | grep -E "episodes,|error" || true
+        --log-file "$out/rollouts-${k}k.swlog" > "$out/run-${k}k.txt" 2>&1; then
+        cat "$out/run-${k}k.txt" >&2
+        exit 1
+    fi
+    grep "episodes," "$out/run-${k}k.txt"
     "$bin" log export "$out/rollouts-${k}k.swlog" --task "$task" --out "$ds" 2>&1 | grep -v "^note:"
     "$py" "$root/benches/oracle_person.py" "$ds" --stages "$stages" --out "$out/labels-${k}k.json"
     "$bin" annotate --dataset "$ds" --from "$out/labels-${k}k.json" | tail -1
-    rm "$out/rollouts-${k}k.swlog"
+    rm "$out/rollouts-${k}k.swlog" "$out/run-${k}k.txt"
     seed=$((seed + episodes))
 done

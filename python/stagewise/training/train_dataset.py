@@ -79,7 +79,8 @@ class AnnotatedFlat(tr.Flat):
         self.state = np.ascontiguousarray(state[idx]).astype(np.float32)
         self.stage = np.asarray(stage[idx], dtype=np.int64)
         self.tau = np.asarray(tau[idx], dtype=np.float32)
-        # frames whose tau the labels do not give (--failed-tau mask): train.py leaves them out of the tau losses
+        # frames whose tau the labels do not give (--failed-tau mask, --tau-datasets): train.py leaves them out of
+        # the tau, progress and step-change losses
         self.tau_known = None if known is None or known.all() else np.asarray(known[idx], dtype=bool)
         self.phi = (P[self.stage] + a[self.stage] * self.tau).astype(np.float32)
         # The reference progress for metrics is the annotation's (no simulator oracle here).
@@ -131,7 +132,7 @@ def metrics(model, flat, args, P, a):
     phi_b, _ = tr.predict(model, flat, args.frames, args.stride, P, a, blank=True)
     vocs = [spearman(phi[flat.ep == i]) for i, e in enumerate(flat.episodes) if e.get("success") is not False]
     # progress is compared where the labels give it (not in a failure's unfinished stage under --failed-tau mask)
-    m = np.ones(flat.n, dtype=bool) if flat.tau_known is None else flat.tau_known
+    m = np.ones(flat.n, dtype=bool) if flat.tau_known is None or not flat.tau_known.any() else flat.tau_known
     mae = float(np.abs(phi - flat.phi_gt)[m].mean())
     mae_b = float(np.abs(phi_b - flat.phi_gt)[m].mean())
     return {
