@@ -22,22 +22,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from stagewise.training.train_dataset import ranks  # ties averaged: most of a failure's true progress is 0
+
 ROOT = Path(__file__).resolve().parents[1]
 BANDS = [(0.0, 0.37), (0.37, 0.8), (0.8, 1.01)]
-
-
-def rank(x: np.ndarray) -> np.ndarray:
-    """Ranks with ties averaged (most of a failed rollout's true progress is one value: 0)."""
-    r = np.empty(len(x))
-    r[np.argsort(x, kind="stable")] = np.arange(len(x))
-    _, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
-    return (np.bincount(inv, weights=r) / counts)[inv]
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
     if len(a) < 2 or a.std() < 1e-9 or b.std() < 1e-9:
         return None
-    return round(float(np.corrcoef(rank(a), rank(b))[0, 1]), 4)
+    return round(float(np.corrcoef(ranks(a), ranks(b))[0, 1]), 4)
 
 
 def read(model: str, dataset: Path, tmp: Path, bin_: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
