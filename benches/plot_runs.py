@@ -40,6 +40,8 @@ FIGURES = {
         *[("round 0, 20 demos", f"{R}/label_rounds/push_r0clean_demos_s{s}/curves.json") for s in (0, 1, 2)],
         *[("round 1 (masked failures), 20 demos", f"{R}/label_rounds/push_r1mask_demos_s{s}/curves.json")
           for s in (0, 1, 2)],
+        *[("round 1 (tau 0 on failures), 20 demos", f"{R}/label_rounds/push_r1zero_demos_s{s}/curves.json")
+          for s in (0, 1, 2)],
         *[("round 2 (masked failures), 20 demos", f"{R}/label_rounds/push_r2mask_demos_s{s}/curves.json")
           for s in (0, 1, 2)],
     ]),
