@@ -29,8 +29,7 @@ def person_labels(stage: np.ndarray, success: np.ndarray, n_stages: int) -> dict
     starts = [0]
     for k in range(1, n_stages):
         reached = np.flatnonzero(stage >= k)
-        starts.append(int(reached[0]) if len(reached) else length)
-    starts = [max(s, starts[i - 1]) if i else s for i, s in enumerate(starts)]
+        starts.append(int(reached[0]) if len(reached) else length)  # frames >= k+1 are frames >= k: ordered
     return {"start_frames": starts, "success": bool(success.any())}
 
 
