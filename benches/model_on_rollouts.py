@@ -3,7 +3,9 @@
 simulator's `progress_gt` on held-out rollouts recorded with `stagewise record --policy CHECKPOINT` (never trained
 on). Prints one JSON object per model: MAE, Spearman of progress with the truth pooled over all frames and per
 episode (mean), the mean progress read and true, and the same split by the true progress (below the push stage,
-in it, near the target), where the issue-48 rounds found the models blind.
+in it, near the target), where the issue-48 rounds found the models blind. And what potential shaping pays per
+step: the correlation of the model's step-to-step change of progress with the truth's, and the spread (std) of
+their difference (the reward's noise at shaping scale 1); and the correlation of their changes over 10 frames.
 
     benches/model_on_rollouts.py --model r0=models/r0.toml --model r1=models/r1.toml \\
         --out results.json DATASET [DATASET ...]
@@ -49,6 +51,14 @@ def read(model: str, dataset: Path, tmp: Path, bin_: str) -> tuple[np.ndarray, n
     return np.asarray(lab[key]), np.asarray(t["progress_gt"]), np.asarray(t["episode_index"])
 
 
+def step_changes(x: np.ndarray, episode: np.ndarray, h: int = 1) -> np.ndarray:
+    """Change over h frames within each episode (NaN where the frame h back is in another episode)."""
+    d = np.full(len(x), np.nan)
+    same = episode[h:] == episode[:-h]
+    d[h:][same] = (x[h:] - x[:-h])[same]
+    return d
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", required=True, metavar="NAME=MANIFEST")
@@ -65,11 +75,19 @@ def main() -> int:
                 p, g, e = read(model, d, Path(tmp), bin_)
                 P.append(p), G.append(g), E.append(i * 100000 + e)
             P, G, E = np.concatenate(P), np.concatenate(G), np.concatenate(E)
+            dP, dG = step_changes(P, E), step_changes(G, E)
+            ok = ~np.isnan(dP)
+            dP10, dG10 = step_changes(P, E, 10), step_changes(G, E, 10)
+            ok10 = ~np.isnan(dP10)
             per = [s for e in np.unique(E) if (s := spearman(P[E == e], G[E == e])) is not None]
             res = {"model": name, "manifest": model, "frames": int(len(P)), "episodes": int(len(np.unique(E))),
                    "mae": round(float(np.abs(P - G).mean()), 4), "spearman_pooled": spearman(P, G),
                    "spearman_per_episode_mean": round(float(np.mean(per)), 4) if per else None,
                    "mean_progress": round(float(P.mean()), 4), "mean_progress_gt": round(float(G.mean()), 4),
+                   "step_change_corr": round(float(np.corrcoef(dP[ok], dG[ok])[0, 1]), 4),
+                   "step_change_noise": round(float((dP[ok] - dG[ok]).std()), 4),
+                   "step_change_gt_std": round(float(dG[ok].std()), 4),
+                   "change_10_corr": round(float(np.corrcoef(dP10[ok10], dG10[ok10])[0, 1]), 4),
                    "by_true_progress": []}
             for lo, hi in BANDS:
                 m = (G >= lo) & (G < hi)

@@ -5,6 +5,7 @@ set-up: their mean curve is drawn (the seeds faint), and the mean's first crossi
     .venv/bin/python benches/plot_runs.py stream_learner     # docs/robot-learning.md: 1, 2, 4 actors vs serve
     .venv/bin/python benches/plot_runs.py robot_inputs       # docs/lab/2026-12-07-pixels.md: what the policy reads
     .venv/bin/python benches/plot_runs.py label_rounds       # docs/robot-learning.md: the labelled rounds
+    .venv/bin/python benches/plot_runs.py label_readout      # ... and the served readout (hard / soft)
     .venv/bin/python benches/plot_runs.py --run "label=path/curves.json" ... --title T --out fig.png
 """
 
@@ -43,6 +44,18 @@ FIGURES = {
         *[("round 1 (tau 0 on failures), 20 demos", f"{R}/label_rounds/push_r1zero_demos_s{s}/curves.json")
           for s in (0, 1, 2)],
         *[("round 2 (masked failures), 20 demos", f"{R}/label_rounds/push_r2mask_demos_s{s}/curves.json")
+          for s in (0, 1, 2)],
+    ]),
+    "label_readout": ("push-target, 20 demos, state policy, potential c = 1: the served readout (mean of seeds)", [
+        *[("oracle reward", f"{R}/label_rounds/push_oracle_demos_s{s}/curves.json") for s in (0, 1, 2)],
+        *[("oracle reward", f"{R}/label_readout/push_oracle_demos_s{s}/curves.json") for s in (3, 4, 5)],
+        *[("round 0, hard", f"{R}/label_rounds/push_r0clean_demos_s{s}/curves.json") for s in (0, 1, 2)],
+        *[("round 0, soft", f"{R}/label_readout/push_r0soft_demos_s{s}/curves.json") for s in (0, 1, 2)],
+        *[("round 1, hard", f"{R}/label_rounds/push_r1mask_demos_s{s}/curves.json") for s in (0, 1, 2)],
+        *[("round 1, soft", f"{R}/label_readout/push_r1soft_demos_s{s}/curves.json") for s in (0, 1, 2, 3, 4, 5)],
+        *[("round 1 + 'near' stage, hard", f"{R}/label_readout/push_r1near_demos_s{s}/curves.json")
+          for s in (0, 1, 2)],
+        *[("round 1 + 'near' stage, soft", f"{R}/label_readout/push_r1nearsoft_demos_s{s}/curves.json")
           for s in (0, 1, 2)],
     ]),
 }

@@ -96,3 +96,24 @@ def test_no_simulator_column_reaches_training(recorded):
     for f in (moved / "meta/episodes").rglob("*.parquet"):
         _rewrite(f, later)
     assert not _same(original, _prepare(tmp, moved, "moved"))
+
+
+def test_the_readout_is_written_to_the_manifest_and_served(recorded):
+    """`stagewise train` serves the readout the losses train (soft: every stage's progress weighted by its
+    probability) unless told `-- --progress hard`; the runtime reads the model either way."""
+    tmp, ds = recorded
+    for readout, extra in (("soft", []), ("hard", ["--", "--progress", "hard"])):
+        out = tmp / f"readout-{readout}"
+        run("train", "--dataset", str(ds), "--views", "front,side,wrist", "--state", "gripper_width", "--out",
+            str(out), "--name", "m", "--epochs", "1", "--samples-per-epoch", "64", "--val-every", "0",
+            *extra)  # fmt: skip
+        other = "hard" if readout == "soft" else "soft"
+        manifest = (out / "m.toml").read_text()
+        assert f'progress = "{readout}"' in manifest and f'progress = "{other}"' not in manifest
+        assert json.loads((out / "m.train.json").read_text())["args"]["progress"] == readout
+        labelled = tmp / f"labels-{readout}.parquet"
+        run("label", "--dataset", str(ds), "--model", str(out / "m.toml"), "--out", str(labelled), "--plots", "0",
+            "--provider", "cpu", "--workers", "1")  # fmt: skip
+        t = pq.read_table(labelled).to_pydict()
+        phi = np.asarray(t[next(c for c in t if "progress" in c and "delta" not in c)], dtype=float)
+        assert len(phi) > 0 and np.isfinite(phi).all() and ((phi >= 0) & (phi <= 1)).all()

@@ -372,7 +372,8 @@ def toml_list(xs, fmt="{:.6g}"):
 
 
 def write_manifest(
-    path, kind, onnx_name, views, frames, stride, state_names, h, w, outputs, stages, description, parts=None
+    path, kind, onnx_name, views, frames, stride, state_names, h, w, outputs, stages, description, parts=None,
+    readout="hard",
 ):
     lines = [
         f'kind = "{kind}"',
@@ -404,7 +405,7 @@ def write_manifest(
             "[stages]",
             "names = [" + ", ".join(f'"{n}"' for n in names) + "]",
             f"proportions = {toml_list(props)}",
-            'progress = "hard"',
+            f'progress = "{readout}"',
         ]
     if parts is not None:
         enc, head, emb, step = parts
@@ -434,9 +435,11 @@ def soft_progress_phi(logits, tau, P, a):
     return (logits.softmax(1) * (P[None] + a[None] * tau)).sum(1)
 
 
-def predict(model, flat, frames, stride, P, a, batch=512, blank=False):
-    """Hard progress phi and stage of every frame of `flat`; `blank`: every frame replaced by its own mean colour
-    (the pixel dependence ablation of tests/shipped_models.rs: a model that reads its cameras must get much worse)."""
+def predict(model, flat, frames, stride, P, a, batch=512, blank=False, readout="hard"):
+    """Progress phi (the `readout` a manifest serves: hard or soft) and stage of every frame of `flat`; `blank`:
+    every frame replaced by its own mean colour (the pixel dependence ablation of tests/shipped_models.rs: a model
+    that reads its cameras must get much worse)."""
+    phi_of = soft_progress_phi if readout == "soft" else progress_phi
     model.eval()
     phis, ks = [], []
     with torch.no_grad():
@@ -446,7 +449,7 @@ def predict(model, flat, frames, stride, P, a, batch=512, blank=False):
             if blank:
                 imgs = np.broadcast_to(imgs.mean(axis=(3, 4), keepdims=True).round(), imgs.shape).astype(np.uint8)
             logits, tau = model(to_tensor(imgs), torch.from_numpy(flat.state[g]))
-            phis.append(progress_phi(logits, tau, P, a).numpy())
+            phis.append(phi_of(logits, tau, P, a).numpy())
             ks.append(logits.argmax(1).numpy())
     return np.concatenate(phis), np.concatenate(ks)
 

@@ -128,8 +128,8 @@ def spearman(x):
 
 
 def metrics(model, flat, args, P, a):
-    phi, k = tr.predict(model, flat, args.frames, args.stride, P, a)
-    phi_b, _ = tr.predict(model, flat, args.frames, args.stride, P, a, blank=True)
+    phi, k = tr.predict(model, flat, args.frames, args.stride, P, a, readout=args.progress)
+    phi_b, _ = tr.predict(model, flat, args.frames, args.stride, P, a, blank=True, readout=args.progress)
     vocs = [spearman(phi[flat.ep == i]) for i, e in enumerate(flat.episodes) if e.get("success") is not False]
     # progress is compared where the labels give it (not in a failure's unfinished stage under --failed-tau mask)
     m = np.ones(flat.n, dtype=bool) if flat.tau_known is None or not flat.tau_known.any() else flat.tau_known
@@ -171,6 +171,9 @@ def main(argv=None, prog=None):
     ap.add_argument("--tau-datasets", default="", help="comma-separated datasets (as given to `stagewise train "
                     "--dataset`) whose episodes give tau targets; the others' train the stage head only, and a "
                     "success's last frame (tau_only_from). Default: all")
+    ap.add_argument("--progress", choices=["hard", "soft"], default="soft",
+                    help="the readout the manifest serves (DESIGN.md): soft (every stage's progress weighted by its "
+                         "probability: what the losses train; default) or hard (the argmax stage's)")
     ap.add_argument("--enc-min-size", type=int, default=4)
     ap.add_argument("--coord", type=int, default=1, choices=[0, 1])
     ap.add_argument("--colour", type=float, default=0.8)
@@ -247,7 +250,7 @@ def main(argv=None, prog=None):
     tr.write_manifest(
         os.path.join(args.out, stem + ".toml"), "stage_progress", stem + ".onnx", meta["views"], args.frames,
         args.stride, meta["state_names"], H, W, [("stage_logits", "stage_logits"), ("tau", "tau")],
-        (names, proportions), desc, parts,
+        (names, proportions), desc, parts, readout=args.progress,
     )
     size = os.path.getsize(onnx_path)
     record = {
