@@ -388,8 +388,8 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         .all(|x| x.is_finite() && (0.0..=1.0).contains(x)));
 
     // 7 (docs: "Adapt to a variant"). Adapt the model from one annotated demonstration (a few steps here), with
-    //    another episode replayed as the original task: the same files as train writes, the model's views, state
-    //    and stages kept.
+    //    another episode replayed as the original task: the same files as train writes, the model's views, state,
+    //    stages and readout (train's default, soft) kept.
     let adapted = tmp.path().join("models/my-task-dark");
     let out = ok(&stagewise(&[
         "adapt",
@@ -415,7 +415,8 @@ fn walkthrough_record_annotate_train_eval_label_run() {
         text.contains(r#"views = ["front", "side", "wrist"]"#)
             && text.contains(r#"state_names = ["ee_x", "ee_y", "ee_z", "gripper_width"]"#)
             && text.contains("[parts]")
-            && text.contains(r#"step = "my-task-dark-progress.step.onnx""#),
+            && text.contains(r#"step = "my-task-dark-progress.step.onnx""#)
+            && text.contains(r#"progress = "soft""#),
         "{text}"
     );
     let e = err(&stagewise(&[

@@ -381,7 +381,8 @@ def main(argv=None, prog=None):
 
     for line in atypical_demos(demo, proportions, man["stages"]["names"]):
         print(f"warning: {line}", flush=True)
-    margs = argparse.Namespace(frames=Fr, stride=stride)
+    readout = man["stages"].get("progress", "hard")  # the adapted model is read as the original was
+    margs = argparse.Namespace(frames=Fr, stride=stride, progress=readout)
     before = td.metrics(model, demo, margs, P, a)
     print(f"before: demonstrations VOC {before['voc']}, MAE {before['mae']:.4f}, stage accuracy "
           f"{before['stage_acc']:.3f}", flush=True)
@@ -422,6 +423,7 @@ def main(argv=None, prog=None):
         os.path.join(args.out, stem + ".toml"), "stage_progress", stem + ".onnx", man["views"], Fr, stride,
         man["state_names"], H, W, [("stage_logits", "stage_logits"), ("tau", "tau")],
         (list(man["stages"]["names"]), [float(p) for p in man["stages"]["proportions"]]), desc, parts,
+        readout=readout,
     )
     record = {
         "kind": "progress",

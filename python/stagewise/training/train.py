@@ -454,9 +454,9 @@ def predict(model, flat, frames, stride, P, a, batch=512, blank=False, readout="
     return np.concatenate(phis), np.concatenate(ks)
 
 
-def evaluate_progress(model, flat, frames, stride, P, a, batch=512, blank=False):
+def evaluate_progress(model, flat, frames, stride, P, a, batch=512, blank=False, readout="hard"):
     """(progress MAE, stage accuracy) on `flat` ([`predict`]'s phi and stage against the truth)."""
-    phi, k = predict(model, flat, frames, stride, P, a, batch, blank)
+    phi, k = predict(model, flat, frames, stride, P, a, batch, blank, readout)
     mae = float(np.abs(phi - flat.phi_gt).mean())
     acc = float((k == flat.stage).mean())
     return mae, acc
@@ -671,7 +671,8 @@ def train_progress(args, train, val, proportions, names, on_step=None):
         if cons_w > 0:
             msg += f" step-change MSE {cons_tot / max(len(order), 1):.2e}"
         if val is not None and (ep + 1 == args.epochs or (ep + 1) % args.eval_every == 0):
-            mae, acc = evaluate_progress(model, val, args.frames, args.stride, P, a)
+            mae, acc = evaluate_progress(model, val, args.frames, args.stride, P, a,
+                                         readout=getattr(args, "progress", "hard"))
             msg += f" | val MAE {mae:.4f} stage acc {acc:.3f}"
         print(msg, flush=True)
     return model, time.time() - t0
