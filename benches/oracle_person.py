@@ -86,8 +86,8 @@ def main(argv=None) -> int:
                     help="one more stage, NAME, starting inside the last where the oracle's progress reaches PROGRESS")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    names = args.stages.split(",")
-    split_at = None
+    task_stages = args.stages.split(",")
+    names, split_at = list(task_stages), None
     if args.split:
         name, _, at = args.split.partition(":")
         try:
@@ -99,8 +99,7 @@ def main(argv=None) -> int:
     if isinstance(episodes, str):
         print(episodes, file=sys.stderr)
         return 2
-    labelled = [{"episode_index": e, **person_labels(stage, success, len(names) - (split_at is not None),
-                                                    progress, split_at)}
+    labelled = [{"episode_index": e, **person_labels(stage, success, len(task_stages), progress, split_at)}
                 for e, stage, progress, success in episodes]
     args.out.write_text(json.dumps({"stages": names, "episodes": labelled}, indent=1))
     ok = sum(e["success"] for e in labelled)
