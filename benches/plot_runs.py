@@ -6,6 +6,7 @@ set-up: their mean curve is drawn (the seeds faint), and the mean's first crossi
     .venv/bin/python benches/plot_runs.py robot_inputs       # docs/lab/2026-12-07-pixels.md: what the policy reads
     .venv/bin/python benches/plot_runs.py label_rounds       # docs/robot-learning.md: the labelled rounds
     .venv/bin/python benches/plot_runs.py label_readout      # ... and the served readout (hard / soft)
+    .venv/bin/python benches/plot_runs.py label_pick         # ... on pick-place
     .venv/bin/python benches/plot_runs.py --run "label=path/curves.json" ... --title T --out fig.png
 """
 
@@ -56,6 +57,13 @@ FIGURES = {
         *[("round 1 + 'near' stage, hard", f"{R}/label_readout/push_r1near_demos_s{s}/curves.json")
           for s in (0, 1, 2)],
         *[("round 1 + 'near' stage, soft", f"{R}/label_readout/push_r1nearsoft_demos_s{s}/curves.json")
+          for s in (0, 1, 2)],
+    ]),
+    "label_pick": ("pick-place, 20 demos, state policy, stagewise learn's pick-place defaults: labelled rounds", [
+        *[("oracle reward", f"{R}/label_pick/pick_oracle_demos_s{s}/curves.json") for s in (0, 1, 2)],
+        *[("round 0 (soft): 200 labelled demos", f"{R}/label_pick/pick_r0soft_demos_s{s}/curves.json")
+          for s in (0, 1, 2)],
+        *[("round 1: + 50 labelled rollouts", f"{R}/label_pick/pick_r1mask_demos_s{s}/curves.json")
           for s in (0, 1, 2)],
     ]),
 }
