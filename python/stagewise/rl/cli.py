@@ -51,12 +51,13 @@ OPTIONS = {
          "with random shifts (DrQ), and the hand's position and gripper width); symmetry augmentation off with "
          "either"),
         ("--encoder-init", "encoder_init", str, "--obs pixels: the encoder's first weights: a stage-progress "
-         "model's manifest, whose encoder it copies, or `random` (default: the served reward model's encoder; "
-         "random with --reward sparse)"),
+         "model's manifest, whose encoder it copies, a keypoint encoder (.pt, `python -m stagewise.training "
+         "keypoints`: trained on camera frames alone; with --encoder-train head) or `random` (default: the served "
+         "reward model's encoder; random with --reward sparse)"),
         ("--pixel-shift", "pixel_shift", int, "--obs pixels: random shift augmentation, up to this many pixels "
          "(default 2)"),
         ("--encoder-train", "encoder_train", ("all", "head"), "--obs pixels: what the critics train: all (default, "
-         "DrQ) or head (only the per-view linear layer; the convs keep the reward model's weights and their output "
+         "DrQ) or head (only the per-view linear layer; the convs keep --encoder-init's weights and their output "
          "is cached in the replay: an update as cheap as on embeddings, no shift augmentation)"),
         ("--episode-ends", "episode_ends", ("env", "model"), "what ends a training episode and is its success: env "
          "(default: the simulator's success) or model (what a robot has: success detection on the served progress, "

@@ -105,7 +105,7 @@ class LearnConfig:
     # "pixels" (what a robot has): the camera frames (`serve --images`, --width x --height) through a conv encoder
     # the critics train with random shifts of up to `pixel_shift` pixels (DrQ), and the proprioception.
     # `encoder_init`: the encoder's first weights, a stage-progress model manifest's encoder ("": the served reward
-    # model's, random with --reward sparse) or "random".
+    # model's, random with --reward sparse), a keypoint encoder file (.pt, training/keypoints.py) or "random".
     obs: str = "state"
     encoder_init: str = ""
     pixel_shift: int = 2

@@ -37,17 +37,25 @@ class PixelSpec:
         return {"views": list(self.views), "width": self.width, "height": self.height}
 
 
-def load_encoder(manifest: str, spec: PixelSpec) -> nn.Module:
-    """The per-frame encoder of a train.py stage-progress model (`manifest`), its weights as trained; refused when
-    the model reads frames of another size."""
-    from ..training.adapt import load_progress_net
+def load_encoder(path: str, spec: PixelSpec) -> nn.Module:
+    """The per-frame encoder of a train.py stage-progress model (`path`: its manifest) or a keypoint encoder file
+    (`path`: .pt, `python -m stagewise.training keypoints`), its weights as trained; refused when it reads frames of
+    another size."""
+    if path.endswith(".pt"):
+        from ..training import keypoints
 
-    net, man, _ = load_progress_net(manifest)
-    img = man.get("image") or {}
-    if (img.get("height"), img.get("width")) != (spec.height, spec.width):
-        raise ValueError(f"{manifest}: its encoder reads {img.get('width')}x{img.get('height')} frames, the policy "
+        enc, _ = keypoints.load(path)
+        size = (enc.h, enc.w)
+    else:
+        from ..training.adapt import load_progress_net
+
+        net, man, _ = load_progress_net(path)
+        img = man.get("image") or {}
+        enc, size = copy.deepcopy(net.enc), (img.get("height"), img.get("width"))
+    if size != (spec.height, spec.width):
+        raise ValueError(f"{path}: its encoder reads {size[1]}x{size[0]} frames, the policy "
                          f"{spec.width}x{spec.height} (--width/--height)")
-    return copy.deepcopy(net.enc)
+    return enc
 
 
 def random_encoder(spec: PixelSpec, emb: int = 64) -> nn.Module:

@@ -6,6 +6,8 @@ venv (scripts/setup.sh installs the pinned torch, onnx, onnxruntime, pillow and 
     train-dataset   train_dataset.py: from arrays `stagewise train` prepared from any LeRobot v3 dataset
     adapt           adapt.py: fine-tune a progress model on a few demonstrations (`stagewise adapt`)
     export-parts    export_parts.py: add the two-part form (encoder + head) to a trained model
+    keypoints       keypoints.py: a keypoint encoder of camera frames, trained on the frames alone (the pixel
+                    learner's frozen input: `stagewise learn --obs pixels --encoder-init FILE.pt`)
 
 Importing this package imports nothing heavy: each job imports torch when it runs.
 """
@@ -16,4 +18,5 @@ JOBS = {
     "train-dataset": "train_dataset",
     "adapt": "adapt",
     "export-parts": "export_parts",
+    "keypoints": "keypoints",
 }

@@ -1,0 +1,44 @@
+"""A state learner that does not see some state fields (issue 47's diagnosis): `stagewise learn --obs state` with
+the named fields' columns of the policy's and critics' feature map zeroed (agent.feature_map), so the learner reads
+the rest exactly as the state learner does. Tells what a field (say the block's orientation) is worth to the
+learner, e.g. whether a camera encoder that locates the block but not its yaw can carry the learner.
+
+    STAGEWISE_BIN=target/debug/stagewise .venv/bin/python benches/learn_hiding_state.py \\
+        --hide block0_qw,block0_qx,block0_qy,block0_qz,grasped -- --task push-target --reward model \\
+        --episode-ends model --demos 20 --steps 150000 --seeds 0 --out benches/results/robot_inputs/push_state_noquat_s0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from stagewise.rl import __main__ as rl_main  # noqa: E402
+from stagewise.rl import agent  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hide", required=True, help="comma-separated state fields the learner does not see")
+    ap.add_argument("learn", nargs=argparse.REMAINDER, help="-- then `stagewise learn` arguments")
+    a = ap.parse_args()
+    hidden = set(a.hide.split(","))
+    full = agent.feature_map
+
+    def feature_map(names):
+        unknown = hidden - set(names)
+        if unknown:
+            raise SystemExit(f"--hide: {sorted(unknown)} not among the state's fields {names}")
+        w, b = full(names)
+        w[:, [i for i, n in enumerate(names) if n in hidden]] = 0.0
+        return w, b
+
+    agent.feature_map = feature_map  # Agent reads it from its module when it is built
+    return rl_main.main([x for x in a.learn if x != "--"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
