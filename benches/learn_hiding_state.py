@@ -11,6 +11,7 @@ learner, e.g. whether a camera encoder that locates the block but not its yaw ca
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -37,7 +38,13 @@ def main() -> int:
         return w, b
 
     agent.feature_map = feature_map  # Agent reads it from its module when it is built
-    return rl_main.main([x for x in a.learn if x != "--"])
+    learn = [x for x in a.learn if x != "--"]
+    if "--out" in learn:  # the run's own record (run.json) does not know: say it beside it
+        out = Path(learn[learn.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"hidden": sorted(hidden), "by": "benches/learn_hiding_state.py"}
+        (out / "hidden_state.json").write_text(json.dumps(record) + "\n")
+    return rl_main.main(learn)
 
 
 if __name__ == "__main__":

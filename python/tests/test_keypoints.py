@@ -81,7 +81,7 @@ def test_training_on_frames_moves_the_points_and_the_pixel_learner_reads_them_fr
     np.testing.assert_allclose(sess.run(None, {"state": obs})[0], agent.act(obs, deterministic=True), atol=1e-5)
 
 
-def test_bad_encoder_files_are_named(tmp_path, encoder_file):
+def test_bad_encoder_files_are_named(tmp_path, encoder_file, binary):
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a torch file")
     with pytest.raises(ValueError, match="junk.pt: not a keypoint encoder"):
@@ -94,6 +94,14 @@ def test_bad_encoder_files_are_named(tmp_path, encoder_file):
         load_encoder(str(encoder_file), PixelSpec(SPEC.views, 64, 64))
     with pytest.raises(SystemExit, match="none: missing meta/info.json"):
         keypoints.main(["--dataset", str(tmp_path / "none"), "--out", str(tmp_path / "x.pt"), "--steps", "1"])
+    # datasets of two frame sizes are refused, naming the second
+    subprocess.run([binary, "--log", "warn", "record", "--task", "push-target", "--episodes", "1", "--seed", "6",
+                    "--width", "16", "--height", "16", "--out", str(tmp_path / "small")],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    with pytest.raises(SystemExit, match="small: frames of .*one size"):
+        keypoints.main(["--dataset", str(encoder_file.parent / "data"), "--dataset", str(tmp_path / "small"),
+                        "--out", str(tmp_path / "x.pt"), "--steps", "1"])  # fmt: skip
+    assert not (tmp_path / "x.pt").exists()
 
 
 def test_smoke_run_learns_on_frozen_keypoints_and_exports_a_pixel_policy(tmp_path, binary, encoder_file):

@@ -175,6 +175,9 @@ def load_frames(datasets: list) -> tuple:
         if views is not None and ds.views != views:
             raise SystemExit(f"{root}: views {ds.views}, the first dataset has {views}")
         views = ds.views
+        sizes = {e.images.shape[2:] for e in ds.episodes} | ({frames[0].shape[2:]} if frames else set())
+        if len(sizes) > 1:
+            raise SystemExit(f"{root}: frames of {sorted(sizes)} (H, W, C): every dataset's frames must be one size")
         frames += [e.images for e in ds.episodes]
     if not frames or not views:
         raise SystemExit(f"{', '.join(datasets)}: no camera frames")
