@@ -39,12 +39,13 @@ def main() -> int:
 
     agent.feature_map = feature_map  # Agent reads it from its module when it is built
     learn = [x for x in a.learn if x != "--"]
-    if "--out" in learn:  # the run's own record (run.json) does not know: say it beside it
-        out = Path(learn[learn.index("--out") + 1])
-        out.mkdir(parents=True, exist_ok=True)
-        record = {"hidden": sorted(hidden), "by": "benches/learn_hiding_state.py"}
-        (out / "hidden_state.json").write_text(json.dumps(record) + "\n")
-    return rl_main.main(learn)
+    try:
+        return rl_main.main(learn)
+    finally:  # the run's own record (run.json) does not know: say it beside it (after: learn wants an empty --out)
+        out = Path(learn[learn.index("--out") + 1]) if "--out" in learn else None
+        if out is not None and out.is_dir():
+            record = {"hidden": sorted(hidden), "by": "benches/learn_hiding_state.py"}
+            (out / "hidden_state.json").write_text(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":

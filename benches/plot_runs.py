@@ -4,6 +4,7 @@ set-up: their mean curve is drawn (the seeds faint), and the mean's first crossi
 
     .venv/bin/python benches/plot_runs.py stream_learner     # docs/robot-learning.md: 1, 2, 4 actors vs serve
     .venv/bin/python benches/plot_runs.py robot_inputs       # docs/lab/2026-12-07-pixels.md: what the policy reads
+    .venv/bin/python benches/plot_runs.py keypoints --out benches/results/robot_inputs/keypoints/curves.png
     .venv/bin/python benches/plot_runs.py label_rounds       # docs/robot-learning.md: the labelled rounds
     .venv/bin/python benches/plot_runs.py label_readout      # ... and the served readout (hard / soft)
     .venv/bin/python benches/plot_runs.py label_pick         # ... on pick-place
@@ -32,6 +33,18 @@ FIGURES = {
         ("frozen embeddings, model's ends, 20 demos", f"{R}/robot_inputs/push_emb_demos_s0/curves.json"),
         ("pixels, convs frozen (head), model's ends, 20 demos", f"{R}/robot_inputs/push_pixhead_demos_s0/curves.json"),
         ("pixels, DrQ, model's ends, 20 demos", f"{R}/robot_inputs/push_pix_demos_s0/curves.json"),
+    ]),
+    "keypoints": ("push-target, shipped reward model (potential, c = 1), model's episode ends, 20 demos", [
+        ("state", f"{R}/robot_inputs/push_state_model_ends_demos_s0/curves.json"),
+        *[("state without the block's orientation or grasped", f"{R}/robot_inputs/push_state_noquat_s{s}/curves.json")
+          for s in (0, 1)],
+        ("pixels, DrQ (batch 128, 1 update a decision)", f"{R}/robot_inputs/push_pix_demos_s0/curves.json"),
+        ("frozen keypoints (16 a view)", f"{R}/robot_inputs/push_kp_demos_s0/curves.json"),
+        ("frozen keypoints, standardised, 4x updates", f"{R}/robot_inputs/push_kpn_utd8_demos_s0/curves.json"),
+        ("frozen keypoints + their displacements", f"{R}/robot_inputs/push_kprel_demos_s0/curves.json"),
+        ("frozen keypoints + displacements, 64x64 frames", f"{R}/robot_inputs/push_kp64_demos_s0/curves.json"),
+        ("state without orientation, no symmetry augmentation",
+         f"{R}/robot_inputs/push_state_noquat_nosym_s0/curves.json"),
     ]),
     "label_rounds": ("push-target, state policy, potential c = 1: rewards from labels a person gives (mean of seeds)", [
         *[("oracle reward", f"{R}/label_rounds/push_oracle_s{s}/curves.json") for s in (0, 1, 2)],
