@@ -45,6 +45,7 @@ FIGURES = {
         ("frozen keypoints + displacements, 64x64 frames", f"{R}/robot_inputs/push_kp64_demos_s0/curves.json"),
         ("state without orientation, no symmetry augmentation",
          f"{R}/robot_inputs/push_state_noquat_nosym_s0/curves.json"),
+        ("state, no symmetry augmentation", f"{R}/robot_inputs/push_state_nosym_s0/curves.json"),
     ]),
     "label_rounds": ("push-target, state policy, potential c = 1: rewards from labels a person gives (mean of seeds)", [
         *[("oracle reward", f"{R}/label_rounds/push_oracle_s{s}/curves.json") for s in (0, 1, 2)],
