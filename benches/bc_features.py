@@ -12,7 +12,6 @@ reward and no critic are involved.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -30,17 +29,12 @@ def demos(root: str):
     """(frames [N, V, H, W, 3], state [N, S], state names, actions [N, A] clipped to [-1, 1], views) of the
     successful, non-degraded episodes of a `stagewise record` dataset, the last frame of each left out (its action
     is zero)."""
-    import pyarrow.parquet as pq
-
+    from stagewise.bc.data import load_frames
     from stagewise.training import data
 
     ds = data.load(root, stage_names=[], proportions=[])
-    acts = {}
-    for f in sorted(glob.glob(os.path.join(root, "data", "chunk-*", "file-*.parquet"))):
-        t = pq.read_table(f, columns=["episode_index", "action"])
-        ep, a = t.column("episode_index").to_numpy(), np.stack(t.column("action").to_pylist())
-        for e in np.unique(ep):
-            acts[int(e)] = a[ep == e]
+    rows = load_frames(Path(root))  # the actions, in file (= frame) order
+    acts = {int(e): rows.action[rows.episode == e] for e in np.unique(rows.episode)}
     keep = [e for e in ds.episodes if e.success and not e.degraded]
     frames = np.concatenate([e.images[:-1] for e in keep])
     state = np.concatenate([e.state[:-1] for e in keep])

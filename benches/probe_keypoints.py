@@ -51,7 +51,8 @@ def features(encoder_path: str, root: str, every: int):
             x = normalise(images[k:k + 256].reshape(-1, h, w, 3))
             if getattr(enc, "coord", False):
                 x = torch.cat([x, enc.coords.expand(x.shape[0], -1, -1, -1)], 1)
-            out.append(enc.conv(x).flatten(1).reshape(-1, v * enc.conv(x[:1]).flatten(1).shape[1]).numpy())
+            z = enc.conv(x).flatten(1)
+            out.append(z.reshape(-1, v * z.shape[1]).numpy())
     proprio = state[:, [ds.state_names.index(p) for p in PROPRIOCEPTION]]
     return np.concatenate([np.concatenate(out), proprio], 1), state, ds.state_names
 
