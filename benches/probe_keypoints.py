@@ -33,28 +33,23 @@ LABELS = {"block_xy": ["block0_x", "block0_y"], "target_xy": ["target_x", "targe
 
 
 def features(encoder_path: str, root: str, every: int):
-    """(features [N, F], state [N, S], state names) of every `every`-th frame of `root`."""
-    import torch
-
-    from stagewise.rl.pixels import PixelSpec, load_encoder
+    """(features [N, F], state [N, S], state names) of every `every`-th frame of `root`: what the learner's replay
+    caches with `--encoder-train head` (PixelFeatures.conv_features: every view's frame through the frozen part,
+    then the proprioception)."""
+    from stagewise.rl.agent import feature_map
+    from stagewise.rl.pixels import PixelFeatures, PixelSpec, frames_vector, load_encoder
     from stagewise.training import data
-    from stagewise.training.keypoints import normalise
 
     ds = data.load(root, stage_names=[], proportions=[])
     images = np.concatenate([e.images[::every] for e in ds.episodes])
     state = np.concatenate([e.state[::every] for e in ds.episodes])
-    n, v, h, w = images.shape[:4]
-    enc = load_encoder(encoder_path, PixelSpec(ds.views, h, w)).eval()
-    out = []
-    with torch.no_grad():
-        for k in range(0, n, 256):
-            x = normalise(images[k:k + 256].reshape(-1, h, w, 3))
-            if getattr(enc, "coord", False):
-                x = torch.cat([x, enc.coords.expand(x.shape[0], -1, -1, -1)], 1)
-            z = enc.conv(x).flatten(1)
-            out.append(z.reshape(-1, v * z.shape[1]).numpy())
+    spec = PixelSpec(ds.views, images.shape[2], images.shape[3])
+    w, b = feature_map(list(PROPRIOCEPTION))
+    pf = PixelFeatures(spec, load_encoder(encoder_path, spec), w, b, 0, train_convs=False)
     proprio = state[:, [ds.state_names.index(p) for p in PROPRIOCEPTION]]
-    return np.concatenate([np.concatenate(out), proprio], 1), state, ds.state_names
+    feats = np.stack([pf.conv_features(np.concatenate([frames_vector(dict(zip(ds.views, f)), spec), p]))
+                      for f, p in zip(images, proprio)])
+    return feats, state, ds.state_names
 
 
 def main() -> None:
