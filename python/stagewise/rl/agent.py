@@ -44,7 +44,8 @@ def feature_map(names: List[str]):
     blocks = sorted({n.split("_")[0] for n in names if n.startswith("block") and n.endswith("_x")})
     for b in blocks:
         for ax in "xyz":
-            row({f"{b}_{ax}": 20.0, f"ee_{ax}": -20.0})
+            if f"{b}_{ax}" in idx:  # a locator gives the block's x, y only
+                row({f"{b}_{ax}": 20.0, f"ee_{ax}": -20.0})
     if "target_x" in idx and blocks:
         for ax in "xy":
             row({f"target_{ax}": 20.0, f"{blocks[0]}_{ax}": -20.0})

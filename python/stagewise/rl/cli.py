@@ -49,7 +49,7 @@ OPTIONS = {
          "camera frames, `serve --embeddings`, and the hand's position and gripper width; needs --reward model) or "
          "pixels (what a robot has: the camera frames, --width x --height, through a conv encoder the critics train "
          "with random shifts (DrQ), and the hand's position and gripper width); symmetry augmentation off with "
-         "either"),
+         "either (on with --locator)"),
         ("--encoder-init", "encoder_init", str, "--obs pixels: the encoder's first weights: a stage-progress "
          "model's manifest, whose encoder it copies, a keypoint encoder (.pt, `python -m stagewise.training "
          "keypoints`: trained on camera frames alone; with --encoder-train head) or `random` (default: the served "
@@ -59,6 +59,10 @@ OPTIONS = {
         ("--encoder-train", "encoder_train", ("all", "head"), "--obs pixels: what the critics train: all (default, "
          "DrQ) or head (only the per-view linear layer; the convs keep --encoder-init's weights and their output "
          "is cached in the replay: an update as cheap as on embeddings, no shift augmentation)"),
+        ("--locator", "locator", str, "--obs pixels: a locator file (.pt, `python -m stagewise.training locator`: "
+         "frames + proprioception -> where the objects are on the table, trained on a person's marks, frozen): the "
+         "learner reads the hand and the located positions as the state learner reads the state, symmetry "
+         "augmentation on (default 1); the policy still reads only frames and proprioception"),
         ("--episode-ends", "episode_ends", ("env", "model"), "what ends a training episode and is its success: env "
          "(default: the simulator's success) or model (what a robot has: success detection on the served progress, "
          "--success-delta, and the time limit; evaluation still reads the simulator's success, and curves.json "
@@ -199,8 +203,9 @@ def parse(argv: Optional[List[str]] = None) -> Dict[str, Any]:
         ns["policy_secret_file"] = os.path.abspath(ns["policy_secret_file"])
     if ns.get("init"):
         ns["init"] = os.path.abspath(ns["init"])
-    if ns.get("encoder_init") not in (None, "", "random"):
-        ns["encoder_init"] = os.path.abspath(ns["encoder_init"])
+    for k in ("encoder_init", "locator"):
+        if ns.get(k) not in (None, "", "random"):
+            ns[k] = os.path.abspath(ns[k])
     for k, v in ns.items():
         overrides[k.replace("__", ".")] = v
     if out["resume"] not in (None, True):

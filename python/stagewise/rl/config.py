@@ -112,6 +112,10 @@ class LearnConfig:
     # "all": the critics train the whole encoder (DrQ); "head": only its per-view linear layer, the convs kept as
     # `encoder_init` has them and their output cached in the replay (an update as cheap as on embeddings)
     encoder_train: str = "all"
+    # a locator file (training/locator.py: frames + proprioception -> the objects' table positions, trained on a
+    # person's marks, frozen): with --obs pixels the learner reads the proprioception and the located positions, as
+    # the state learner reads the state, with the symmetry augmentation; the exported policy reads the frames
+    locator: str = ""
     episode_ends: str = "env"
     # `--from-stream` (stream_learn.py): learn from actors (`stagewise run`) that stream their steps over zenoh and
     # take the pushed policies, instead of stepping a `serve`. `actors` > 0: start that many (each `actor_envs`
@@ -169,8 +173,13 @@ class LearnConfig:
             (self.obs in ("state", "embeddings", "pixels"), "obs", f"{self.obs!r} is not state, embeddings or pixels"),
             (self.obs != "embeddings" or self.reward == "model", "obs",
              "embeddings are the reward model's (`serve --embeddings`): they need --reward model"),
-            (self.obs == "state" or self.augment_symmetry == 0.0, "augment_symmetry",
-             f"the symmetry maps pivot on the block's pose, which --obs {self.obs} does not have: pass 0"),
+            (self.obs == "state" or bool(self.locator) or self.augment_symmetry == 0.0, "augment_symmetry",
+             f"the symmetry maps pivot on the block's pose, which --obs {self.obs} does not have (a --locator "
+             "gives it): pass 0"),
+            (not self.locator or self.obs == "pixels", "locator", "is an --obs pixels option"),
+            (not self.locator or self.encoder_train == "all" and not self.encoder_init, "locator",
+             "replaces the encoder: no --encoder-init / --encoder-train with it"),
+            (not self.locator or not self.from_stream, "locator", "is not an option of --from-stream (yet)"),
             (not self.encoder_init or self.obs == "pixels", "encoder_init", "is an --obs pixels option"),
             (0 <= self.pixel_shift <= 8, "pixel_shift", f"{self.pixel_shift} is not in 0..8 pixels"),
             (self.encoder_train in ("all", "head"), "encoder_train", f"{self.encoder_train!r} is not all or head"),
@@ -246,8 +255,8 @@ def build(task: str, overrides: Dict[str, Any]) -> LearnConfig:
     if form != defaults.get("reward_form.shaping", RewardConfig.shaping):
         # a task's settings of its own reward form do not carry over to another form asked for
         defaults = {k: v for k, v in defaults.items() if not k.startswith("reward_form.")}
-    if overrides.get("obs", "state") != "state":
-        defaults["augment_symmetry"] = 0.0  # its maps read the block's pose
+    if overrides.get("obs", "state") != "state" and not overrides.get("locator"):
+        defaults["augment_symmetry"] = 0.0  # its maps read the block's pose (which a locator gives)
     if overrides.get("init"):
         defaults["random_steps"] = 0  # a trained policy explores with its own actions, not uniform ones
     values = {"reward_form.shaping_scale": SHAPING_SCALE.get(form, RewardConfig.shaping_scale), **defaults,

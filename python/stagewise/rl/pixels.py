@@ -104,6 +104,11 @@ class PixelFeatures(nn.Module):
     def out_size(self) -> int:
         return len(self.spec.views) * self.emb + self.pw.shape[0]
 
+    @property
+    def proprio_size(self) -> int:
+        """Values of the observation after the frames."""
+        return self.pw.shape[1]
+
     def _convs(self, obs: torch.Tensor, augment: bool) -> torch.Tensor:
         """[B * views, C * h * w]: every frame through the encoder's convs (the encoder minus its linear layer)."""
         s, b = self.spec, obs.shape[0]
@@ -135,6 +140,56 @@ class PixelFeatures(nn.Module):
         return self._head(self._convs(obs, augment), obs[:, self.spec.size:])
 
 
+class LocatedFeatures(nn.Module):
+    """Observation [B, views * 3 * H * W + P] -> the state learner's features (`fw`, `fb`: agent.feature_map of
+    `names`) of the proprioception and where a frozen locator (training/locator.py) puts the objects: `names` =
+    the proprioception's names + the locator's (block0_x, ...). The replay keeps those values (`conv_features`),
+    named so that the symmetry augmentation maps them as it maps the state's."""
+
+    cached = True
+
+    def __init__(self, spec: PixelSpec, locator: nn.Module, proprio: List[str], fw: np.ndarray, fb: np.ndarray):
+        super().__init__()
+        if list(locator.views) != list(spec.views) or (locator.h, locator.w) != (spec.height, spec.width):
+            raise ValueError(f"the locator reads {', '.join(locator.views)} at {locator.w}x{locator.h}, the env "
+                             f"sends {', '.join(spec.views)} at {spec.width}x{spec.height}")
+        if list(locator.proprio) != list(proprio):
+            raise ValueError(f"the locator reads the proprioception {locator.proprio}, the policy {list(proprio)}")
+        self.spec, self.locator, self.n_proprio = spec, locator, len(proprio)
+        self.names = list(proprio) + list(locator.names)
+        for p in locator.parameters():
+            p.requires_grad_(False)
+        self.register_buffer("fw", torch.as_tensor(fw, dtype=torch.float32))
+        self.register_buffer("fb", torch.as_tensor(fb, dtype=torch.float32))
+        self.register_buffer("mean", torch.tensor(tr.MEAN, dtype=torch.float32).view(1, 1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(tr.STD, dtype=torch.float32).view(1, 1, 3, 1, 1))
+
+    @property
+    def out_size(self) -> int:
+        return self.fw.shape[0]
+
+    @property
+    def proprio_size(self) -> int:
+        return self.n_proprio
+
+    def located_state(self, obs: torch.Tensor) -> torch.Tensor:
+        """[B, len(names)]: the proprioception, then the located positions."""
+        s, b = self.spec, obs.shape[0]
+        frames = obs[:, :s.size].reshape(b, len(s.views), 3, s.height, s.width)
+        proprio = obs[:, s.size:]
+        return torch.cat([proprio, self.locator((frames / 255.0 - self.mean) / self.std, proprio)], 1)
+
+    @torch.no_grad()
+    def conv_features(self, obs: np.ndarray) -> np.ndarray:
+        """What the replay keeps of an observation: `located_state` (float32)."""
+        return self.located_state(torch.as_tensor(np.asarray(obs, np.float32)).reshape(1, -1))[0].numpy()
+
+    def forward(self, obs: torch.Tensor, augment: bool = False, cached: bool = False) -> torch.Tensor:
+        """Features of raw observations, or (`cached`) of what `conv_features` made of them."""
+        s = obs if cached else self.located_state(obs)
+        return s @ self.fw.T + self.fb
+
+
 class PixelActorGraph(nn.Module):
     """The deterministic actor on raw observations: what the exported policy computes."""
 
@@ -146,15 +201,16 @@ class PixelActorGraph(nn.Module):
         return torch.tanh(self.head(self.body(self.features(state)))).clamp(-1.0, 1.0)
 
 
-def pixel_actor_onnx(features: PixelFeatures, actor) -> bytes:
-    """ONNX bytes of `state` [N, views * 3 * H * W + P] -> `action` [N, A] (tanh of the actor's mean)."""
+def pixel_actor_onnx(features, actor) -> bytes:
+    """ONNX bytes of `state` [N, views * 3 * H * W + P] -> `action` [N, A] (tanh of the actor's mean);
+    `features` a PixelFeatures or LocatedFeatures."""
     act = actor.act
     head = nn.Linear(actor.head.in_features, act)
     with torch.no_grad():
         head.weight.copy_(actor.head.weight[:act])
         head.bias.copy_(actor.head.bias[:act])
     graph = copy.deepcopy(PixelActorGraph(features, actor.body, head)).eval()
-    example = torch.zeros(1, features.spec.size + features.pw.shape[1])
+    example = torch.zeros(1, features.spec.size + features.proprio_size)
     buf = io.BytesIO()
     with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice: the graph is plain convs + MLP
         warnings.simplefilter("ignore", DeprecationWarning)

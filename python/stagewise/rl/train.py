@@ -21,7 +21,7 @@ import torch
 from .. import launch
 from . import checkpoint as ckpt
 from .agent import Agent, GripperFlip, NStep, Replay, Symmetry, export_policy, feature_map, sample
-from .pixels import PixelFeatures, load_encoder, random_encoder
+from .pixels import LocatedFeatures, PixelFeatures, load_encoder, random_encoder
 from .config import PROPRIOCEPTION, LearnConfig
 from .envs import (Envs, ServeError, evaluate, learner_reward, reset, reward_mismatch, serve_args, step_all,
                    uses_advice)
@@ -64,6 +64,20 @@ def embedding_spec(env) -> dict:
         raise ServeError(f"{path}: its [parts] ({spec}) are not the embeddings the server sends "
                          f"{env.observation_space['embedding'].shape}")
     return spec
+
+
+def located_features(env, cfg: LearnConfig) -> LocatedFeatures:
+    """The pixel policy's input layers with `cfg.locator`: its located positions beside the proprioception, through
+    the state learner's feature map; a locator of other views, size or proprioception is an error naming it."""
+    from ..training import locator
+
+    try:
+        loc, _ = locator.load(cfg.locator)
+        names = list(PROPRIOCEPTION) + list(loc.names)
+        w, b = feature_map(names)
+        return LocatedFeatures(env.pixels, loc, list(PROPRIOCEPTION), w, b)
+    except (ValueError, KeyError) as e:
+        raise ServeError(f"--locator {cfg.locator}: {e}") from None
 
 
 def pixel_features(env, cfg: LearnConfig, served: Optional[str] = None) -> PixelFeatures:
@@ -134,7 +148,7 @@ class SeedRun:
         pixels = None
         if cfg.obs == "pixels":
             self.export_names, self.export_pixels = list(PROPRIOCEPTION), env.pixels.manifest()
-            pixels = pixel_features(env, cfg, self.reward_model())
+            pixels = located_features(env, cfg) if cfg.locator else pixel_features(env, cfg, self.reward_model())
         s_dim, a_dim = len(self.names), len(spec["action"]["low"])
         action_names = list(spec["action"].get("names", []))
         grip = action_names.index("gripper") if cfg.gripper_flip > 0 or cfg.agent.gripper_binary else None
@@ -143,7 +157,9 @@ class SeedRun:
             if cfg.gripper_flip > 0 else None
         self.agent = Agent(self.export_names if pixels else self.names, a_dim, cfg.agent, self.seed, grip, rise,
                            advice=cfg.reward_form.shaping_scale if uses_advice(cfg) else 0.0, pixels=pixels)
-        self.symmetry = Symmetry(self.names, cfg.augment_symmetry) if cfg.augment_symmetry > 0 else None
+        # the replay's names: with a locator, the hand's and the located positions (what the symmetry maps)
+        replay_names = pixels.names if isinstance(pixels, LocatedFeatures) else self.names
+        self.symmetry = Symmetry(replay_names, cfg.augment_symmetry) if cfg.augment_symmetry > 0 else None
         pix = env.pixels.size if pixels else 0
         # one transition per decision: camera bytes are sized by decisions (a few more for episodes' short last
         # ones), the state by env steps (as the shipped runs were)
@@ -198,7 +214,7 @@ class SeedRun:
         self.initialised_from = d.get("initialised_from")
 
     # what an agent's weights are shaped by: a fine-tune (--init) must agree on each
-    INIT_KEYS = ("task", "obs", "width", "height", "encoder_train", "action_repeat", "agent.algo", "agent.net",
+    INIT_KEYS = ("task", "obs", "width", "height", "encoder_train", "locator", "action_repeat", "agent.algo", "agent.net",
                  "agent.critics", "agent.layer_norm", "agent.gripper_binary")
 
     def init_from(self, where: str) -> None:

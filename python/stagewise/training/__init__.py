@@ -19,4 +19,5 @@ JOBS = {
     "adapt": "adapt",
     "export-parts": "export_parts",
     "keypoints": "keypoints",
+    "locator": "locator",
 }

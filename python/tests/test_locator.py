@@ -1,0 +1,150 @@
+"""The locator (`python -m stagewise.training locator`, issue 47): frames + proprioception -> the objects' table
+positions, trained on a person's marks; the pixel learner reads it frozen (`--obs pixels --locator FILE.pt`) with
+the state learner's symmetry augmentation, and the exported policy computes it from raw frames. benches/
+oracle_marks.py (the oracle plays the person) writes marks and scores a locator. Learning figures are benchmarks
+(docs/lab), not tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from stagewise import rl
+from stagewise.rl import cli, runner
+from stagewise.rl.agent import Agent, Replay, Symmetry, actor_onnx, feature_map
+from stagewise.rl.config import PROPRIOCEPTION, AgentConfig
+from stagewise.rl.pixels import LocatedFeatures, PixelSpec
+from stagewise.training import keypoints, locator
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = PixelSpec(["front", "side", "wrist"], 32, 32)
+NAMES = ["block0_x", "block0_y", "target_x", "target_y"]
+
+
+def bench(*args: str) -> str:
+    return subprocess.run([sys.executable, str(ROOT / "benches" / "oracle_marks.py"), *args], check=True,
+                          capture_output=True, text=True, timeout=300).stdout
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, binary):
+    """(dir, locator file): a keypoint encoder and a locator trained for a few steps on 3 recorded push-target
+    episodes (32x32), the oracle's marks of every 4th frame of the first 2."""
+    d = tmp_path_factory.mktemp("loc")
+    subprocess.run([binary, "--log", "warn", "record", "--task", "push-target", "--episodes", "3", "--degraded", "0",
+                    "--seed", "7", "--width", "32", "--height", "32", "--out", str(d / "data")],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    keypoints.main(["--dataset", str(d / "data"), "--out", str(d / "kp.pt"), "--points", "4", "--chans", "8",
+                    "--steps", "20", "--batch", "16", "--threads", "1"])  # fmt: skip
+    bench("write", "--dataset", str(d / "data"), "--episodes", "2", "--every", "4", "--out", str(d / "marks.json"))
+    locator.main(["--dataset", str(d / "data"), "--marks", str(d / "marks.json"), "--encoder", str(d / "kp.pt"),
+                  "--out", str(d / "loc.pt"), "--steps", "300", "--hidden", "32", "--threads", "1"])  # fmt: skip
+    return d, d / "loc.pt"
+
+
+def test_marks_train_a_locator_that_reads_the_views(trained):
+    d, path = trained
+    marks = json.loads((d / "marks.json").read_text())
+    assert marks["names"] == NAMES and {m["episode"] for m in marks["marks"]} == {0, 1}
+    loc, saved = locator.load(str(path))
+    assert loc.names == NAMES and loc.views == SPEC.views and loc.proprio == list(PROPRIOCEPTION)
+    assert saved["info"]["marks"] == len(marks["marks"]) and saved["info"]["marked_episodes"] == 2
+    # the keypoint convs are the encoder file's, untouched; the MLP fitted the marks
+    enc, _ = keypoints.load(str(d / "kp.pt"))
+    assert all(torch.equal(a, b) for a, b in zip(enc.state_dict().values(), loc.enc.state_dict().values()))
+    assert max(saved["info"]["mean_abs_error_cm"]["train"].values()) < 3.0
+    # scored on the unmarked third episode with and without its frames: blanking the views moves the answers
+    score = json.loads(bench("score", "--locator", str(path), "--dataset", str(d / "data"), "--every", "3"))
+    assert set(score["mean_abs_error_cm_views"]) == set(NAMES)
+    assert score["mean_abs_error_cm_views"] != score["mean_abs_error_cm_blanked"]
+
+
+def test_bad_marks_and_files_are_named(tmp_path, trained):
+    d, path = trained
+    args = ["--dataset", str(d / "data"), "--encoder", str(d / "kp.pt"), "--out", str(tmp_path / "x.pt")]
+    (tmp_path / "junk.json").write_text("{")
+    with pytest.raises(SystemExit, match="junk.json: not a marks file"):
+        locator.main(["--marks", str(tmp_path / "junk.json"), *args])
+    (tmp_path / "short.json").write_text(json.dumps({"names": NAMES, "marks": [{"episode": 0, "frame": 0,
+                                                                                 "values": [0.1]}]}))
+    with pytest.raises(SystemExit, match="short.json: every mark needs 4 finite values"):
+        locator.main(["--marks", str(tmp_path / "short.json"), *args])
+    (tmp_path / "far.json").write_text(json.dumps({"names": NAMES, "marks": [{"episode": 0, "frame": 99999,
+                                                                               "values": [0.0] * 4}]}))
+    with pytest.raises(SystemExit, match="far.json: a mark of episode 0 frame 99999"):
+        locator.main(["--marks", str(tmp_path / "far.json"), *args])
+    with pytest.raises(SystemExit, match="x.pt: not a keypoint encoder file"):
+        locator.main(["--marks", str(d / "marks.json"), "--dataset", str(d / "data"), "--encoder",
+                      str(tmp_path / "x.pt"), "--out", str(tmp_path / "y.pt")])  # fmt: skip
+    assert not (tmp_path / "x.pt").exists() and not (tmp_path / "y.pt").exists()
+    (tmp_path / "bad.pt").write_bytes(b"nope")
+    with pytest.raises(ValueError, match="bad.pt: not a locator file"):
+        locator.load(str(tmp_path / "bad.pt"))
+    loc, _ = locator.load(str(path))
+    w, b = feature_map(list(PROPRIOCEPTION) + NAMES)
+    with pytest.raises(ValueError, match="the locator reads front, side, wrist at 32x32, the env sends front at 64x64"):
+        LocatedFeatures(PixelSpec(["front"], 64, 64), loc, list(PROPRIOCEPTION), w, b)
+
+
+def test_the_learner_reads_located_positions_and_the_policy_computes_them_from_frames(trained):
+    _, path = trained
+    loc, _ = locator.load(str(path))
+    names = list(PROPRIOCEPTION) + NAMES
+    w, b = feature_map(names)
+    lf = LocatedFeatures(SPEC, loc, list(PROPRIOCEPTION), w, b)
+    assert lf.names == names and not [p for p in lf.parameters() if p.requires_grad]
+    agent = Agent(list(PROPRIOCEPTION), 4, AgentConfig(net=(32, 32)), 0, pixels=lf)
+    rng = np.random.default_rng(0)
+    obs = np.concatenate([rng.integers(0, 256, (9, SPEC.size)), rng.uniform(-0.3, 0.3, (9, 4))], 1).astype(np.float32)
+    s = lf.conv_features(obs[0])
+    assert s.shape == (8,) and np.array_equal(s[:4], obs[0, -4:]) and np.isfinite(s).all()
+    # the replay keeps (hand, located positions); the symmetry maps them as the state learner's (about the block)
+    buf = Replay(16, 8, 4)
+    buf.transform = lf.conv_features
+    for k in range(8):
+        buf.add(obs[k], rng.uniform(-1, 1, 4), 1.0, obs[k + 1], 0.99)
+    batch = buf.sample(8)
+    mapped = Symmetry(names, 1.0)(batch, torch.Generator().manual_seed(3))
+    bx, by = names.index("block0_x"), names.index("block0_y")
+    assert torch.equal(mapped[0][:, [bx, by]], batch[0][:, [bx, by]])  # the pivot stays
+    assert not torch.equal(mapped[0], batch[0])
+    before = {k: v.clone() for k, v in lf.state_dict().items()}
+    agent.update(mapped, actor_step=True)
+    assert all(torch.equal(v, before[k]) for k, v in lf.state_dict().items())  # the locator stays frozen
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(actor_onnx(agent), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"state": obs})[0], agent.act(obs, deterministic=True), atol=1e-5)
+
+
+def test_config_takes_a_locator_only_with_pixels_and_keeps_the_symmetry_on(trained):
+    _, path = trained
+    cfg = rl.build("push-target", {"reward": "model", "obs": "pixels", "locator": str(path)})
+    assert cfg.augment_symmetry == 1.0
+    assert rl.build("push-target", {"reward": "model", "obs": "pixels"}).augment_symmetry == 0.0
+    with pytest.raises(ValueError, match="locator: is an --obs pixels option"):
+        rl.build("push-target", {"reward": "model", "locator": str(path)})
+    with pytest.raises(ValueError, match="locator: replaces the encoder"):
+        rl.build("push-target", {"reward": "model", "obs": "pixels", "locator": str(path), "encoder_train": "head",
+                                 "encoder_init": str(path)})
+
+
+def test_smoke_run_learns_on_a_locator_and_exports_a_pixel_policy(tmp_path, trained):
+    _, path = trained
+    out = tmp_path / "run"
+    (run,) = runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--obs", "pixels",
+                                     "--locator", str(path), "--episode-ends", "model", "--demos", "2",
+                                     "--steps", "600", "--batch", "32", "--learning-starts", "300",
+                                     "--out", str(out)]))  # fmt: skip
+    assert run["updates"] > 0 and run["checkpoints"][-1]["steps"] >= 600
+    manifest = tomllib.loads((out / "seed-0" / "policy" / "push-target-model-0.toml").read_text())
+    assert manifest["pixels"] == SPEC.manifest() and manifest["state_names"] == list(PROPRIOCEPTION)
+    curves = json.loads((out / "curves.json").read_text())
+    assert curves["config"]["locator"] == str(path) and curves["config"]["augment_symmetry"] == 1.0
