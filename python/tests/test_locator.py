@@ -148,3 +148,27 @@ def test_smoke_run_learns_on_a_locator_and_exports_a_pixel_policy(tmp_path, trai
     assert manifest["pixels"] == SPEC.manifest() and manifest["state_names"] == list(PROPRIOCEPTION)
     curves = json.loads((out / "curves.json").read_text())
     assert curves["config"]["locator"] == str(path) and curves["config"]["augment_symmetry"] == 1.0
+
+
+def test_the_learner_refuses_a_locator_it_cannot_use_naming_the_file(tmp_path, trained):
+    from types import SimpleNamespace
+
+    from stagewise.errors import ServeError
+    from stagewise.rl.train import located_features
+
+    _, path = trained
+    loc, saved = locator.load(str(path))
+    env = SimpleNamespace(pixels=SPEC)
+    cfg = rl.build("push-target", {"reward": "model", "obs": "pixels", "locator": str(path)})
+    assert located_features(env, cfg).names == list(PROPRIOCEPTION) + NAMES
+    with pytest.raises(ServeError, match=r"loc.pt: the locator reads front, side, wrist at 32x32, the env sends"):
+        located_features(SimpleNamespace(pixels=PixelSpec(SPEC.views, 64, 64)), cfg)
+    # a locator of the target alone gives the symmetry maps no pivot
+    target_only = locator.Locator(loc.enc, loc.views, loc.proprio, ["target_x", "target_y"], 32)
+    locator.save(str(tmp_path / "target.pt"), target_only, saved["encoder"], {})
+    cfg = rl.build("push-target", {"reward": "model", "obs": "pixels", "locator": str(tmp_path / "target.pt")})
+    with pytest.raises(ServeError, match="target.pt: it locates target_x, target_y; the symmetry maps pivot"):
+        located_features(env, cfg)
+    cfg = rl.build("push-target", {"reward": "model", "obs": "pixels", "augment_symmetry": 0.0,
+                                   "locator": str(tmp_path / "target.pt")})
+    assert located_features(env, cfg).names == list(PROPRIOCEPTION) + ["target_x", "target_y"]

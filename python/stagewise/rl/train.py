@@ -74,6 +74,9 @@ def located_features(env, cfg: LearnConfig) -> LocatedFeatures:
     try:
         loc, _ = locator.load(cfg.locator)
         names = list(PROPRIOCEPTION) + list(loc.names)
+        if cfg.augment_symmetry > 0 and not {"block0_x", "block0_y"} <= set(names):
+            raise ValueError(f"it locates {', '.join(loc.names)}; the symmetry maps pivot on block0_x, block0_y "
+                             "(or pass --augment-symmetry 0)")
         w, b = feature_map(names)
         return LocatedFeatures(env.pixels, loc, list(PROPRIOCEPTION), w, b)
     except (ValueError, KeyError) as e:
