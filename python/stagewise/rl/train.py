@@ -217,8 +217,8 @@ class SeedRun:
         self.initialised_from = d.get("initialised_from")
 
     # what an agent's weights are shaped by: a fine-tune (--init) must agree on each
-    INIT_KEYS = ("task", "obs", "width", "height", "encoder_train", "locator", "action_repeat", "agent.algo", "agent.net",
-                 "agent.critics", "agent.layer_norm", "agent.gripper_binary")
+    INIT_KEYS = ("task", "obs", "width", "height", "encoder_train", "locator", "action_repeat", "agent.algo",
+                 "agent.net", "agent.critics", "agent.layer_norm", "agent.gripper_binary")
 
     def init_from(self, where: str) -> None:
         """--init: the agent (weights, optimisers, its update count) of another run's checkpoint, and with

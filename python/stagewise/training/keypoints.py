@@ -133,19 +133,31 @@ def save(path: str, enc: KeypointEncoder, views: list, info: dict) -> None:
                 "state_dict": enc.state_dict(), "info": info}, path)
 
 
-def load(path: str) -> tuple:
-    """(encoder, the saved dict) of a file `save` wrote; anything else is a ValueError naming the file."""
+def read_file(path: str, kind: str, what: str) -> dict:
+    """The dict a `save` of ours wrote with `kind`; anything else is a ValueError naming the file (`what` it should
+    be)."""
     try:
         d = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain values: no pickled code
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear error
-        raise ValueError(f"{path}: not a keypoint encoder file ({type(e).__name__}: {e})") from None
-    if not isinstance(d, dict) or d.get("kind") != KIND:
-        raise ValueError(f"{path}: not a keypoint encoder file (no kind = {KIND!r})")
+        raise ValueError(f"{path}: not a {what} file ({type(e).__name__}: {e})") from None
+    if not isinstance(d, dict) or d.get("kind") != kind:
+        raise ValueError(f"{path}: not a {what} file (no kind = {kind!r})")
+    return d
+
+
+def encoder_of(fields: dict) -> KeypointEncoder:
+    """An untrained encoder of the shape a saved file's fields give (KeyError, TypeError, ValueError if bad)."""
+    return KeypointEncoder(int(fields["height"]), int(fields["width"]), int(fields["points"]), int(fields["chans"]),
+                           int(fields["emb"]), bool(fields.get("relations", False)))
+
+
+def load(path: str) -> tuple:
+    """(encoder, the saved dict) of a file `save` wrote; anything else is a ValueError naming the file."""
+    d = read_file(path, KIND, "keypoint encoder")
     try:
-        enc = KeypointEncoder(int(d["height"]), int(d["width"]), int(d["points"]), int(d["chans"]), int(d["emb"]),
-                              bool(d.get("relations", False)))
+        enc = encoder_of(d)
         enc.load_state_dict(d["state_dict"])
-    except (KeyError, RuntimeError, TypeError) as e:
+    except (KeyError, RuntimeError, TypeError, ValueError) as e:
         raise ValueError(f"{path}: a keypoint encoder file with bad fields: {e}") from None
     return enc, d
 

@@ -73,17 +73,10 @@ def save(path: str, loc: Locator, encoder: dict, info: dict) -> None:
 
 def load(path: str) -> tuple:
     """(locator, the saved dict) of a file `save` wrote; anything else is a ValueError naming the file."""
+    d = keypoints.read_file(path, KIND, "locator")
     try:
-        d = torch.load(path, map_location="cpu", weights_only=True)  # tensors and plain values: no pickled code
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear error
-        raise ValueError(f"{path}: not a locator file ({type(e).__name__}: {e})") from None
-    if not isinstance(d, dict) or d.get("kind") != KIND:
-        raise ValueError(f"{path}: not a locator file (no kind = {KIND!r})")
-    try:
-        e = d["encoder"]
-        enc = keypoints.KeypointEncoder(int(e["height"]), int(e["width"]), int(e["points"]), int(e["chans"]),
-                                        int(e["emb"]), bool(e["relations"]))
-        loc = Locator(enc, list(d["views"]), list(d["proprio"]), list(d["names"]), int(d["hidden"]))
+        loc = Locator(keypoints.encoder_of(d["encoder"]), list(d["views"]), list(d["proprio"]), list(d["names"]),
+                      int(d["hidden"]))
         loc.load_state_dict(d["state_dict"])
     except (KeyError, RuntimeError, TypeError, ValueError) as err:
         raise ValueError(f"{path}: a locator file with bad fields: {err}") from None
