@@ -4,6 +4,7 @@
 # its success in the simulator on the same seeds.
 #
 #   STAGEWISE_BIN=target/release/stagewise benches/sim_to_robot.sh [POLICY_MANIFEST] [EPISODES] [SEED]
+#   TASK=push-target OUT=DIR benches/sim_to_robot.sh models/policies/push-target-pixels/....toml 40 7600000
 #
 # Defaults: models/policies/pick-place-rabc/pick-place-rabc.toml, 21 episodes, seed 5200000 (fresh seeds, far from
 # every training and evaluation range). Writes benches/results/sim_to_robot.{json,md} (OUT=DIR to change).
@@ -20,6 +21,7 @@ ROOT=$PWD
 POLICY=${1:-models/policies/pick-place-rabc/pick-place-rabc.toml}
 EPISODES=${2:-21}
 SEED=${3:-5200000}
+TASK=${TASK:-pick-place}
 OUT=${OUT:-benches/results}
 BIN=${STAGEWISE_BIN:-${CARGO_TARGET_DIR:-target}/release/stagewise}
 # EMULATOR_BIN: a separate emulator binary (e.g. target/release/stagewise-emulator); default `$BIN emulator`.
@@ -43,12 +45,12 @@ export STAGEWISE_POLICY_SECRET=$(awk '/^secret/{print $2}' "$TMP/keys.txt")
 
 # --link-timeout-ms 1000: a shared 2-core machine's scheduling gaps trip the 50 ms default (tests/robot_e2e.rs
 # does the same; the fault-injection suite checks the default).
-${EMULATOR_BIN:-"$BIN" emulator} --bind 127.0.0.1:$PORT --task pick-place --width 32 --height 32 \
+${EMULATOR_BIN:-"$BIN" emulator} --bind 127.0.0.1:$PORT --task "$TASK" --width 32 --height 32 \
     --link-key-file "$TMP/robot.key" --link-timeout-ms 1000 > "$TMP/emulator.log" 2>&1 &
 EMU_PID=$!
 sleep 1
 t0=$(date +%s)
-"$BIN" run --bridge udp://127.0.0.1:$PORT --link-key-file "$TMP/robot.key" --robot-name arm0 --policy-key "$PUB" \
+"$BIN" run --bridge udp://127.0.0.1:$PORT --task "$TASK" --link-key-file "$TMP/robot.key" --robot-name arm0 --policy-key "$PUB" \
     --policy random --episodes $((EPISODES + 1)) --hz 50 --seed "$SEED" --width 32 --height 32 --envs 1 \
     --listen tcp/127.0.0.1:$ZPORT --log-file "$TMP/run.swlog" --policy-state "$TMP/arm0.policy-state" \
     > "$TMP/run.log" 2>&1 &
@@ -61,13 +63,14 @@ wall=$(( $(date +%s) - t0 ))
 kill $EMU_PID; wait $EMU_PID 2>/dev/null || true; EMU_PID=""
 grep -q "policy accepted" "$TMP/run.log" || { echo "the run never accepted the pushed policy" >&2; exit 1; }
 
-"$BIN" eval policy --policy "$POLICY" --task pick-place --episodes "$EPISODES" --seed $((SEED + 1)) \
+"$BIN" eval policy --policy "$POLICY" --task "$TASK" --episodes "$EPISODES" --seed $((SEED + 1)) \
     --json "$TMP/sim.json" > "$TMP/sim.log" 2>&1 || { cat "$TMP/sim.log" >&2; exit 1; }
 
 mkdir -p "$OUT"
-"$PY" - "$TMP" "$SEED" "$EPISODES" "$POLICY" "$wall" "$OUT" <<'EOF'
+"$PY" - "$TMP" "$SEED" "$EPISODES" "$POLICY" "$wall" "$OUT" "$TASK" <<'EOF'
 import json, re, sys
-tmp, seed, n, policy, wall, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
+tmp, seed, n, policy, wall, out, task = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]),
+                                         sys.argv[6], sys.argv[7])
 want = set(range(seed + 1, seed + 1 + n))
 robot = {}
 for line in open(f"{tmp}/emulator.log"):
@@ -83,7 +86,7 @@ sim = json.load(open(f"{tmp}/sim.json"))
 sim_eps = {e["seed"]: e for e in sim["per_episode"]}
 rs = sum(r["success"] for r in robot.values())
 res = {
-    "policy": policy, "episodes": n, "seeds": [seed + 1, seed + n], "robot_success": rs / n,
+    "policy": policy, "task": task, "episodes": n, "seeds": [seed + 1, seed + n], "robot_success": rs / n,
     "robot_successes": rs, "sim_success": sim.get("success_rate"), "deadline_misses": int(misses[1]) if misses else None,
     "wall_s": wall, "robot": {str(k): v for k, v in sorted(robot.items())}, "sim": sim,
 }
@@ -94,7 +97,7 @@ for s in sorted(robot):
     rows.append(f"| {s} | {'yes' if robot[s]['success'] else 'no'} ({robot[s]['steps']} steps) | "
                 f"{'yes' if e.get('success') else 'no' if e else '?'} |")
 md = [f"Policy `{policy}` pushed signed (ed25519, version 1) to `stagewise run --bridge udp://...` driving "
-      f"`stagewise emulator` (pick-place, 32x32 scene frames, 50 Hz, authenticated link); {n} episodes, seeds "
+      f"`stagewise emulator` ({task}, 32x32 scene frames, 50 Hz, authenticated link); {n} episodes, seeds "
       f"{seed + 1}..{seed + n}; wall {wall} s; {res['deadline_misses']} deadline misses.", "",
       f"**Emulator: {rs}/{n} = {rs / n:.1%}; simulator (`stagewise eval policy`, same seeds): "
       f"{res['sim_success']:.1%}.**", "", "| seed | emulator success | simulator success |", "|---|---|---|", *rows]
