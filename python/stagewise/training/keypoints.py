@@ -196,6 +196,16 @@ def load_frames(datasets: list) -> tuple:
     return np.concatenate(frames), views
 
 
+def parse_seeded(ap: argparse.ArgumentParser, argv) -> tuple:
+    """(args, numpy generator) of a training job's parser with `--seed` and `--threads` added, torch seeded."""
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.threads)
+    return args, np.random.default_rng(args.seed)
+
+
 def main(argv=None, prog=None):
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", action="append", required=True,
@@ -208,12 +218,7 @@ def main(argv=None, prog=None):
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--batch", type=int, default=64, help="frames per step (default 64)")
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    rng = np.random.default_rng(args.seed)
+    args, rng = parse_seeded(ap, argv)
 
     t0 = time.time()
     frames, views = load_frames(args.dataset)

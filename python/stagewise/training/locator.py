@@ -148,12 +148,7 @@ def main(argv=None, prog=None):
                     help="1: the marks also fine-tune the keypoint convs (at a tenth of --lr; slower: the frames go "
                          "through the convs every step); 0 (default): frozen, their output computed once")
     ap.add_argument("--held-out", type=float, default=0.1, help="share of the marked episodes kept to score it")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(args.threads)
-    rng = np.random.default_rng(args.seed)
+    args, rng = keypoints.parse_seeded(ap, argv)
 
     t0 = time.time()
     names, ep, fr, y = read_marks(args.marks)
