@@ -172,3 +172,15 @@ def test_the_learner_refuses_a_locator_it_cannot_use_naming_the_file(tmp_path, t
     cfg = rl.build("push-target", {"reward": "model", "obs": "pixels", "augment_symmetry": 0.0,
                                    "locator": str(tmp_path / "target.pt")})
     assert located_features(env, cfg).names == list(PROPRIOCEPTION) + ["target_x", "target_y"]
+
+
+def test_train_convs_fine_tunes_the_keypoint_convs_on_the_marks(tmp_path, trained):
+    d, _ = trained
+    locator.main(["--dataset", str(d / "data"), "--marks", str(d / "marks.json"), "--encoder", str(d / "kp.pt"),
+                  "--out", str(tmp_path / "tc.pt"), "--train-convs", "1", "--steps", "3", "--batch", "4",
+                  "--hidden", "16", "--threads", "1"])  # fmt: skip
+    loc, saved = locator.load(str(tmp_path / "tc.pt"))
+    enc, _ = keypoints.load(str(d / "kp.pt"))
+    assert saved["info"]["train_convs"] is True
+    before, after = enc.conv.state_dict().values(), loc.enc.conv.state_dict().values()
+    assert any(not torch.equal(a, b) for a, b in zip(before, after))

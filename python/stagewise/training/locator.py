@@ -161,7 +161,7 @@ def main(argv=None, prog=None):
         raise SystemExit(f"{args.encoder}: reads {enc.w}x{enc.h} frames, {args.dataset} has "
                          f"{frames.shape[3]}x{frames.shape[2]}")
     loc = Locator(enc, views, list(PROPRIOCEPTION), names, args.hidden)
-    x = features(loc, frames)
+    x = None if args.train_convs else features(loc, frames)  # frozen convs: their output once
     p, yt = torch.as_tensor(prop), torch.as_tensor(y)
     episodes = np.unique(ep)
     held = set(rng.choice(episodes, int(round(len(episodes) * args.held_out)), replace=False).tolist()) \
@@ -174,7 +174,7 @@ def main(argv=None, prog=None):
         loc.y_mean.copy_(yt[tr_rows].mean(0))
         loc.y_std.copy_(yt[tr_rows].std(0).clamp_min(1e-3))
     print(f"{len(y)} marks of {len(episodes)} episodes ({len(held)} held out), {len(views)} views "
-          f"({', '.join(views)}) of {enc.w}x{enc.h}; features in {time.time() - t0:.0f} s", flush=True)
+          f"({', '.join(views)}) of {enc.w}x{enc.h}; read in {time.time() - t0:.0f} s", flush=True)
     groups = [{"params": loc.mlp.parameters()}]
     if args.train_convs:
         convs = [q for q in loc.enc.conv.parameters()]
@@ -196,7 +196,7 @@ def main(argv=None, prog=None):
     if args.train_convs:
         for q in loc.enc.parameters():
             q.requires_grad_(False)
-        x = features(loc, frames)  # the convs moved
+        x = features(loc, frames)  # as trained
     with torch.no_grad():
         err = (loc.head(x, p) - yt).abs()
     scores = {}
