@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import recorded_keypoints
 from stagewise import rl
 from stagewise.rl import cli, runner
 from stagewise.rl.agent import Agent, Replay, actor_onnx, feature_map
@@ -24,13 +25,7 @@ SPEC = PixelSpec(["front", "side", "wrist"], 32, 32)
 @pytest.fixture(scope="module")
 def encoder_file(tmp_path_factory, binary):
     """A keypoint encoder trained for a few steps on 2 recorded push-target episodes (32x32, 3 views)."""
-    d = tmp_path_factory.mktemp("kp")
-    subprocess.run([binary, "--log", "warn", "record", "--task", "push-target", "--episodes", "2", "--degraded", "0",
-                    "--seed", "5", "--width", "32", "--height", "32", "--out", str(d / "data")],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
-    keypoints.main(["--dataset", str(d / "data"), "--out", str(d / "kp.pt"), "--points", "4", "--chans", "8",
-                    "--steps", "30", "--batch", "16", "--threads", "1"])  # fmt: skip
-    return d / "kp.pt"
+    return recorded_keypoints(binary, tmp_path_factory.mktemp("kp"), episodes=2, seed=5, steps=30)
 
 
 def test_spatial_softmax_returns_where_each_map_peaks():
