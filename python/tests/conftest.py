@@ -66,15 +66,21 @@ def sparse_env(serve):
     env.close()
 
 
-def recorded_keypoints(binary: str, d: Path, episodes: int, seed: int, steps: int) -> Path:
-    """`d/kp.pt`: a small keypoint encoder (4 points, 8 channels) trained `steps` steps on `d/data`, `episodes`
-    clean push-target episodes recorded from `seed` at 32x32 (3 views)."""
+@pytest.fixture(scope="session")
+def recorded_keypoints(binary):
+    """`make(d, episodes, seed, steps)` -> `d/kp.pt`: a small keypoint encoder (4 points, 8 channels) trained
+    `steps` steps on `d/data`, `episodes` clean push-target episodes recorded from `seed` at 32x32 (3 views).
+    A fixture, not an importable helper: tests/python has its own conftest module, and pytest runs both folders
+    in one session."""
     from stagewise.training import keypoints
 
-    subprocess.run([binary, "--log", "warn", "record", "--task", "push-target", "--episodes", str(episodes),
-                    "--degraded", "0", "--seed", str(seed), "--width", "32", "--height", "32",
-                    "--out", str(d / "data")],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
-    keypoints.main(["--dataset", str(d / "data"), "--out", str(d / "kp.pt"), "--points", "4", "--chans", "8",
-                    "--steps", str(steps), "--batch", "16", "--threads", "1"])  # fmt: skip
-    return d / "kp.pt"
+    def make(d: Path, episodes: int, seed: int, steps: int) -> Path:
+        subprocess.run([binary, "--log", "warn", "record", "--task", "push-target", "--episodes", str(episodes),
+                        "--degraded", "0", "--seed", str(seed), "--width", "32", "--height", "32",
+                        "--out", str(d / "data")],
+                       check=True, capture_output=True, timeout=300)  # fmt: skip
+        keypoints.main(["--dataset", str(d / "data"), "--out", str(d / "kp.pt"), "--points", "4", "--chans", "8",
+                        "--steps", str(steps), "--batch", "16", "--threads", "1"])  # fmt: skip
+        return d / "kp.pt"
+
+    return make

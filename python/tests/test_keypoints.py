@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import recorded_keypoints
 from stagewise import rl
 from stagewise.rl import cli, runner
 from stagewise.rl.agent import Agent, Replay, actor_onnx, feature_map
@@ -23,9 +22,9 @@ SPEC = PixelSpec(["front", "side", "wrist"], 32, 32)
 
 
 @pytest.fixture(scope="module")
-def encoder_file(tmp_path_factory, binary):
+def encoder_file(tmp_path_factory, recorded_keypoints):
     """A keypoint encoder trained for a few steps on 2 recorded push-target episodes (32x32, 3 views)."""
-    return recorded_keypoints(binary, tmp_path_factory.mktemp("kp"), episodes=2, seed=5, steps=30)
+    return recorded_keypoints(tmp_path_factory.mktemp("kp"), episodes=2, seed=5, steps=30)
 
 
 def test_spatial_softmax_returns_where_each_map_peaks():

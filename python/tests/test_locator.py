@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import recorded_keypoints
 from stagewise import rl
 from stagewise.rl import cli, runner
 from stagewise.rl.agent import Agent, Replay, Symmetry, actor_onnx, feature_map
@@ -35,11 +34,11 @@ def bench(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, binary):
+def trained(tmp_path_factory, recorded_keypoints):
     """(dir, locator file): a keypoint encoder and a locator trained for a few steps on 3 recorded push-target
     episodes (32x32), the oracle's marks of every 4th frame of the first 2."""
     d = tmp_path_factory.mktemp("loc")
-    recorded_keypoints(binary, d, episodes=3, seed=7, steps=20)
+    recorded_keypoints(d, episodes=3, seed=7, steps=20)
     bench("write", "--dataset", str(d / "data"), "--episodes", "2", "--every", "4", "--out", str(d / "marks.json"))
     locator.main(["--dataset", str(d / "data"), "--marks", str(d / "marks.json"), "--encoder", str(d / "kp.pt"),
                   "--out", str(d / "loc.pt"), "--steps", "300", "--hidden", "32", "--threads", "1"])  # fmt: skip
