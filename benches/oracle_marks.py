@@ -30,7 +30,7 @@ def write(a) -> None:
     from stagewise.training import data
 
     names = a.names.split(",")
-    ds = data.load(a.dataset, stage_names=[], proportions=[], state_names=names)
+    ds = data.load(a.dataset, stage_names=[], proportions=[], state_names=names, labels=False)
     rng = np.random.default_rng(a.seed)
     marks = []
     for e in ds.episodes[: a.episodes]:
@@ -50,7 +50,7 @@ def score(a) -> dict:
     from stagewise.training import data, locator
 
     loc, _ = locator.load(a.locator)
-    ds = data.load(a.dataset, stage_names=[], proportions=[], state_names=loc.proprio + loc.names)
+    ds = data.load(a.dataset, stage_names=[], proportions=[], state_names=loc.proprio + loc.names, labels=False)
     if ds.views != loc.views:
         raise SystemExit(f"{a.dataset}: views {ds.views}, the locator reads {loc.views}")
     frames = np.concatenate([e.images[:: a.every] for e in ds.episodes])

@@ -62,6 +62,47 @@ def test_marks_train_a_locator_that_reads_the_views(trained):
     assert score["mean_abs_error_cm_views"] != score["mean_abs_error_cm_blanked"]
 
 
+def test_a_logged_runs_frames_train_a_locator_beside_a_recording(tmp_path, trained, binary):
+    """Marks of a robot's own logged run (`run --stream-images --log-file`, `log export`: no oracle labels) join
+    the recording's: the locator reads both sets; a set without labels is refused where training needs them."""
+    d, _ = trained
+    subprocess.run([binary, "--log", "warn", "run", "--task", "push-target", "--width", "32", "--height", "32",
+                    "--policy", str(ROOT / "models/policies/push-target-learned/push-target-learned.toml"),
+                    "--allow-unsigned-policies", "--episodes", "2", "--envs", "1", "--seed", "11", "--hz", "0",
+                    "--stream-images", "--no-stream", "--log-file", str(tmp_path / "r.swlog")],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run([binary, "--log", "warn", "log", "export", str(tmp_path / "r.swlog"), "--task", "push-target",
+                    "--out", str(tmp_path / "logged")], check=True, capture_output=True, timeout=300)  # fmt: skip
+    from stagewise.training import data
+
+    with pytest.raises(SystemExit, match=r"file-000.parquet: no column\(s\) \['progress_gt', 'stage_gt', 'degraded'\]"):
+        data.load(str(tmp_path / "logged"), stage_names=[], proportions=[])
+    logged = data.load(str(tmp_path / "logged"), stage_names=[], proportions=[], labels=False)
+    assert len(logged.episodes) == 2 and np.isnan(logged.episodes[0].progress).all()
+    bench("write", "--dataset", str(tmp_path / "logged"), "--episodes", "2", "--every", "4", "--out",
+          str(tmp_path / "logged.json"))  # fmt: skip
+    common = ["--encoder", str(d / "kp.pt"), "--steps", "50", "--hidden", "16", "--threads", "1"]
+    locator.main(["--dataset", str(d / "data"), "--marks", str(d / "marks.json"), "--dataset",
+                  str(tmp_path / "logged"), "--marks", str(tmp_path / "logged.json"), "--out",
+                  str(tmp_path / "both.pt"), *common])  # fmt: skip
+    _, saved = locator.load(str(tmp_path / "both.pt"))
+    mine = len(json.loads((d / "marks.json").read_text())["marks"])
+    theirs = len(json.loads((tmp_path / "logged.json").read_text())["marks"])
+    assert saved["info"]["marks"] == mine + theirs and saved["info"]["marked_episodes"] == 4
+    assert len(saved["info"]["datasets"]) == 2
+    with pytest.raises(SystemExit, match="2 --dataset but 1 --marks"):
+        locator.main(["--dataset", str(d / "data"), "--dataset", str(tmp_path / "logged"), "--marks",
+                      str(d / "marks.json"), "--out", str(tmp_path / "x.pt"), *common])  # fmt: skip
+    other = json.loads((tmp_path / "logged.json").read_text())
+    other["names"] = ["target_x", "target_y", "block0_x", "block0_y"]
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match=r"other.json: marks \['target_x'.*but .*marks.json marks \['block0_x'"):
+        locator.main(["--dataset", str(d / "data"), "--marks", str(d / "marks.json"), "--dataset",
+                      str(tmp_path / "logged"), "--marks", str(tmp_path / "other.json"), "--out",
+                      str(tmp_path / "x.pt"), *common])  # fmt: skip
+    assert not (tmp_path / "x.pt").exists()
+
+
 def test_bad_marks_and_files_are_named(tmp_path, trained):
     d, path = trained
     args = ["--dataset", str(d / "data"), "--encoder", str(d / "kp.pt"), "--out", str(tmp_path / "x.pt")]

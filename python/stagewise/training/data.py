@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
@@ -45,14 +46,27 @@ def _decode(b: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))
 
 
+LABEL_COLUMNS = ("progress_gt", "stage_gt", "degraded")
+
+
+def _column_or(t: pa.Table, name: str, dtype, fill) -> np.ndarray:
+    """Column `name` of `t` as `dtype`, or `fill` on every row where the set lacks it."""
+    if name in t.column_names:
+        return np.asarray(t.column(name).to_numpy(), dtype=dtype)
+    return np.full(t.num_rows, fill, dtype)
+
+
 def load(
     root: str,
     stage_names: list[str] | None = None,
     proportions: list[float] | None = None,
     state_names: list[str] | None = None,
+    labels: bool = True,
 ) -> Dataset:
     """Loads `root`. `state_names` picks those state fields, in that order (default: all of them); a name the
-    dataset does not have is an error naming it."""
+    dataset does not have is an error naming it. `labels=False` also reads a set without the oracle's labels
+    (`progress_gt`, `stage_gt`, `degraded`: a robot's logged run, `stagewise log export`), its progress NaN and
+    stage -1; with `labels=True` (training on them) a missing label column is an error naming it."""
     with open(os.path.join(root, "meta", "info.json")) as f:
         info = json.load(f)
     feats = info["features"]
@@ -87,9 +101,13 @@ def load(
         t = pq.read_table(p)
         ep_idx = np.asarray(t.column("episode_index").to_numpy())
         state = np.stack(t.column("observation.state").to_pylist()).astype(np.float32)[:, cols]
-        prog = np.asarray(t.column("progress_gt").to_numpy(), dtype=np.float32)
-        stage = np.asarray(t.column("stage_gt").to_numpy(), dtype=np.int64)
-        degr = np.asarray(t.column("degraded").to_numpy(), dtype=np.int64)
+        lacking = [c for c in LABEL_COLUMNS if c not in t.column_names]
+        if lacking and labels:
+            raise SystemExit(f"{p}: no column(s) {lacking}: the oracle's labels (a recorded set has them; a "
+                             "logged run does not)")
+        prog = _column_or(t, "progress_gt", np.float32, np.nan)
+        stage = _column_or(t, "stage_gt", np.int64, -1)
+        degr = _column_or(t, "degraded", np.int64, 0)
         # [rows, V, H, W, 3], decoded straight into one array per file (no per-frame arrays to stack: at a
         # million frames their copies and the heap they fragment would double the memory); an episode whose rows
         # are contiguous (as `stagewise record` writes them) is a view of it

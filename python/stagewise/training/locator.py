@@ -106,7 +106,7 @@ def marked_frames(root: str, ep: np.ndarray, fr: np.ndarray, proprio: list, mark
 
     if not os.path.isfile(os.path.join(root, "meta", "info.json")):
         raise SystemExit(f"{root}: missing meta/info.json (not a recorded dataset)")
-    ds = load_dataset(root, stage_names=[], proportions=[], state_names=proprio)
+    ds = load_dataset(root, stage_names=[], proportions=[], state_names=proprio, labels=False)
     by_index = {e.index: e for e in ds.episodes}
     frames, props = [], []
     for e, t in zip(ep, fr):
@@ -135,8 +135,11 @@ def main(argv=None, prog=None):
     from ..rl.config import PROPRIOCEPTION
 
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", required=True, help="the recorded dataset whose frames were marked")
-    ap.add_argument("--marks", required=True, help="the person's marks of those frames (JSON, see above)")
+    ap.add_argument("--dataset", required=True, action="append",
+                    help="the recorded dataset whose frames were marked (a recording or a logged run, `stagewise log "
+                         "export`); repeat it with --marks for several, paired in order")
+    ap.add_argument("--marks", required=True, action="append",
+                    help="the person's marks of that dataset's frames (JSON, see above)")
     ap.add_argument("--encoder", required=True, help="a keypoint encoder file (python -m stagewise.training keypoints)")
     ap.add_argument("--out", required=True, help="the locator file to write (.pt)")
     ap.add_argument("--hidden", type=int, default=256)
@@ -151,15 +154,29 @@ def main(argv=None, prog=None):
     args, rng = keypoints.parse_seeded(ap, argv)
 
     t0 = time.time()
-    names, ep, fr, y = read_marks(args.marks)
+    if len(args.dataset) != len(args.marks):
+        raise SystemExit(f"{len(args.dataset)} --dataset but {len(args.marks)} --marks: give one marks file per "
+                         "dataset, in the same order")
     try:
         enc, enc_file = keypoints.load(args.encoder)
     except ValueError as e:
         raise SystemExit(str(e)) from None
-    frames, prop, views = marked_frames(args.dataset, ep, fr, list(PROPRIOCEPTION), args.marks)
-    if frames.shape[2:4] != (enc.h, enc.w):
-        raise SystemExit(f"{args.encoder}: reads {enc.w}x{enc.h} frames, {args.dataset} has "
-                         f"{frames.shape[3]}x{frames.shape[2]}")
+    names, ep, y, frames, prop, views = None, [], [], [], [], None
+    for k, (root, marks_path) in enumerate(zip(args.dataset, args.marks)):
+        n, e, f, v = read_marks(marks_path)
+        if names is not None and n != names:
+            raise SystemExit(f"{marks_path}: marks {n}, but {args.marks[0]} marks {names}")
+        fk, pk, vk = marked_frames(root, e, f, list(PROPRIOCEPTION), marks_path)
+        if views is not None and vk != views:
+            raise SystemExit(f"{root}: views {vk}, but {args.dataset[0]} has {views}")
+        if fk.shape[2:4] != (enc.h, enc.w):
+            raise SystemExit(f"{args.encoder}: reads {enc.w}x{enc.h} frames, {root} has {fk.shape[3]}x{fk.shape[2]}")
+        names, views = n, vk
+        ep.append(e + k * 1_000_000_000)  # episodes of different sets stay apart (held out as a whole)
+        y.append(v)
+        frames.append(fk)
+        prop.append(pk)
+    ep, y, frames, prop = np.concatenate(ep), np.concatenate(y), np.concatenate(frames), np.concatenate(prop)
     loc = Locator(enc, views, list(PROPRIOCEPTION), names, args.hidden)
     x = None if args.train_convs else features(loc, frames)  # frozen convs: their output once
     p, yt = torch.as_tensor(prop), torch.as_tensor(y)
@@ -203,7 +220,8 @@ def main(argv=None, prog=None):
     for part, rows in (("train", ~val), ("held_out", val)):
         if rows.any():
             scores[part] = {n: round(float(err[rows, k].mean()) * 100, 2) for k, n in enumerate(names)}
-    info = {"dataset": os.path.abspath(args.dataset), "marks_file": os.path.abspath(args.marks),
+    info = {"datasets": [os.path.abspath(d) for d in args.dataset],
+            "marks_files": [os.path.abspath(m) for m in args.marks],
             "marks": int(len(y)), "marked_episodes": int(len(episodes)), "encoder": os.path.abspath(args.encoder),
             "steps": args.steps, "train_convs": bool(args.train_convs), "seed": args.seed, "mean_abs_error_cm": scores,
             "seconds": round(time.time() - t0, 1)}
