@@ -145,23 +145,29 @@ POLICIES = {"policy8x4": dict(state=8, action=4, seed=4),
 
 # A pixel policy ([pixels] in its manifest): camera frames (raw bytes as f32, channel-major) then named state.
 PIXEL_POLICIES = {"pixel3v8": dict(views=["front", "side", "wrist"], size=8,
-                                   state_names=["ee_x", "ee_y", "ee_z", "gripper_width"])}
+                                   state_names=["ee_x", "ee_y", "ee_z", "gripper_width"]),
+                  # [pixels] remember_first: its frames means are the episode's first observation's
+                  "pixel3v8first": dict(views=["front", "side", "wrist"], size=8,
+                                        state_names=["ee_x", "ee_y", "ee_z", "gripper_width"], remember_first=True)}
 
 
-def build_pixel_policy(name, views, size, state_names):
+def build_pixel_policy(name, views, size, state_names, remember_first=False):
     """A linear pixel policy, so that a test can compute its action from the frames it was fed:
     state f32 [N, len(views) * 3 * size * size + len(state_names)] -> action f32 [N, 4] with
     action[k] = mean of view k's channel k (k < 3: front red, side green, wrist blue) / 255 * 2 - 1 and
-    action[3] = the last state field (gripper_width). No weights are random: nothing to seed."""
+    action[3] = the last state field (gripper_width). No weights are random: nothing to seed. `remember_first`:
+    the row is followed by the episode's first row, and action[k < 3] reads that one's frames."""
     plane, frame = size * size, 3 * size * size
-    width = len(views) * frame + len(state_names)
+    row = len(views) * frame + len(state_names)
+    width = 2 * row if remember_first else row
+    first = row if remember_first else 0
     w = np.zeros((width, 4), dtype=np.float32)
     b = np.zeros(4, dtype=np.float32)
     for k in range(min(3, len(views))):
-        start = k * frame + k * plane
+        start = first + k * frame + k * plane
         w[start:start + plane, k] = 2.0 / (255.0 * plane)
         b[k] = -1.0
-    w[width - 1, 3] = 1.0
+    w[row - 1, 3] = 1.0
     graph = helper.make_graph(
         [helper.make_node("Gemm", ["state", "w", "b"], ["action"])], name,
         [helper.make_tensor_value_info("state", TensorProto.FLOAT, ["N", width])],
@@ -224,6 +230,7 @@ def pixel_policy_manifest(name, spec, sha):
         f'views = {quoted(spec["views"])}',
         f'width = {spec["size"]}',
         f'height = {spec["size"]}',
+        *(["remember_first = true"] if spec.get("remember_first") else []),
         "",
         "[inputs]",
         'state = "state"',

@@ -117,14 +117,21 @@ def _inputs_metadata(state_names, pixels, embeddings) -> Dict[str, str]:
     for key, value, fields in ((PIXELS_KEY, pixels, _PIXELS_FIELDS), (EMBEDDINGS_KEY, embeddings, _EMBEDDINGS_FIELDS)):
         if value is None:
             continue
-        if not isinstance(value, dict) or set(value) != set(fields):
-            raise ValueError(f"{key.split('.')[1]} must be a dict of exactly {', '.join(fields)}, not {value!r}")
+        optional = {"remember_first"} if key == PIXELS_KEY else set()
+        if not isinstance(value, dict) or not set(fields) <= set(value) <= set(fields) | optional:
+            extra = f" (optional: {', '.join(sorted(optional))})" if optional else ""
+            raise ValueError(f"{key.split('.')[1]} must be a dict of exactly {', '.join(fields)}{extra}, not "
+                             f"{value!r}")
         if key == PIXELS_KEY:
             views = [str(v) for v in value["views"]]
             w, h = int(value["width"]), int(value["height"])
-            if not views or len(set(views)) != len(views) or not (1 <= w <= 4096 and 1 <= h <= 4096):
-                raise ValueError(f"pixels {value!r}: unique views and width, height in 1..=4096 expected")
-            props[key] = json.dumps({"views": views, "width": w, "height": h})
+            first = value.get("remember_first", False)
+            if not views or len(set(views)) != len(views) or not (1 <= w <= 4096 and 1 <= h <= 4096) \
+                    or not isinstance(first, bool):
+                raise ValueError(f"pixels {value!r}: unique views, width and height in 1..=4096, remember_first "
+                                 "true or false expected")
+            props[key] = json.dumps({"views": views, "width": w, "height": h,
+                                     **({"remember_first": True} if first else {})})
         else:
             sha, v, n = str(value["encoder_sha256"]), int(value["views"]), int(value["size"])
             if len(sha) != 64 or any(c not in "0123456789abcdefABCDEF" for c in sha) or v < 1 or n < 1:
@@ -133,15 +140,16 @@ def _inputs_metadata(state_names, pixels, embeddings) -> Dict[str, str]:
     return props
 
 
-def _input_width(props: Dict[str, str]) -> int:
-    """Values of a policy's input before its state, from its inputs' metadata."""
+def _input_width(props: Dict[str, str], state: int) -> int:
+    """Values of a policy's input row for `state` state fields, from its inputs' metadata: what comes before the
+    state (frames or embeddings), then the state; twice with pixels' remember_first (now, then the first)."""
     if PIXELS_KEY in props:
         p = json.loads(props[PIXELS_KEY])
-        return len(p["views"]) * 3 * p["width"] * p["height"]
+        return (len(p["views"]) * 3 * p["width"] * p["height"] + state) * (2 if p.get("remember_first") else 1)
     if EMBEDDINGS_KEY in props:
         e = json.loads(props[EMBEDDINGS_KEY])
-        return e["views"] * e["size"]
-    return 0
+        return e["views"] * e["size"] + state
+    return state
 
 
 def with_inputs(onnx_bytes: bytes, *, state_names: Optional[Sequence[str]] = None,
@@ -151,7 +159,7 @@ def with_inputs(onnx_bytes: bytes, *, state_names: Optional[Sequence[str]] = Non
     `stagewise.publish_policy`, which an actor binds as it binds a manifest policy (state fields by name, frames
     from its cameras at their size, embeddings from its reward model's encoder) instead of reading its whole
     state. `state_names`: the state fields in input order (`stagewise.state_names`); `pixels` ({views, width,
-    height}: `stagewise.pixels`) or `embeddings` ({encoder_sha256, views, size}: `stagewise.embeddings`): what the
+    height[, remember_first]}: `stagewise.pixels`) or `embeddings` ({encoder_sha256, views, size}: `stagewise.embeddings`): what the
     input holds before them; `action_repeat` (1..=1000: `stagewise.action_repeat`). Keys left None are left as the
     graph has them. When `state_names` is given and the graph's input width is fixed, it must be the frames' or
     embeddings' values plus one per name."""
@@ -168,10 +176,11 @@ def with_inputs(onnx_bytes: bytes, *, state_names: Optional[Sequence[str]] = Non
     model = onnx.load_from_string(onnx_bytes)
     if state_names is not None and len(model.graph.input) == 1:
         dims = [d.dim_value if d.HasField("dim_value") else None for d in model.graph.input[0].type.tensor_type.shape.dim]
-        want = _input_width(props) + len(state_names)
+        want = _input_width(props, len(state_names))
         if len(dims) == 2 and dims[1] is not None and dims[1] != want:
+            before = props.get(PIXELS_KEY) or props.get(EMBEDDINGS_KEY) or "nothing before them"
             raise ValueError(f"the graph's input has {dims[1]} values; these inputs are {want} "
-                             f"({_input_width(props)} before {len(state_names)} state fields)")
+                             f"({len(state_names)} state fields, {before})")
     merged = {p.key: p.value for p in model.metadata_props}
     merged.update(props)
     del model.metadata_props[:]

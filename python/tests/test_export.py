@@ -157,6 +157,9 @@ def test_with_inputs_makes_push_ready_bytes_and_refuses_what_the_runtime_would()
     x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
     np.testing.assert_allclose(_run(again, x)[0], _run(data, x)[0])
     assert with_inputs(data) == data
+    first = {"views": ["front"], "width": 1, "height": 1, "remember_first": True}
+    wide = mlp_to_onnx([nn.Linear(8, 4)], 8, 4)
+    assert json.loads(_meta(with_inputs(wide, state_names=["ee_x"], pixels=first))["stagewise.pixels"]) == first
     sha = "0" * 64
     for kwargs, words in [
         (dict(state_names=["ee_x", "ee_x", "ee_y"]), "unique"),
@@ -165,6 +168,10 @@ def test_with_inputs_makes_push_ready_bytes_and_refuses_what_the_runtime_would()
               embeddings={"encoder_sha256": sha, "views": 1, "size": 1}), "not both"),
         (dict(pixels={"views": ["front"], "width": 1}), "exactly views, width, height"),
         (dict(pixels={"views": ["front"], "width": 0, "height": 1}), "1..=4096"),
+        (dict(pixels={"views": ["front"], "width": 1, "height": 1, "remember_first": 1}), "remember_first true"),
+        # remember_first: (3 frame values + 1 state value) x 2 = 8, not the graph's 3
+        (dict(state_names=["ee_x"], pixels={"views": ["front"], "width": 1, "height": 1, "remember_first": True}),
+         "input has 3 values; these inputs are 8"),
         (dict(embeddings={"encoder_sha256": "abc", "views": 1, "size": 1}), "64 hex digits"),
         (dict(action_repeat=0), "1..=1000"),
     ]:

@@ -187,6 +187,61 @@ def test_smoke_run_learns_on_a_locator_and_exports_a_pixel_policy(tmp_path, trai
     assert curves["config"]["locator"] == str(path) and curves["config"]["augment_symmetry"] == 1.0
 
 
+def test_positions_located_at_the_start_come_from_the_episodes_first_observation(trained):
+    """--locate-at-start target_x,target_y: the input is (now, first); the target is located on the first
+    observation's frames, the block and the hand on the current one, in the agent and in its ONNX alike."""
+    _, path = trained
+    loc, _ = locator.load(str(path))
+    names = list(PROPRIOCEPTION) + NAMES
+    w, b = feature_map(names)
+    lf = LocatedFeatures(SPEC, loc, list(PROPRIOCEPTION), w, b, ["target_x", "target_y"])
+    plain = LocatedFeatures(SPEC, loc, list(PROPRIOCEPTION), w, b)
+    row = SPEC.size + len(PROPRIOCEPTION)
+    assert lf.in_size == 2 * row and plain.in_size == row
+    rng = np.random.default_rng(1)
+    rows = np.concatenate([rng.integers(0, 256, (6, SPEC.size)), rng.uniform(-0.3, 0.3, (6, 4))], 1)
+    obs = np.concatenate([rows[:3], rows[3:]], 1).astype(np.float32)  # now: rows 0-2, first: rows 3-5
+    got = lf.located_state(torch.as_tensor(obs)).numpy()
+    now, first = (plain.located_state(torch.as_tensor(r, dtype=torch.float32)).numpy() for r in (rows[:3], rows[3:]))
+    np.testing.assert_allclose(got[:, :6], now[:, :6], atol=1e-6)  # hand, block: now
+    np.testing.assert_allclose(got[:, 6:], first[:, 6:], atol=1e-6)  # target: the first observation
+    agent = Agent(list(PROPRIOCEPTION), 4, AgentConfig(net=(32, 32)), 0, pixels=lf)
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(actor_onnx(agent), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"state": obs})[0], agent.act(obs, deterministic=True), atol=1e-5)
+    with pytest.raises(ValueError, match="locate_at_start: names a --locator's positions"):
+        rl.build("push-target", {"reward": "model", "obs": "pixels", "locate_at_start": "target_x"})
+
+
+def test_smoke_run_with_positions_located_at_the_start_runs_in_the_runtime(tmp_path, trained, binary):
+    """The learner's envs append each episode's first observation; the exported policy says remember_first, and
+    `stagewise eval policy` feeds it (the runtime keeps each env's first observation)."""
+    from types import SimpleNamespace
+
+    from stagewise.errors import ServeError
+    from stagewise.rl.train import located_features
+
+    _, path = trained
+    cfg = rl.build("push-target", {"reward": "model", "obs": "pixels", "locator": str(path),
+                                   "locate_at_start": "target_x,block9_x"})
+    with pytest.raises(ServeError, match="--locate-at-start target_x,block9_x: it locates .*, not block9_x"):
+        located_features(SimpleNamespace(pixels=SPEC), cfg)
+    out = tmp_path / "run"
+    runner.learn(cli.parse(["--smoke", "--task", "push-target", "--reward", "model", "--obs", "pixels",
+                            "--locator", str(path), "--locate-at-start", "target_x,target_y", "--episode-ends",
+                            "model", "--demos", "2", "--steps", "400", "--batch", "32", "--learning-starts", "200",
+                            "--out", str(out)]))  # fmt: skip
+    policy = out / "seed-0" / "policy" / "push-target-model-0.toml"
+    manifest = tomllib.loads(policy.read_text())
+    assert manifest["pixels"] == {**SPEC.manifest(), "remember_first": True}
+    r = subprocess.run([binary, "--log", "warn", "eval", "policy", "--policy", str(policy), "--task", "push-target",
+                        "--episodes", "2", "--seed", "3", "--json", str(tmp_path / "ev.json")],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "ev.json").read_text())["episodes"] == 2
+
+
 def test_the_learner_refuses_a_locator_it_cannot_use_naming_the_file(tmp_path, trained):
     from types import SimpleNamespace
 

@@ -237,13 +237,17 @@ pub(crate) const PIXELS_AND_EMBEDDINGS: &str =
 /// channel-major `[3, height, width]` RGB with the raw bytes 0..255 as f32 (the graph normalises them itself),
 /// before the named state fields in the policy's input (`[N, views * 3 * height * width + state_size]`). Frames
 /// are picked by view name and must be exactly this size: the runtime renders or refuses, it never resizes (a
-/// resized frame is not what the policy was trained on).
+/// resized frame is not what the policy was trained on). With `remember_first` the row (frames, then state) is
+/// followed by the same row of the env's episode's first observation, which the runtime keeps per env: what a
+/// camera saw at the start (a target before the pushed block covers it).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyPixels {
     pub views: Vec<String>,
     pub width: u32,
     pub height: u32,
+    #[serde(default)]
+    pub remember_first: bool,
 }
 
 impl PolicyPixels {
@@ -252,9 +256,15 @@ impl PolicyPixels {
         3 * self.width as usize * self.height as usize
     }
 
-    /// Values of the policy's input the frames take.
+    /// Values of the policy's input the frames take (of one observation).
     pub fn len(&self) -> usize {
         self.views.len() * self.frame_len()
+    }
+
+    /// Values of the policy's whole input row for `state` state values: frames and state, twice with
+    /// `remember_first` (now, then the episode's first observation).
+    pub fn row_len(&self, state: usize) -> usize {
+        (self.len() + state) * if self.remember_first { 2 } else { 1 }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -574,7 +574,10 @@ impl PolicyModel {
         origin: PathBuf,
         explain: impl FnOnce(String) -> ModelError,
     ) -> Result<BoundPolicy, ModelError> {
-        let width = inputs.before_state() + state_map.model_len();
+        let width = match &inputs.pixels {
+            Some(p) => p.row_len(state_map.model_len()),
+            None => inputs.before_state() + state_map.model_len(),
+        };
         let model = Self::from_session(session, provider, graph, width, action_size).map_err(
             |e| match (e, &inputs.pixels) {
                 // The graph's input width follows from the pixels: say how, where they are declared.
@@ -582,12 +585,17 @@ impl PolicyModel {
                     if field == "inputs.state" =>
                 {
                     explain(format!(
-                        "the policy's input is {} views x 3 x {} x {} frame values + {} state values = {width} \
-                         values, but its graph {} disagrees: {reason}",
+                        "the policy's input is ({} views x 3 x {} x {} frame values + {} state values){} = \
+                         {width} values, but its graph {} disagrees: {reason}",
                         p.views.len(),
                         p.height,
                         p.width,
                         state_map.model_len(),
+                        if p.remember_first {
+                            " x 2 (remember_first: now, then the episode's first observation)"
+                        } else {
+                            ""
+                        },
                         path.display()
                     ))
                 }

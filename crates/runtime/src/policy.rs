@@ -10,6 +10,7 @@ use stagewise_model::{
     SessionOptions, StateMap,
 };
 use stagewise_wire::PolicyMsg;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Something that picks actions. `envs[i]` is the environment index of `obs[i]`, so a stateful policy (a
@@ -172,6 +173,9 @@ pub struct OnnxPolicy {
     embeddings: Option<PolicyEmbeddings>,
     /// The camera frames the policy reads before its state, from each observation (its manifest's `[pixels]`).
     pixels: Option<PolicyPixels>,
+    /// `pixels.remember_first`: each env's row (frames, state) of its episode's first observation, which follows
+    /// the current row; kept from the first observation the policy sees after [`Policy::reset`] (or at step 0).
+    first: HashMap<usize, Vec<f32>>,
     /// The inputs of a call, one row per env.
     rows: Vec<f32>,
 }
@@ -185,6 +189,7 @@ impl OnnxPolicy {
             state_map: None,
             embeddings: None,
             pixels: None,
+            first: HashMap::new(),
             rows: Vec::new(),
         }
     }
@@ -212,7 +217,7 @@ impl OnnxPolicy {
     }
 
     /// The graph's input rows: each env's embeddings or frames (when the policy reads them), then its state
-    /// fields.
+    /// fields; with `pixels.remember_first` followed by the env's episode's first such row.
     fn inputs(
         &mut self,
         envs: &[usize],
@@ -221,7 +226,9 @@ impl OnnxPolicy {
     ) -> Result<usize, PolicyError> {
         let e = self.embeddings.as_ref().map_or(0, PolicyEmbeddings::len);
         let f = self.pixels.as_ref().map_or(0, PolicyPixels::len);
-        let width = e + f + self.state_map.as_ref().map_or(0, StateMap::model_len);
+        let now = e + f + self.state_map.as_ref().map_or(0, StateMap::model_len);
+        let remember = self.pixels.as_ref().is_some_and(|p| p.remember_first);
+        let width = if remember { 2 * now } else { now };
         self.rows.resize(obs.len() * width, 0.0);
         for (i, o) in obs.iter().enumerate() {
             let env = envs.get(i).copied().unwrap_or(i);
@@ -241,7 +248,15 @@ impl OnnxPolicy {
                 p.write(o, &mut row[e..e + f]).map_err(bad)?;
             }
             if let Some(map) = &self.state_map {
-                map.select(&o.state, &mut row[e + f..]).map_err(bad)?;
+                map.select(&o.state, &mut row[e + f..now]).map_err(bad)?;
+            }
+            if remember {
+                let (current, first) = row.split_at_mut(now);
+                let kept = self.first.entry(env).or_insert_with(|| current.to_vec());
+                if o.step == 0 {
+                    kept.copy_from_slice(current); // a new episode, whether or not reset was called
+                }
+                first.copy_from_slice(kept);
             }
         }
         Ok(width)
@@ -291,6 +306,7 @@ impl Policy for OnnxPolicy {
 
     fn reset(&mut self, env: usize, _seed: u64) {
         self.model.reset_env(env);
+        self.first.remove(&env);
     }
 }
 

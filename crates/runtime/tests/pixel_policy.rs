@@ -13,7 +13,12 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
 fn pixel_policy(names: &[String]) -> OnnxPolicy {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/test/pixel3v8.toml");
+    test_policy("pixel3v8", names)
+}
+
+fn test_policy(name: &str, names: &[String]) -> OnnxPolicy {
+    let manifest =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../models/test/{name}.toml"));
     let rt = OrtRuntime::init(None).expect("ONNX Runtime (run scripts/setup.sh)");
     let opts = SessionOptions {
         provider: Provider::Cpu,
@@ -22,7 +27,7 @@ fn pixel_policy(names: &[String]) -> OnnxPolicy {
     };
     let bound = PolicyModel::load_bound(&manifest, "the test source", names, None, 4, rt, &opts)
         .expect("the pixel test policy");
-    OnnxPolicy::bound(bound, "pixel3v8")
+    OnnxPolicy::bound(bound, name)
 }
 
 /// What pixel3v8 does with `obs` (the hand's gripper width is state field 3 of the simulator's state).
@@ -43,6 +48,46 @@ fn close(a: &[f32], b: &[f32]) -> bool {
 
 fn solid(rgb: [u8; 3]) -> Frame {
     Frame::from_raw(8, 8, rgb.repeat(64)).expect("8x8")
+}
+
+/// `remember_first`: each env's frames of its episode's first observation follow the current row; pixel3v8first
+/// acts on those (its gripper on the current state), kept per env until the env resets or an observation of
+/// step 0 comes.
+#[test]
+fn a_remember_first_policy_reads_each_envs_first_observation() {
+    let names: Vec<String> = ["ee_x", "ee_y", "ee_z", "gripper_width"]
+        .map(String::from)
+        .to_vec();
+    let mut policy = test_policy("pixel3v8first", &names);
+    assert!(policy.pixels().is_some_and(|p| p.remember_first));
+    let obs = |step: u64, front: u8, width: f32| Observation {
+        step,
+        time: 0.0,
+        views: vec![
+            View::new("front", solid([front, 0, 0])),
+            View::new("side", solid([0, 0, 0])),
+            View::new("wrist", solid([0, 0, 0])),
+        ],
+        state: vec![0.0, 0.0, 0.0, width],
+    };
+    let red = |acts: &[Vec<f32>], i: usize| (acts[i][0], acts[i][3]);
+    // env 0 starts red, env 1 black: both keep them while their frames change
+    let acts = policy
+        .act(&[0, 1], &[&obs(0, 255, 0.01), &obs(0, 0, 0.02)])
+        .expect("act");
+    assert_eq!((red(&acts, 0), red(&acts, 1)), ((1.0, 0.01), (-1.0, 0.02)));
+    let acts = policy
+        .act(&[0, 1], &[&obs(1, 0, 0.03), &obs(1, 255, 0.04)])
+        .expect("act");
+    assert_eq!((red(&acts, 0), red(&acts, 1)), ((1.0, 0.03), (-1.0, 0.04)));
+    // env 0 resets: its next observation is its first; env 1's step 0 starts its new episode without a reset
+    policy.reset(0, 7);
+    let acts = policy
+        .act(&[0, 1], &[&obs(5, 0, 0.05), &obs(0, 255, 0.06)])
+        .expect("act");
+    assert_eq!((red(&acts, 0), red(&acts, 1)), ((-1.0, 0.05), (1.0, 0.06)));
+    let acts = policy.act(&[1], &[&obs(1, 0, 0.07)]).expect("act");
+    assert_eq!(red(&acts, 0), (1.0, 0.07));
 }
 
 /// Two envs in one call, each acting on its own frames; a frame of another size is refused naming the env's

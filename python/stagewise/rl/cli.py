@@ -63,6 +63,9 @@ OPTIONS = {
          "frames + proprioception -> where the objects are on the table, trained on a person's marks, frozen): the "
          "learner reads the hand and the located positions as the state learner reads the state, symmetry "
          "augmentation on (default 1); the policy still reads only frames and proprioception"),
+        ("--locate-at-start", "locate_at_start", str, "--locator: these of its positions (comma-separated, e.g. "
+         "target_x,target_y) are located on the episode's first observation, which the policy then also reads "
+         "(the runtime keeps it per env): what does not move is seen at the start, before anything covers it"),
         ("--episode-ends", "episode_ends", ("env", "model"), "what ends a training episode and is its success: env "
          "(default: the simulator's success) or model (what a robot has: success detection on the served progress, "
          "--success-delta, and the time limit; evaluation still reads the simulator's success, and curves.json "

@@ -116,6 +116,10 @@ class LearnConfig:
     # person's marks, frozen): with --obs pixels the learner reads the proprioception and the located positions, as
     # the state learner reads the state, with the symmetry augmentation; the exported policy reads the frames
     locator: str = ""
+    # with a locator: these of its positions (comma-separated, e.g. "target_x,target_y") are located on the
+    # episode's first observation, which the policy also reads (the runtime keeps it per env, manifest
+    # `pixels.remember_first`): a fixed target is seen at the start, before the pushed block covers it
+    locate_at_start: str = ""
     episode_ends: str = "env"
     # `--from-stream` (stream_learn.py): learn from actors (`stagewise run`) that stream their steps over zenoh and
     # take the pushed policies, instead of stepping a `serve`. `actors` > 0: start that many (each `actor_envs`
@@ -180,6 +184,7 @@ class LearnConfig:
             (not self.locator or self.encoder_train == "all" and not self.encoder_init, "locator",
              "replaces the encoder: no --encoder-init / --encoder-train with it"),
             (not self.locator or not self.from_stream, "locator", "is not an option of --from-stream (yet)"),
+            (not self.locate_at_start or bool(self.locator), "locate_at_start", "names a --locator's positions"),
             (not self.encoder_init or self.obs == "pixels", "encoder_init", "is an --obs pixels option"),
             (0 <= self.pixel_shift <= 8, "pixel_shift", f"{self.pixel_shift} is not in 0..8 pixels"),
             (self.encoder_train in ("all", "head"), "encoder_train", f"{self.encoder_train!r} is not all or head"),

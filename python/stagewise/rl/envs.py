@@ -28,11 +28,15 @@ class LearnerEnv(StagewiseEnv):
     """A served env whose observation is one flat float32 vector: the state (--obs state); the reward model's
     embeddings of every view, flattened, then the proprioception PROPRIOCEPTION taken by name from the state (--obs
     embeddings); or every view's frame as raw bytes (pixels.frames_vector), then that proprioception (--obs
-    pixels; `pixels` the views and size). `last_state` keeps the last observation's full state (for the
-    demonstrations' replay check only: it never reaches the policy)."""
+    pixels; `pixels` the views and size). `remember_first` (pixels): each observation is followed by the
+    episode's first one (what the runtime feeds a policy whose manifest says `pixels.remember_first`).
+    `last_state` keeps the last observation's full state (for the demonstrations' replay check only: it never
+    reaches the policy)."""
 
-    def __init__(self, *args, obs: str = "state", **kw):
+    def __init__(self, *args, obs: str = "state", remember_first: bool = False, **kw):
         self.obs_kind = obs
+        self.remember_first = remember_first and obs == "pixels"
+        self.first: Optional[np.ndarray] = None
         self.last_state: Optional[np.ndarray] = None
         self.pixels: Optional[PixelSpec] = None
         super().__init__(*args, **kw)
@@ -66,6 +70,8 @@ class LearnerEnv(StagewiseEnv):
         (h, w), = sizes
         self.pixels = PixelSpec([v["name"] for v in views], h, w)
         self.feature_names = [f"pix{k}" for k in range(self.pixels.size)] + list(PROPRIOCEPTION)
+        if self.remember_first:
+            self.feature_names += [f"first_{n}" for n in self.feature_names]
 
     def _obs(self, msg, key):
         o = super()._obs(msg, key)
@@ -74,7 +80,12 @@ class LearnerEnv(StagewiseEnv):
             if self.obs_kind == "embeddings":
                 return np.concatenate([o[EMBEDDING].reshape(-1), o["state"][self.proprio]]).astype(np.float32)
             if self.obs_kind == "pixels":
-                return np.concatenate([frames_vector(o, self.pixels), o["state"][self.proprio]]).astype(np.float32)
+                row = np.concatenate([frames_vector(o, self.pixels), o["state"][self.proprio]]).astype(np.float32)
+                if not self.remember_first:
+                    return row
+                if key == self.client.keys["env_reset"] or self.first is None:
+                    self.first = row
+                return np.concatenate([row, self.first])
             return o["state"]
         self.last_state = o
         return o
@@ -86,7 +97,7 @@ class Envs:
     what each env observes (LearnerEnv)."""
 
     def __init__(self, endpoint: str, robot: str, n: int, gamma: Optional[float], srv: Optional[launch.Process] = None,
-                 patience: float = 300.0, obs: str = "state"):
+                 patience: float = 300.0, obs: str = "state", remember_first: bool = False):
         self.srv = srv
         self.session = open_session(endpoint)
         self.envs: List[LearnerEnv] = []
@@ -98,7 +109,7 @@ class Envs:
                         raise serve_died(srv, f"connecting to {r}")
                     try:  # short waits, so that a dead server is noticed within seconds
                         self.envs.append(LearnerEnv(r, session=self.session, connect_timeout=2, gamma=gamma,
-                                                    timeout=60, obs=obs))
+                                                    timeout=60, obs=obs, remember_first=remember_first))
                         break
                     except NoRuntimeError:
                         if time.monotonic() >= deadline:

@@ -109,6 +109,11 @@ class PixelFeatures(nn.Module):
         """Values of the observation after the frames."""
         return self.pw.shape[1]
 
+    @property
+    def in_size(self) -> int:
+        """Values of an observation: frames, then proprioception."""
+        return self.spec.size + self.proprio_size
+
     def _convs(self, obs: torch.Tensor, augment: bool) -> torch.Tensor:
         """[B * views, C * h * w]: every frame through the encoder's convs (the encoder minus its linear layer)."""
         s, b = self.spec, obs.shape[0]
@@ -144,11 +149,14 @@ class LocatedFeatures(nn.Module):
     """Observation [B, views * 3 * H * W + P] -> the state learner's features (`fw`, `fb`: agent.feature_map of
     `names`) of the proprioception and where a frozen locator (training/locator.py) puts the objects: `names` =
     the proprioception's names + the locator's (block0_x, ...). The replay keeps those values (`conv_features`),
-    named so that the symmetry augmentation maps them as it maps the state's."""
+    named so that the symmetry augmentation maps them as it maps the state's. `at_start`: these located names are
+    read from the episode's first observation, which then follows the current one in the input (envs.LearnerEnv
+    remember_first; the runtime's `pixels.remember_first`)."""
 
     cached = True
 
-    def __init__(self, spec: PixelSpec, locator: nn.Module, proprio: List[str], fw: np.ndarray, fb: np.ndarray):
+    def __init__(self, spec: PixelSpec, locator: nn.Module, proprio: List[str], fw: np.ndarray, fb: np.ndarray,
+                 at_start: Optional[List[str]] = None):
         super().__init__()
         if list(locator.views) != list(spec.views) or (locator.h, locator.w) != (spec.height, spec.width):
             raise ValueError(f"the locator reads {', '.join(locator.views)} at {locator.w}x{locator.h}, the env "
@@ -157,6 +165,8 @@ class LocatedFeatures(nn.Module):
             raise ValueError(f"the locator reads the proprioception {locator.proprio}, the policy {list(proprio)}")
         self.spec, self.locator, self.n_proprio = spec, locator, len(proprio)
         self.names = list(proprio) + list(locator.names)
+        self.at_start = list(at_start or [])
+        self.start_cols = [len(proprio) + list(locator.names).index(n) for n in self.at_start]
         for p in locator.parameters():
             p.requires_grad_(False)
         self.register_buffer("fw", torch.as_tensor(fw, dtype=torch.float32))
@@ -172,12 +182,27 @@ class LocatedFeatures(nn.Module):
     def proprio_size(self) -> int:
         return self.n_proprio
 
-    def located_state(self, obs: torch.Tensor) -> torch.Tensor:
-        """[B, len(names)]: the proprioception, then the located positions."""
-        s, b = self.spec, obs.shape[0]
-        frames = obs[:, :s.size].reshape(b, len(s.views), 3, s.height, s.width)
-        proprio = obs[:, s.size:]
+    @property
+    def in_size(self) -> int:
+        """Values of an observation: frames and proprioception, twice with `at_start` (now, then the first)."""
+        return (self.spec.size + self.n_proprio) * (2 if self.at_start else 1)
+
+    def _locate(self, row: torch.Tensor) -> torch.Tensor:
+        s, b = self.spec, row.shape[0]
+        frames = row[:, :s.size].reshape(b, len(s.views), 3, s.height, s.width)
+        proprio = row[:, s.size:]
         return torch.cat([proprio, self.locator((frames / 255.0 - self.mean) / self.std, proprio)], 1)
+
+    def located_state(self, obs: torch.Tensor) -> torch.Tensor:
+        """[B, len(names)]: the proprioception, then the located positions (`at_start` ones from the first
+        observation)."""
+        if not self.at_start:
+            return self._locate(obs)
+        half = self.spec.size + self.n_proprio
+        now, first = self._locate(obs[:, :half]), self._locate(obs[:, half:])
+        cols = torch.zeros(now.shape[1], dtype=torch.bool)
+        cols[self.start_cols] = True
+        return torch.where(cols, first, now)
 
     @torch.no_grad()
     def conv_features(self, obs: np.ndarray) -> np.ndarray:
@@ -202,7 +227,7 @@ class PixelActorGraph(nn.Module):
 
 
 def pixel_actor_onnx(features, actor) -> bytes:
-    """ONNX bytes of `state` [N, views * 3 * H * W + P] -> `action` [N, A] (tanh of the actor's mean);
+    """ONNX bytes of `state` [N, features.in_size] -> `action` [N, A] (tanh of the actor's mean);
     `features` a PixelFeatures or LocatedFeatures."""
     act = actor.act
     head = nn.Linear(actor.head.in_features, act)
@@ -210,7 +235,7 @@ def pixel_actor_onnx(features, actor) -> bytes:
         head.weight.copy_(actor.head.weight[:act])
         head.bias.copy_(actor.head.bias[:act])
     graph = copy.deepcopy(PixelActorGraph(features, actor.body, head)).eval()
-    example = torch.zeros(1, features.spec.size + features.proprio_size)
+    example = torch.zeros(1, features.in_size)
     buf = io.BytesIO()
     with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice: the graph is plain convs + MLP
         warnings.simplefilter("ignore", DeprecationWarning)

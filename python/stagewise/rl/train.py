@@ -77,8 +77,13 @@ def located_features(env, cfg: LearnConfig) -> LocatedFeatures:
         if cfg.augment_symmetry > 0 and not {"block0_x", "block0_y"} <= set(names):
             raise ValueError(f"it locates {', '.join(loc.names)}; the symmetry maps pivot on block0_x, block0_y "
                              "(or pass --augment-symmetry 0)")
+        at_start = [n for n in cfg.locate_at_start.split(",") if n]
+        unknown = [n for n in at_start if n not in loc.names]
+        if unknown:
+            raise ValueError(f"--locate-at-start {cfg.locate_at_start}: it locates {', '.join(loc.names)}, not "
+                             f"{', '.join(unknown)}")
         w, b = feature_map(names)
-        return LocatedFeatures(env.pixels, loc, list(PROPRIOCEPTION), w, b)
+        return LocatedFeatures(env.pixels, loc, list(PROPRIOCEPTION), w, b, at_start)
     except (ValueError, KeyError) as e:
         raise ServeError(f"--locator {cfg.locator}: {e}") from None
 
@@ -151,6 +156,8 @@ class SeedRun:
         pixels = None
         if cfg.obs == "pixels":
             self.export_names, self.export_pixels = list(PROPRIOCEPTION), env.pixels.manifest()
+            if cfg.locate_at_start:
+                self.export_pixels["remember_first"] = True
             pixels = located_features(env, cfg) if cfg.locator else pixel_features(env, cfg, self.reward_model())
         s_dim, a_dim = len(self.names), len(spec["action"]["low"])
         action_names = list(spec["action"].get("names", []))
@@ -217,7 +224,8 @@ class SeedRun:
         self.initialised_from = d.get("initialised_from")
 
     # what an agent's weights are shaped by: a fine-tune (--init) must agree on each
-    INIT_KEYS = ("task", "obs", "width", "height", "encoder_train", "locator", "action_repeat", "agent.algo",
+    INIT_KEYS = ("task", "obs", "width", "height", "encoder_train", "locator", "locate_at_start",
+                 "action_repeat", "agent.algo",
                  "agent.net", "agent.critics", "agent.layer_norm", "agent.gripper_binary")
 
     def init_from(self, where: str) -> None:
@@ -291,8 +299,11 @@ class SeedRun:
                 launch.serve(*serve_args(cfg, "sparse", self.eval_robot, cfg.eval_envs, eval_max),
                              log=str(logs / f"serve-eval{tag}.log"), die_with_parent=True) as esrv:
             where = cfg.serve_endpoint or srv.endpoint
-            self.train = Envs(where, self.robot, cfg.envs, cfg.reward_form.gamma, srv, obs=cfg.obs)
-            self.evals = Envs(esrv.endpoint, self.eval_robot, cfg.eval_envs, None, esrv, obs=cfg.obs)
+            first = bool(cfg.locate_at_start)
+            self.train = Envs(where, self.robot, cfg.envs, cfg.reward_form.gamma, srv, obs=cfg.obs,
+                              remember_first=first)
+            self.evals = Envs(esrv.endpoint, self.eval_robot, cfg.eval_envs, None, esrv, obs=cfg.obs,
+                              remember_first=first)
             try:
                 wrong = reward_mismatch(cfg, self.train.envs[0].reward_spec)
                 if wrong:
