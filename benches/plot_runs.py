@@ -6,6 +6,7 @@ set-up: their mean curve is drawn (the seeds faint), and the mean's first crossi
     .venv/bin/python benches/plot_runs.py robot_inputs       # docs/lab/2026-12-07-pixels.md: what the policy reads
     .venv/bin/python benches/plot_runs.py keypoints --out benches/results/robot_inputs/keypoints/curves.png
     .venv/bin/python benches/plot_runs.py locator --out benches/results/robot_inputs/locator/curves.png
+    .venv/bin/python benches/plot_runs.py locator_rollouts --out benches/results/robot_inputs/locator_rollouts/curves.png
     .venv/bin/python benches/plot_runs.py label_rounds       # docs/robot-learning.md: the labelled rounds
     .venv/bin/python benches/plot_runs.py label_readout      # ... and the served readout (hard / soft)
     .venv/bin/python benches/plot_runs.py label_pick         # ... on pick-place
@@ -58,6 +59,14 @@ FIGURES = {
         ("pixels: locator on 64x64 keypoints, 10k marks", f"{R}/robot_inputs/push_loc64_200x3_s0/curves.json"),
         ("pixels, DrQ (no symmetry)", f"{R}/robot_inputs/push_pix_demos_s0/curves.json"),
         ("pixels, frozen keypoints (no symmetry)", f"{R}/robot_inputs/push_kprel_demos_s0/curves.json"),
+    ]),
+    "locator_rollouts": ("push-target, shipped reward model (potential, c = 1), model's episode ends, 20 demos", [
+        *[("locator, 10k marks of demonstrations (seeds 0-2)", f"{R}/robot_inputs/push_loc200x3_s{s}/curves.json")
+          for s in (0, 1, 2)],
+        *[("... + 6k marks of random play (seeds 0-2)", f"{R}/robot_inputs/push_locA_s{s}/curves.json")
+          for s in (0, 1, 2)],
+        *[("... + the target located on the first frame (seeds 0-2)",
+           f"{R}/robot_inputs/push_locAfirst_s{s}/curves.json") for s in (0, 1, 2)],
     ]),
     "label_rounds": ("push-target, state policy, potential c = 1: rewards from labels a person gives (mean of seeds)", [
         *[("oracle reward", f"{R}/label_rounds/push_oracle_s{s}/curves.json") for s in (0, 1, 2)],

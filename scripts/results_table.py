@@ -37,14 +37,21 @@ class Row:
     label: str  # the runs' label in the merged curves.json
     policy: str = ""  # the shipped policy trained this way, if any
     learn: str = ""  # the same set-up as `stagewise learn` flags (its defaults are these set-ups; not re-run)
+    runs: List[str] = field(default_factory=list)  # or its runs' own curves.json files (one seed each)
 
 
 @dataclass
 class Experiment:
     task: str
-    merged: str  # the merged curves.json (learner_shaping.py --merge)
+    merged: str  # the merged curves.json (learner_shaping.py --merge); "" when every row names its runs
     rows: List[Row] = field(default_factory=list)
     note: str = ""
+    title: str = ""  # the section's title (default: the task)
+    figure: str = ""  # docs/results/<figure>.png (default: the task)
+
+    @property
+    def name(self) -> str:
+        return self.figure or self.task
 
 
 EXPERIMENTS = [
@@ -67,6 +74,32 @@ EXPERIMENTS = [
                 policy="models/policies/push-target-invariant"),
             Row("learned, invariant (value potential K = 100, c = 1)",
                 "model, value K=100, c=1, 0 demos, round 6 (shipped)"),
+        ],
+    ),
+    Experiment(
+        task="push-target",
+        title="push-target, what a robot has (issue 47)",
+        figure="push-target-robot",
+        merged="",
+        note="TD3 with the symmetry augmentation, 20 demonstrations, the shipped reward model in the potential form "
+        "(c = 1) and `--episode-ends model`: the learner's reward, success and episode ends are the reward model's; "
+        "the simulator's success only evaluates. The pixel policies read three 32x32 camera views and the "
+        "proprioception (hand xyz, gripper width); inside them a locator (keypoints + MLP, trained on marks of "
+        "recorded frames, the oracle playing the person) puts the block and the target on the table "
+        "(python/README.md, \"Locator\"; docs/lab/2026-12-08-locator-rollouts.md). The state row reads the "
+        "simulator's block and target poses: a simulator result, for reference.",
+        rows=[
+            Row("state (simulator poses; reference)", "state, model ends",
+                runs=["benches/results/robot_inputs/push_state_model_ends_demos_s0/curves.json"],
+                learn="--task push-target --reward model --episode-ends model --demos 20"),
+            Row("pixels + locator, 10k marks of demonstrations", "pixels, locator 200x3",
+                runs=[f"benches/results/robot_inputs/push_loc200x3_s{s}/curves.json" for s in (0, 1, 2)],
+                learn="--task push-target --reward model --obs pixels --locator LOC.pt --episode-ends model "
+                      "--demos 20"),
+            Row("pixels + locator, + 6k marks of random play", "pixels, locator A",
+                runs=[f"benches/results/robot_inputs/push_locA_s{s}/curves.json" for s in (0, 1, 2)],
+                learn="--task push-target --reward model --obs pixels --locator LOC_A.pt --episode-ends model "
+                      "--demos 20"),
         ],
     ),
     Experiment(
@@ -138,11 +171,20 @@ def rel(path: str) -> str:
 
 
 def load_runs(exp: Experiment) -> Dict[str, List[dict]]:
-    with open(os.path.join(REPO, exp.merged)) as fh:
-        merged = json.load(fh)
     by_label: Dict[str, List[dict]] = {}
-    for run in merged["runs"]:
-        by_label.setdefault(run["label"], []).append(run)
+    if exp.merged:
+        with open(os.path.join(REPO, exp.merged)) as fh:
+            merged = json.load(fh)
+        for run in merged["runs"]:
+            by_label.setdefault(run["label"], []).append(run)
+    for row in exp.rows:
+        for path in row.runs:  # a stagewise.rl curves.json: its set-up, then its runs
+            with open(os.path.join(REPO, path)) as fh:
+                saved = json.load(fh)
+            for run in saved["runs"]:
+                by_label.setdefault(row.label, []).append(
+                    {**run, "argv": run.get("argv", saved.get("argv")), "label": row.label,
+                     "source": os.path.dirname(path)})
     for row in exp.rows:
         if row.label not in by_label:
             raise SystemExit(f"{exp.merged}: no runs labelled {row.label!r} (labels: {sorted(by_label)})")
@@ -192,7 +234,8 @@ def commit_of(path: str) -> str:
 
 def evaluate(exp: Experiment, runs: List[dict], binary: str) -> None:
     for run in runs:
-        manifest = os.path.join(REPO, rel(run["last"]["manifest"]))
+        last = run["last"]  # learner_shaping.py: {onnx, manifest}; stagewise.rl: the manifest
+        manifest = os.path.join(REPO, rel(last["manifest"] if isinstance(last, dict) else last))
         out = fresh_eval_path(run)
         if os.path.exists(out):
             continue
@@ -225,7 +268,7 @@ def figure(exp: Experiment, by_label: Dict[str, List[dict]], path: str) -> None:
     ax.set_xlabel("env steps (k)")
     ax.set_ylabel("success on 50 held-out seeds")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"{exp.task}: mean over seeds (band: min-max)")
+    ax.set_title(f"{exp.title or exp.task}: mean over seeds (band: min-max)")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})  # no version stamp: the file changes only with the data
@@ -286,7 +329,7 @@ def table() -> str:
     commands = []
     for exp in EXPERIMENTS:
         by_label = load_runs(exp)
-        lines += [f"## {exp.task}", "", exp.note, "",
+        lines += [f"## {exp.title or exp.task}", "", exp.note, "",
                   "| reward | seeds | steps to 80% (mean curve) | final success, 200 fresh seeds | command | commit | policy |",
                   "|---|---|---|---|---|---|---|"]
         for row in exp.rows:
@@ -300,7 +343,7 @@ def table() -> str:
             lines.append(f"| {row.reward} | {seeds} | {reach} | {final} | [{len(commands)}](#commands) | "
                          f"`{commit}` | {policy} |")
         lines.append("")
-        lines += [f"![{exp.task}](results/{exp.task}.png)", ""]
+        lines += [f"![{exp.name}](results/{exp.name}.png)", ""]
     lines += cloning_table()
     lines += ["## Commands", "", "The RL rows' first seed's command (the other seeds differ in `--seeds` and "
               "`--out`; the learner was `benches/learner_shaping.py`, or `python -m stagewise.rl`, which `stagewise "
@@ -342,7 +385,7 @@ def main() -> int:
     if not a.no_figures:
         os.makedirs(os.path.join(REPO, "docs", "results"), exist_ok=True)
         for exp in EXPERIMENTS:
-            figure(exp, load_runs(exp), os.path.join(REPO, "docs", "results", f"{exp.task}.png"))
+            figure(exp, load_runs(exp), os.path.join(REPO, "docs", "results", f"{exp.name}.png"))
     print(f"wrote {path}")
     return 0
 
