@@ -214,6 +214,25 @@ def test_positions_located_at_the_start_come_from_the_episodes_first_observation
         rl.build("push-target", {"reward": "model", "obs": "pixels", "locate_at_start": "target_x"})
 
 
+def test_remembering_envs_append_each_episodes_first_observation(serve):
+    from stagewise.rl.envs import LearnerEnv
+
+    p = serve("--task", "push-target", "--images", "--width", "32", "--height", "32")
+    env = LearnerEnv(connect=p.endpoint, connect_timeout=30, obs="pixels", remember_first=True)
+    try:
+        half = SPEC.size + len(PROPRIOCEPTION)
+        assert len(env.feature_names) == 2 * half
+        o0, _ = env.reset(seed=3)
+        assert o0.shape == (2 * half,) and np.array_equal(o0[:half], o0[half:])
+        for _ in range(3):
+            o, *_ = env.step(np.array([1.0, 0.0, 0.0, 0.0], np.float32))
+        assert np.array_equal(o[half:], o0[:half]) and not np.array_equal(o[:half], o0[:half])
+        o1, _ = env.reset(seed=4)  # a new episode: its own first observation
+        assert np.array_equal(o1[:half], o1[half:]) and not np.array_equal(o1[half:], o0[half:])
+    finally:
+        env.close()
+
+
 def test_smoke_run_with_positions_located_at_the_start_runs_in_the_runtime(tmp_path, trained, binary):
     """The learner's envs append each episode's first observation; the exported policy says remember_first, and
     `stagewise eval policy` feeds it (the runtime keeps each env's first observation)."""
