@@ -48,6 +48,7 @@ class Experiment:
     note: str = ""
     title: str = ""  # the section's title (default: the task)
     figure: str = ""  # docs/results/<figure>.png (default: the task)
+    legend: str = "upper left"  # where the figure's legend goes
 
     @property
     def name(self) -> str:
@@ -80,6 +81,7 @@ EXPERIMENTS = [
         task="push-target",
         title="push-target, what a robot has (issue 47)",
         figure="push-target-robot",
+        legend="lower right",
         merged="",
         note="TD3 with the symmetry augmentation, 20 demonstrations, the shipped reward model in the potential form "
         "(c = 1) and `--episode-ends model`: the learner's reward, success and episode ends are the reward model's; "
@@ -98,8 +100,18 @@ EXPERIMENTS = [
                       "--demos 20"),
             Row("pixels + locator, + 6k marks of random play", "pixels, locator A",
                 runs=[f"benches/results/robot_inputs/push_locA_s{s}/curves.json" for s in (0, 1, 2)],
+                policy="models/policies/push-target-pixels",
                 learn="--task push-target --reward model --obs pixels --locator LOC_A.pt --episode-ends model "
                       "--demos 20"),
+            Row("pixels + locator A, the target located on the episode's first frame", "pixels, locator A, at start",
+                runs=[f"benches/results/robot_inputs/push_locAfirst_s{s}/curves.json" for s in (0, 1, 2)],
+                learn="--task push-target --reward model --obs pixels --locator LOC_A.pt --locate-at-start "
+                      "target_x,target_y --episode-ends model --demos 20"),
+            Row("sparse, the simulator's success (not a robot's): pixels + locator A, target at start",
+                "pixels, locator A, at start, sparse",
+                runs=["benches/results/robot_inputs/push_locAfirst_sparse_s0/curves.json"],
+                learn="--task push-target --reward sparse --obs pixels --locator LOC_A.pt --locate-at-start "
+                      "target_x,target_y --demos 20"),
         ],
     ),
     Experiment(
@@ -269,7 +281,7 @@ def figure(exp: Experiment, by_label: Dict[str, List[dict]], path: str) -> None:
     ax.set_ylabel("success on 50 held-out seeds")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{exp.title or exp.task}: mean over seeds (band: min-max)")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc=exp.legend)
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})  # no version stamp: the file changes only with the data
     plt.close(fig)
