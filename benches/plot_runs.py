@@ -67,6 +67,11 @@ FIGURES = {
           for s in (0, 1, 2)],
         *[("... + the target located on the first frame (seeds 0-2)",
            f"{R}/robot_inputs/push_locAfirst_s{s}/curves.json") for s in (0, 1, 2)],
+        ("locator A, success at phi >= 0.97 (stopped)", f"{R}/robot_inputs/push_locA_delta03_s0/curves.json"),
+        ("locator A, success after 4 steps at phi >= 0.95 (stopped)",
+         f"{R}/robot_inputs/push_locA_steps4_s0/curves.json"),
+        ("sparse: the simulator's success (not a robot's), locator A, target at start",
+         f"{R}/robot_inputs/push_locAfirst_sparse_s0/curves.json"),
     ]),
     "label_rounds": ("push-target, state policy, potential c = 1: rewards from labels a person gives (mean of seeds)", [
         *[("oracle reward", f"{R}/label_rounds/push_oracle_s{s}/curves.json") for s in (0, 1, 2)],

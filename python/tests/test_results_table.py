@@ -28,6 +28,18 @@ def test_a_changed_curve_makes_the_check_fail(tmp_path):
                     "learner_shaping_push_sg")
     shutil.copytree(REPO / "benches" / "results" / "learner_shaping_pick_sg", tmp_path / "benches" / "results" /
                     "learner_shaping_pick_sg")
+    # rows that name their runs' own curves.json (and the fresh evaluations beside them)
+    sys.path.insert(0, str(REPO / "scripts"))
+    import results_table
+
+    for exp in results_table.EXPERIMENTS:
+        for row in exp.rows:
+            for rel in row.runs:
+                for name in ("curves.json", "fresh_eval.json"):
+                    src = (REPO / rel).parent / name
+                    if src.exists():
+                        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copy(src, (tmp_path / rel).parent / name)
     script = [sys.executable, str(tmp_path / "scripts" / "results_table.py")]
     subprocess.run(script + ["--no-figures"], capture_output=True, cwd=tmp_path, check=True)  # this copy's tables
     assert subprocess.run(script + ["--check"], capture_output=True, cwd=tmp_path).returncode == 0
