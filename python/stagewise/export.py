@@ -159,8 +159,8 @@ def with_inputs(onnx_bytes: bytes, *, state_names: Optional[Sequence[str]] = Non
     `stagewise.publish_policy`, which an actor binds as it binds a manifest policy (state fields by name, frames
     from its cameras at their size, embeddings from its reward model's encoder) instead of reading its whole
     state. `state_names`: the state fields in input order (`stagewise.state_names`); `pixels` ({views, width,
-    height[, remember_first]}: `stagewise.pixels`) or `embeddings` ({encoder_sha256, views, size}: `stagewise.embeddings`): what the
-    input holds before them; `action_repeat` (1..=1000: `stagewise.action_repeat`). Keys left None are left as the
+    height[, remember_first]}: `stagewise.pixels`) or `embeddings` ({encoder_sha256, views, size}:
+    `stagewise.embeddings`): what the input holds before them; `action_repeat` (1..=1000: `stagewise.action_repeat`). Keys left None are left as the
     graph has them. When `state_names` is given and the graph's input width is fixed, it must be the frames' or
     embeddings' values plus one per name."""
     import onnx

@@ -166,7 +166,10 @@ class LocatedFeatures(nn.Module):
         self.spec, self.locator, self.n_proprio = spec, locator, len(proprio)
         self.names = list(proprio) + list(locator.names)
         self.at_start = list(at_start or [])
-        self.start_cols = [len(proprio) + list(locator.names).index(n) for n in self.at_start]
+        # which of `names` come from the first observation (derived from the arguments: not saved)
+        start = torch.zeros(len(self.names), dtype=torch.bool)
+        start[[self.names.index(n) for n in self.at_start]] = True
+        self.register_buffer("from_start", start, persistent=False)
         for p in locator.parameters():
             p.requires_grad_(False)
         self.register_buffer("fw", torch.as_tensor(fw, dtype=torch.float32))
@@ -199,10 +202,7 @@ class LocatedFeatures(nn.Module):
         if not self.at_start:
             return self._locate(obs)
         half = self.spec.size + self.n_proprio
-        now, first = self._locate(obs[:, :half]), self._locate(obs[:, half:])
-        cols = torch.zeros(now.shape[1], dtype=torch.bool)
-        cols[self.start_cols] = True
-        return torch.where(cols, first, now)
+        return torch.where(self.from_start, self._locate(obs[:, half:]), self._locate(obs[:, :half]))
 
     @torch.no_grad()
     def conv_features(self, obs: np.ndarray) -> np.ndarray:
